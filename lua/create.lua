@@ -1,0 +1,60 @@
+--[[
+  create: store a new task and enqueue its work in one atomic step, so no
+  outbox is needed and the task is readable the moment this returns.
+
+  KEYS:
+    1 task           the task record hash
+    2 work           the partition's work stream
+    3 events         the partition's event stream
+  ARGV:
+    1 task_id
+    2 endpoint
+    3 binding        "-" (anonymous) or "=<partition key>"
+    4 origin         exact persisted bytes
+    5 payload        opaque bytes
+    6 ttl_ms         0: unlimited
+    7 poll_ms        0: no suggested interval
+    8 metadata       msgpack, or empty
+    9 events_maxlen
+  Returns:
+    {RC_OK, created_ms}
+    {RC_EXISTS}      the ID is taken; nothing is overwritten
+  Events: one entry for the new task.
+]]
+local task_key = KEYS[1]
+local work_key = KEYS[2]
+local events_key = KEYS[3]
+local task_id = ARGV[1]
+local endpoint = ARGV[2]
+local binding = ARGV[3]
+local origin = ARGV[4]
+local payload = ARGV[5]
+local ttl_ms = tonumber(ARGV[6])
+local poll_ms = ARGV[7]
+local metadata = ARGV[8]
+local events_maxlen = ARGV[9]
+
+if redis.call('EXISTS', task_key) == 1 then
+  return {RC_EXISTS}
+end
+
+local now = now_ms()
+local entry = redis.call('XADD', work_key, '*', 't', task_id)
+local fields = {
+  'st', 'working', 'ca', int_text(now), 'ua', int_text(now), 'ttl', ARGV[6], 'pi', poll_ms,
+  'ep', endpoint, 'pk', binding, 'or', origin, 'pl', payload, 'fn', '0', 'wk', entry,
+}
+if metadata ~= '' then
+  table.insert(fields, 'md')
+  table.insert(fields, metadata)
+end
+if ttl_ms > 0 then
+  table.insert(fields, 'ex')
+  table.insert(fields, int_text(now + ttl_ms))
+end
+redis.call('HSET', task_key, unpack(fields))
+if ttl_ms > 0 then
+  redis.call('PEXPIREAT', task_key, now + ttl_ms)
+end
+emit(events_key, events_maxlen, task_id)
+return {RC_OK, now}

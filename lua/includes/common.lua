@@ -1,0 +1,57 @@
+-- Shared helpers. The loader inlines this file (after the generated constants
+-- RC_*, TERMINAL and WORK_GROUP) into every script, so each command stays one
+-- script with one SHA.
+
+-- Milliseconds on the Redis server's clock: every timestamp comes from here,
+-- never from a client, so all nodes agree on one clock.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Integers as decimal text; tostring() would switch to exponent notation.
+local function int_text(n)
+  return string.format('%d', n)
+end
+
+-- last_updated_at never goes backwards, even if the server clock does.
+local function next_update(now, last)
+  local previous = tonumber(last) or 0
+  if now > previous then
+    return now
+  end
+  return previous
+end
+
+-- One task-ID hint on the partition's bounded event stream.
+local function emit(events_key, maxlen, task_id)
+  redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*', 't', task_id)
+end
+
+-- Companion keys expire with their task, so nothing outlives it.
+local function expire_with_task(key, expire_at)
+  if expire_at then
+    redis.call('PEXPIREAT', key, expire_at)
+  end
+end
+
+-- An empty fence argument means "unfenced"; a task never claimed has fence 0.
+local function fence_matches(given, stored)
+  return given == '' or given == (stored or '0')
+end
+
+-- The status checks every worker-side write starts with, in this order:
+-- unknown, then stale fence (a zombie learns it lost its lease even if the new
+-- owner already finished), then terminal.
+local function worker_guard(status, stored_fence, given_fence)
+  if not status then
+    return RC_NOT_FOUND
+  end
+  if not fence_matches(given_fence, stored_fence) then
+    return RC_LEASE_LOST
+  end
+  if TERMINAL[status] then
+    return RC_TERMINAL
+  end
+  return RC_OK
+end

@@ -1,0 +1,35 @@
+--[[
+  request_cancel: authorize a client and record its durable cancellation
+  intent. A worker may honor it, or completion may win. A terminal task
+  accepts the request idempotently and changes nothing.
+
+  KEYS:
+    1 task           the task record hash
+    2 events         the partition's event stream
+  ARGV:
+    1 task_id
+    2 endpoint
+    3 binding        "-" (anonymous) or "=<partition key>"
+    4 events_maxlen
+  Returns:
+    {RC_OK}
+    {RC_NOT_FOUND}   unknown, expired or unauthorized
+  Events: one entry when the intent is first recorded on a live task.
+]]
+local task_key = KEYS[1]
+local events_key = KEYS[2]
+local task_id = ARGV[1]
+local endpoint = ARGV[2]
+local binding = ARGV[3]
+local events_maxlen = ARGV[4]
+
+local t = redis.call('HMGET', task_key, 'ep', 'pk', 'st', 'cx')
+if t[1] ~= endpoint or t[2] ~= binding then
+  return {RC_NOT_FOUND}
+end
+if TERMINAL[t[3]] or t[4] == '1' then
+  return {RC_OK}
+end
+redis.call('HSET', task_key, 'cx', '1')
+emit(events_key, events_maxlen, task_id)
+return {RC_OK}

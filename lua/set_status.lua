@@ -1,0 +1,55 @@
+--[[
+  set_status: a worker reports progress, moving the task to working with a
+  status message. From input_required this supersedes every outstanding
+  request (their keys stay issued, so late answers are ignored). Repeating the
+  current status and message changes nothing.
+
+  KEYS:
+    1 task           the task record hash
+    2 requests       outstanding input requests
+    3 events         the partition's event stream
+  ARGV:
+    1 task_id
+    2 fence          "" for unfenced
+    3 has_message    "1" when a status message is given
+    4 message
+    5 events_maxlen
+  Returns:
+    {RC_OK}
+    {RC_NOT_FOUND} | {RC_LEASE_LOST} | {RC_TERMINAL}
+  Events: one entry when anything changed.
+]]
+local task_key = KEYS[1]
+local requests_key = KEYS[2]
+local events_key = KEYS[3]
+local task_id = ARGV[1]
+local fence = ARGV[2]
+local has_message = ARGV[3] == '1'
+local message = ARGV[4]
+local events_maxlen = ARGV[5]
+
+local t = redis.call('HMGET', task_key, 'st', 'fn', 'ua', 'sm')
+local guard = worker_guard(t[1], t[2], fence)
+if guard ~= RC_OK then
+  return {guard}
+end
+local current_message = t[4]
+local same_message = (has_message and current_message == message)
+  or (not has_message and not current_message)
+if t[1] == 'working' and same_message then
+  return {RC_OK}
+end
+
+local fields = {'st', 'working', 'ua', int_text(next_update(now_ms(), t[3]))}
+if has_message then
+  table.insert(fields, 'sm')
+  table.insert(fields, message)
+elseif current_message then
+  redis.call('HDEL', task_key, 'sm')
+end
+redis.call('HSET', task_key, unpack(fields))
+if t[1] == 'input_required' then
+  redis.call('DEL', requests_key)
+end
+emit(events_key, events_maxlen, task_id)
+return {RC_OK}

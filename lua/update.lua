@@ -1,0 +1,75 @@
+--[[
+  update: authorize a client and accept its answers to outstanding input
+  requests. Answers to keys that are not outstanding (never issued, already
+  answered, superseded) and answers of the wrong variant are ignored; a task
+  not in input_required ignores the update. When no request remains
+  outstanding the task returns to working.
+
+  KEYS:
+    1 task           the task record hash
+    2 requests       outstanding input requests (key -> kind..body)
+    3 answers        accepted answers not yet taken by the worker
+    4 journal        every accepted answer, for replay after a crash
+    5 events         the partition's event stream
+  ARGV:
+    1 task_id
+    2 endpoint
+    3 binding        "-" (anonymous) or "=<partition key>"
+    4 events_maxlen
+    5.. answers      triples: key, kinds (letters the answer can match), body
+  Returns:
+    {RC_OK, accepted_count}
+    {RC_NOT_FOUND}   unknown, expired or unauthorized
+  Events: one entry when at least one answer was accepted.
+]]
+local task_key = KEYS[1]
+local requests_key = KEYS[2]
+local answers_key = KEYS[3]
+local journal_key = KEYS[4]
+local events_key = KEYS[5]
+local task_id = ARGV[1]
+local endpoint = ARGV[2]
+local binding = ARGV[3]
+local events_maxlen = ARGV[4]
+local first_answer = 5
+
+local t = redis.call('HMGET', task_key, 'ep', 'pk', 'st', 'ua', 'ex')
+if t[1] ~= endpoint or t[2] ~= binding then
+  return {RC_NOT_FOUND}
+end
+if t[3] ~= 'input_required' then
+  return {RC_OK, 0}
+end
+
+local accepted_keys = {}
+local accepted_pairs = {}
+for i = first_answer, #ARGV, 3 do
+  local key, kinds, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local request = redis.call('HGET', requests_key, key)
+  if request and string.find(kinds, string.sub(request, 1, 1), 1, true) then
+    table.insert(accepted_keys, key)
+    table.insert(accepted_pairs, key)
+    table.insert(accepted_pairs, body)
+  end
+end
+if #accepted_keys == 0 then
+  return {RC_OK, 0}
+end
+
+redis.call('HDEL', requests_key, unpack(accepted_keys))
+redis.call('HSET', answers_key, unpack(accepted_pairs))
+redis.call('HSET', journal_key, unpack(accepted_pairs))
+local expire_at = t[5]
+expire_with_task(answers_key, expire_at)
+expire_with_task(journal_key, expire_at)
+
+local updated = int_text(next_update(now_ms(), t[4]))
+if redis.call('EXISTS', requests_key) == 0 then
+  -- The last answer: back to working, and the wait's message no longer applies.
+  redis.call('HSET', task_key, 'st', 'working', 'ua', updated)
+  redis.call('HDEL', task_key, 'sm')
+else
+  redis.call('HSET', task_key, 'ua', updated)
+end
+emit(events_key, events_maxlen, task_id)
+return {RC_OK, #accepted_keys}

@@ -1,0 +1,70 @@
+"""redis-tasks: durable, multi-node task state for MCP servers on Redis.
+
+The server side of the MCP Tasks extension (``io.modelcontextprotocol/tasks``,
+SEP-2663): a :class:`TaskManager` owns task IDs, persistence, retention,
+binding to endpoint and authorization partition, atomic state transitions,
+de-duplication of client input, cancellation intent and publication of
+durable changes. :class:`RedisTaskManager` does all of that with one Lua
+script per operation; :class:`InMemoryTaskManager` is the process-local
+reference.
+"""
+
+from ._errors import (
+    BackendError,
+    CapacityError,
+    InputKeyReusedError,
+    InternalError,
+    InvalidTransitionError,
+    LeaseLostError,
+    LimitExceededError,
+    RedisTasksError,
+    TaskNotFoundError,
+    TaskTerminalError,
+    ValidationError,
+)
+from ._events import TaskEventPublisher, TaskEventRegistration
+from ._limits import Limits
+from ._manager import TaskManager
+from ._memory import InMemoryTaskManager
+from ._models import (
+    InputRequest,
+    JsonRpcError,
+    RequestContext,
+    Task,
+    TaskRequestContext,
+    TaskUpdateContext,
+)
+from ._origin import TaskOrigin
+from ._redis import RedisTaskManager
+from ._status import TERMINAL_STATUSES, TaskStatus
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "BackendError",
+    "CapacityError",
+    "InMemoryTaskManager",
+    "InputKeyReusedError",
+    "InputRequest",
+    "InternalError",
+    "InvalidTransitionError",
+    "JsonRpcError",
+    "LeaseLostError",
+    "LimitExceededError",
+    "Limits",
+    "RedisTaskManager",
+    "RedisTasksError",
+    "RequestContext",
+    "Task",
+    "TaskEventPublisher",
+    "TaskEventRegistration",
+    "TaskManager",
+    "TaskNotFoundError",
+    "TaskOrigin",
+    "TaskRequestContext",
+    "TaskStatus",
+    "TaskTerminalError",
+    "TaskUpdateContext",
+    "ValidationError",
+]

@@ -1,0 +1,97 @@
+"""The exception tree of redis-tasks.
+
+Every exception the library raises on purpose derives from one root::
+
+    RedisTasksError
+    ├── TaskNotFoundError          unknown, expired or unauthorized task (indistinguishable)
+    ├── LeaseLostError             a worker's fence is stale: another worker owns the task now
+    ├── InvalidTransitionError     the task's status does not allow the operation
+    │   └── TaskTerminalError      the task is already completed, failed or cancelled
+    ├── ValidationError            malformed input; nothing was stored
+    │   ├── LimitExceededError     input over a configured size, depth or count bound
+    │   └── InputKeyReusedError    an input-request key reused for a different request
+    ├── CapacityError              the manager holds as many live tasks as it may
+    └── InternalError              anything else; the message never says what caused it
+        └── BackendError           Redis failed, timed out or was unreachable
+
+Messages never contain task origins, payloads, results, answers, partition keys or
+task IDs: they may reach clients and logs. The cause of an ``InternalError`` stays
+reachable through ``__cause__`` for the server's own diagnostics.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "CapacityError",
+    "InputKeyReusedError",
+    "InternalError",
+    "InvalidTransitionError",
+    "LeaseLostError",
+    "LimitExceededError",
+    "RedisTasksError",
+    "TaskNotFoundError",
+    "TaskTerminalError",
+    "ValidationError",
+]
+
+
+class RedisTasksError(Exception):
+    """Root of every error redis-tasks raises on purpose."""
+
+
+class TaskNotFoundError(RedisTasksError):
+    """The task is unknown, expired, malformed or not visible to the caller.
+
+    The message is the same in every case so that a caller cannot tell an
+    unauthorized task from one that does not exist.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("task not found")
+
+
+class LeaseLostError(RedisTasksError):
+    """The worker's fencing token is stale: a newer lease owns the task."""
+
+    def __init__(self) -> None:
+        super().__init__("lease lost: the task is fenced by a newer claim")
+
+
+class InvalidTransitionError(RedisTasksError):
+    """The task's current status does not allow the requested operation."""
+
+
+class TaskTerminalError(InvalidTransitionError):
+    """The task already reached a terminal status; terminal is final."""
+
+    def __init__(self) -> None:
+        super().__init__("task is already terminal")
+
+
+class ValidationError(RedisTasksError):
+    """Input is malformed; the operation stored nothing."""
+
+
+class LimitExceededError(ValidationError):
+    """Input exceeds a configured bound (size, depth or count); nothing was stored."""
+
+
+class InputKeyReusedError(ValidationError):
+    """An input-request key was already issued for a different request.
+
+    Keys are unique for the task's lifetime (SEP-2663): reusing one for another
+    request would let a client's answer reach the wrong question.
+    """
+
+
+class CapacityError(RedisTasksError):
+    """The manager already retains as many live tasks as it is allowed to."""
+
+
+class InternalError(RedisTasksError):
+    """An unexpected failure; the message deliberately omits its cause."""
+
+
+class BackendError(InternalError):
+    """Redis failed, timed out or could not be reached."""

@@ -1,0 +1,256 @@
+"""Task-change events: a best-effort broadcast of task IDs.
+
+Events are hints. They carry task IDs only, may be duplicated, delayed or
+lost, and polling stays authoritative: a listener that wants the task's state
+looks it up through the manager, which authorizes the lookup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from ._errors import BackendError, TaskNotFoundError
+from ._ids import parse_task_id
+from ._keys import KeySpace
+
+__all__ = [
+    "InMemoryEventPublisher",
+    "Listener",
+    "RedisEventPublisher",
+    "TaskEventPublisher",
+    "TaskEventRegistration",
+]
+
+logger = logging.getLogger("redis_tasks.events")
+
+#: A listener receives one task ID per event; it may return an awaitable.
+Listener = Callable[[str], None | Awaitable[None]]
+
+_READ_COUNT: Final = 512
+_MAX_BACKOFF: Final = 5.0
+
+
+class TaskEventRegistration:
+    """A subscription; :meth:`close` ends it and may be called any number of times."""
+
+    __slots__ = ("_listener", "_publisher")
+
+    def __init__(self, publisher: TaskEventPublisher, listener: Listener) -> None:
+        self._publisher: TaskEventPublisher | None = publisher
+        self._listener = listener
+
+    @property
+    def closed(self) -> bool:
+        """Whether the registration no longer receives events."""
+        return self._publisher is None
+
+    def close(self) -> None:
+        """Stop delivering events to this listener (idempotent)."""
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            publisher._remove(self)
+
+    def __enter__(self) -> TaskEventRegistration:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class TaskEventPublisher:
+    """Broadcast of task-ID hints to the listeners subscribed in this process.
+
+    A listener that raises is logged and does not stop delivery to the others.
+    """
+
+    def __init__(self) -> None:
+        self._registrations: list[TaskEventRegistration] = []
+        self._pending: set[asyncio.Future[Any]] = set()
+
+    def subscribe(self, listener: Listener) -> TaskEventRegistration:
+        """Deliver every task ID this process learns of to ``listener`` until closed."""
+        if not callable(listener):
+            raise TypeError("listener must be callable")
+        registration = TaskEventRegistration(self, listener)
+        self._registrations.append(registration)
+        self._on_subscribe()
+        return registration
+
+    async def publish_task_changed(self, task_id: str) -> None:
+        """Announce that ``task_id`` changed (managers do this for every durable change)."""
+        raise NotImplementedError
+
+    async def wait_ready(self) -> None:
+        """Return once events published from now on will reach this process's listeners."""
+
+    async def aclose(self) -> None:
+        """Stop delivering; pending asynchronous listeners are cancelled."""
+        for registration in list(self._registrations):
+            registration.close()
+        for future in list(self._pending):
+            future.cancel()
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+
+    def _on_subscribe(self) -> None:
+        """Hook for backends that start listening lazily."""
+
+    def _remove(self, registration: TaskEventRegistration) -> None:
+        # Rebinding (not mutating) lets a delivery loop keep iterating its copy.
+        self._registrations = [r for r in self._registrations if r is not registration]
+
+    def _deliver(self, task_id: str) -> None:
+        for registration in self._registrations:
+            listener = registration._listener
+            try:
+                outcome = listener(task_id)
+                if inspect.isawaitable(outcome):
+                    future = asyncio.ensure_future(outcome)
+                    self._pending.add(future)
+                    future.add_done_callback(self._settled)
+            except Exception:
+                logger.exception("task event listener raised; other listeners still run")
+
+    def _settled(self, future: asyncio.Future[Any]) -> None:
+        self._pending.discard(future)
+        if not future.cancelled() and future.exception() is not None:
+            logger.error(
+                "asynchronous task event listener raised",
+                exc_info=future.exception(),
+            )
+
+
+class InMemoryEventPublisher(TaskEventPublisher):
+    """In-process delivery for :class:`InMemoryTaskManager`.
+
+    Delivery happens on the next event-loop turn, never inside the operation
+    that made the change, so a listener may call back into the manager.
+    """
+
+    async def publish_task_changed(self, task_id: str) -> None:
+        """Deliver ``task_id`` to this process's listeners."""
+        self.notify(task_id)
+
+    def notify(self, task_id: str) -> None:
+        """Schedule delivery of ``task_id`` (used by the manager, which is synchronous inside)."""
+        if not self._registrations:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop, nobody can be listening asynchronously
+        loop.call_soon(self._deliver, task_id)
+
+
+class RedisEventPublisher(TaskEventPublisher):
+    """Tails the partitions' event streams and fans their task IDs out in-process.
+
+    Tailing starts with the first subscription (``XREAD BLOCK``, no consumer
+    group: every process sees every event). :meth:`wait_ready` returns once the
+    start position is fixed, from which no event is missed unless the stream's
+    MAXLEN trimmed it first. Connection failures are retried with backoff.
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        keys: KeySpace,
+        partitions: int,
+        *,
+        timeout: float,
+        maxlen: int,
+    ) -> None:
+        super().__init__()
+        self._client = client
+        self._keys = keys
+        self._streams = [keys.events(p) for p in range(partitions)]
+        self._timeout = timeout
+        self._maxlen = maxlen
+        # Block for less than the socket timeout so an idle read never times out.
+        self._block_ms = max(1, min(1000, int(timeout * 500)))
+        self._tail: asyncio.Task[None] | None = None
+        self._ready: asyncio.Event | None = None
+
+    async def publish_task_changed(self, task_id: str) -> None:
+        """Append ``task_id`` to its partition's event stream."""
+        partition = parse_task_id(task_id)
+        if partition is None:
+            raise TaskNotFoundError()
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._client.xadd(
+                    self._keys.events(partition),
+                    {"t": task_id},
+                    maxlen=self._maxlen,
+                    approximate=True,
+                )
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise BackendError("Redis call failed") from exc
+
+    def _on_subscribe(self) -> None:
+        if self._tail is None:
+            self._ready = asyncio.Event()
+            self._tail = asyncio.get_running_loop().create_task(
+                self._run(), name="redis-tasks-event-tail"
+            )
+
+    async def wait_ready(self) -> None:
+        """Wait until the tail has fixed its start position (after a subscribe)."""
+        if self._ready is not None:
+            await self._ready.wait()
+
+    async def aclose(self) -> None:
+        """Stop tailing and delivering."""
+        tail, self._tail = self._tail, None
+        if tail is not None:
+            tail.cancel()
+            await asyncio.gather(tail, return_exceptions=True)
+        await super().aclose()
+
+    async def _positions(self) -> dict[str, bytes]:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for stream in self._streams:
+                pipe.xrevrange(stream, count=1)
+            newest: Sequence[list[tuple[bytes, Any]]] = await pipe.execute()
+        return {
+            stream: (entries[0][0] if entries else b"0-0")
+            for stream, entries in zip(self._streams, newest, strict=True)
+        }
+
+    async def _run(self) -> None:
+        assert self._ready is not None
+        backoff = 0.05
+        positions: dict[str, bytes] | None = None
+        while True:
+            try:
+                if positions is None:
+                    async with asyncio.timeout(self._timeout):
+                        positions = await self._positions()
+                    self._ready.set()
+                replies = await self._client.xread(
+                    positions,  # type: ignore[arg-type]
+                    count=_READ_COUNT,
+                    block=self._block_ms,
+                )
+                backoff = 0.05
+            except asyncio.CancelledError:
+                raise
+            except (TimeoutError, RedisError, OSError) as exc:
+                logger.warning("task event tail failed (%s); retrying", type(exc).__name__)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+                continue
+            for stream, entries in replies or ():
+                name = stream.decode() if isinstance(stream, bytes) else stream
+                for entry_id, fields in entries:
+                    positions[name] = entry_id
+                    task_id = fields.get(b"t")
+                    if task_id is not None:
+                        self._deliver(task_id.decode("utf-8", "replace"))

@@ -1,0 +1,36 @@
+"""Task IDs: 144 random bits from ``secrets`` plus the partition they live in.
+
+Format: ``<partition>.<24 URL-safe base64 characters>``, e.g. ``7.q3Zk...``. The
+partition travels inside the ID, so a manager finds the task's keys however
+many partitions it is configured with today.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Final
+
+__all__ = ["MAX_PARTITIONS", "new_task_id", "parse_task_id"]
+
+#: Upper bound on partitions (Redis Cluster has 16,384 slots; more buys nothing).
+MAX_PARTITIONS: Final = 16384
+_RANDOM_BYTES: Final = 18  # 144 bits, a whole number of base64 characters
+_TASK_ID = re.compile(r"(0|[1-9][0-9]{0,4})\.[A-Za-z0-9_-]{24}")
+
+
+def new_task_id(partitions: int) -> str:
+    """Generate a fresh task ID in a uniformly chosen partition below ``partitions``."""
+    partition = secrets.randbelow(partitions)
+    return f"{partition}.{secrets.token_urlsafe(_RANDOM_BYTES)}"
+
+
+def parse_task_id(task_id: object) -> int | None:
+    """Return the partition of a well-formed task ID, or ``None`` for anything else."""
+    if not isinstance(task_id, str) or len(task_id) > 30:
+        return None
+    match = _TASK_ID.fullmatch(task_id)
+    if match is None:
+        return None
+    partition = int(match.group(1))
+    return partition if partition < MAX_PARTITIONS else None

@@ -1,0 +1,366 @@
+"""``RedisTaskManager``: durable, multi-node task state on Redis.
+
+Every operation validates its input in Python (storing nothing when it is
+bad), then makes exactly one Lua script call that authorizes, reads or
+transitions, and emits the event, atomically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Self
+
+from redis.asyncio import Redis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError, ResponseError
+from redis.retry import Retry
+
+from ._errors import BackendError, TaskNotFoundError
+from ._events import RedisEventPublisher, TaskEventPublisher
+from ._ids import MAX_PARTITIONS, new_task_id, parse_task_id
+from ._keys import WORK_GROUP, KeySpace, TaskKeys
+from ._limits import Limits
+from ._models import (
+    InputRequest,
+    JsonRpcError,
+    RequestContext,
+    Task,
+    TaskRequestContext,
+    TaskUpdateContext,
+)
+from ._origin import TaskOrigin
+from ._record import Encoder, created_task, decode_answers, decode_task
+from ._scripts import Arg, ScriptRunner, scripts
+from ._status import TaskStatus
+
+__all__ = ["RedisTaskManager"]
+
+logger = logging.getLogger("redis_tasks")
+
+
+def _message_args(message: bytes | None) -> tuple[bytes, bytes]:
+    return (b"0", b"") if message is None else (b"1", message)
+
+
+class RedisTaskManager:
+    """The task manager on Redis (standalone, Valkey; TLS via ``rediss://``).
+
+    Keys live under ``prefix`` in ``partitions`` hash-tagged partitions (see
+    :mod:`redis_tasks._keys`). Every Redis call is bounded by ``timeout``
+    seconds and surfaces failures as :class:`BackendError`. Calls are never
+    retried automatically: a transition whose reply was lost must not be
+    applied twice.
+    """
+
+    def __init__(
+        self,
+        client: Redis,
+        *,
+        prefix: str = "rt",
+        partitions: int = 16,
+        limits: Limits | None = None,
+        timeout: float = 5.0,
+        events_maxlen: int = 10_000,
+        close_client: bool = False,
+    ) -> None:
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise ValueError(f"partitions must be in 1..{MAX_PARTITIONS}")
+        if timeout <= 0 or events_maxlen < 1:
+            raise ValueError("timeout and events_maxlen must be positive")
+        self._client = client
+        self._keys = KeySpace(prefix)
+        self._partitions = partitions
+        self._encoder = Encoder(limits or Limits())
+        self._timeout = timeout
+        self._events_maxlen = events_maxlen
+        self._close_client = close_client
+        self._runner = ScriptRunner(client, timeout)
+        self._publisher = RedisEventPublisher(
+            client, self._keys, partitions, timeout=timeout, maxlen=events_maxlen
+        )
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        prefix: str = "rt",
+        partitions: int = 16,
+        limits: Limits | None = None,
+        timeout: float = 5.0,
+        events_maxlen: int = 10_000,
+        **redis_options: Any,
+    ) -> RedisTaskManager:
+        """Connect to ``url`` (``redis://`` or ``rediss://``); the manager owns the client.
+
+        ``redis_options`` go to :meth:`redis.asyncio.Redis.from_url` (e.g.
+        ``ssl_ca_certs``, ``username``, ``max_connections``).
+        """
+        options: dict[str, Any] = {
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "retry": Retry(NoBackoff(), 0),
+            "health_check_interval": 30,
+        }
+        options.update(redis_options)
+        options["decode_responses"] = False  # origins and payloads are bytes
+        client = Redis.from_url(url, **options)
+        return cls(
+            client,
+            prefix=prefix,
+            partitions=partitions,
+            limits=limits,
+            timeout=timeout,
+            events_maxlen=events_maxlen,
+            close_client=True,
+        )
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix."""
+        return self._keys.prefix
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions new tasks are spread over."""
+        return self._partitions
+
+    @property
+    def limits(self) -> Limits:
+        """The bounds this manager validates input against."""
+        return self._encoder.limits
+
+    @property
+    def client(self) -> Redis:
+        """The Redis client this manager uses."""
+        return self._client
+
+    async def __aenter__(self) -> Self:
+        """Load the scripts and make sure every partition's work group exists."""
+        try:
+            async with asyncio.timeout(self._timeout * 2):
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for script in scripts.values():
+                        pipe.script_load(script.source)
+                    for partition in range(self._partitions):
+                        pipe.xgroup_create(
+                            self._keys.work(partition), WORK_GROUP, id="0", mkstream=True
+                        )
+                    replies = await pipe.execute(raise_on_error=False)
+        except (TimeoutError, RedisError, OSError) as exc:
+            raise BackendError("could not start the task manager on Redis") from exc
+        for reply in replies:
+            if isinstance(reply, ResponseError) and "BUSYGROUP" not in str(reply):
+                raise BackendError("could not start the task manager on Redis") from reply
+            if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+                raise BackendError("could not start the task manager on Redis") from reply
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop the event tail and close the client if this manager owns it."""
+        await self._publisher.aclose()
+        if self._close_client:
+            await self._client.aclose()
+
+    @property
+    def event_publisher(self) -> TaskEventPublisher:
+        """The Redis-stream publisher (same instance for the manager's lifetime)."""
+        return self._publisher
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _task_keys(self, task_id: str) -> TaskKeys | None:
+        partition = parse_task_id(task_id)
+        return None if partition is None else self._keys.task(partition, task_id)
+
+    def _worker_keys(self, task_id: str) -> TaskKeys:
+        keys = self._task_keys(task_id)
+        if keys is None:
+            raise TaskNotFoundError()
+        return keys
+
+    async def _run(self, name: str, keys: tuple[str, ...], args: tuple[Arg, ...]) -> list[Any]:
+        return await self._runner.run(name, keys, args)
+
+    # -- client-facing ---------------------------------------------------------------
+
+    async def find_task(self, ctx: TaskRequestContext) -> Task | None:
+        """One ``find`` script call; ``None`` when unknown, expired or unauthorized."""
+        endpoint, binding = self._encoder.binding(ctx.request)
+        keys = self._task_keys(ctx.task_id)
+        if keys is None:
+            return None
+        try:
+            reply = await self._run("find", (keys.task, keys.requests), (endpoint, binding))
+        except TaskNotFoundError:
+            return None
+        return decode_task(ctx.task_id, reply[1], reply[2])
+
+    async def update_task(self, ctx: TaskUpdateContext) -> None:
+        """One ``update`` script call with the answers that match some request variant."""
+        endpoint, binding = self._encoder.binding(ctx.request)
+        answers = self._encoder.input_responses(ctx.input_responses)
+        keys = self._task_keys(ctx.task_id)
+        if keys is None:
+            raise TaskNotFoundError()
+        args: list[Arg] = [ctx.task_id, endpoint, binding, self._events_maxlen]
+        for answer in answers:
+            args += (answer.key, answer.kinds, answer.body)
+        await self._run(
+            "update",
+            (keys.task, keys.requests, keys.answers, keys.journal, keys.events),
+            tuple(args),
+        )
+
+    async def request_cancellation(self, ctx: TaskRequestContext) -> None:
+        """One ``request_cancel`` script call."""
+        endpoint, binding = self._encoder.binding(ctx.request)
+        keys = self._task_keys(ctx.task_id)
+        if keys is None:
+            raise TaskNotFoundError()
+        await self._run(
+            "request_cancel",
+            (keys.task, keys.events),
+            (ctx.task_id, endpoint, binding, self._events_maxlen),
+        )
+
+    # -- application-facing ----------------------------------------------------------
+
+    async def create_task(
+        self,
+        request: RequestContext,
+        origin: TaskOrigin,
+        *,
+        payload: bytes = b"",
+        ttl: timedelta | None = None,
+        poll_interval: timedelta | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Task:
+        """One ``create`` script call: stored, enqueued and announced atomically."""
+        encoder = self._encoder
+        endpoint, binding = encoder.binding(request)
+        origin_bytes = encoder.origin(origin)
+        payload_bytes = encoder.payload(payload)
+        ttl_ms = encoder.ttl_ms(ttl)
+        poll_ms = encoder.poll_ms(poll_interval)
+        metadata_bytes = encoder.metadata(metadata)
+        task_id = new_task_id(self._partitions)
+        keys = self._worker_keys(task_id)
+        reply = await self._run(
+            "create",
+            (keys.task, keys.work, keys.events),
+            (task_id, endpoint, binding, origin_bytes, payload_bytes, ttl_ms, poll_ms,
+             metadata_bytes, self._events_maxlen),
+        )
+        return created_task(task_id, int(reply[1]), ttl_ms, poll_ms, origin, metadata_bytes)
+
+    async def mark_working(
+        self, task_id: str, status_message: str | None = None, *, fence: int | None = None
+    ) -> None:
+        """One ``set_status`` script call."""
+        has_message, message = _message_args(self._encoder.status_message(status_message))
+        fence_arg = self._encoder.fence(fence)
+        keys = self._worker_keys(task_id)
+        await self._run(
+            "set_status",
+            (keys.task, keys.requests, keys.events),
+            (task_id, fence_arg, has_message, message, self._events_maxlen),
+        )
+
+    async def request_input(
+        self,
+        task_id: str,
+        requests: Mapping[str, InputRequest],
+        status_message: str | None = None,
+        *,
+        fence: int | None = None,
+    ) -> dict[str, Any]:
+        """One ``request_input`` script call; returns answers recorded before."""
+        encoded = self._encoder.input_requests(requests)
+        has_message, message = _message_args(self._encoder.status_message(status_message))
+        fence_arg = self._encoder.fence(fence)
+        keys = self._worker_keys(task_id)
+        args: list[Arg] = [task_id, fence_arg, has_message, message, self._events_maxlen]
+        for request in encoded:
+            args += (request.key, request.fingerprint, request.body)
+        reply = await self._run(
+            "request_input",
+            (keys.task, keys.requests, keys.issued, keys.answers, keys.journal, keys.events),
+            tuple(args),
+        )
+        return decode_answers(reply[1])
+
+    async def take_input_responses(
+        self, task_id: str, *, fence: int | None = None
+    ) -> dict[str, Any]:
+        """One ``take_answers`` script call."""
+        fence_arg = self._encoder.fence(fence)
+        keys = self._worker_keys(task_id)
+        reply = await self._run("take_answers", (keys.task, keys.answers), (fence_arg,))
+        return decode_answers(reply[1])
+
+    async def complete_task(
+        self,
+        task_id: str,
+        result: dict[str, Any],
+        status_message: str | None = None,
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """One ``finish`` script call ending the task ``completed``."""
+        outcome = self._encoder.result(result)
+        await self._finish(task_id, TaskStatus.COMPLETED, status_message, fence, b"rs", outcome)
+
+    async def fail_task(
+        self,
+        task_id: str,
+        error: JsonRpcError,
+        status_message: str | None = None,
+        *,
+        fence: int | None = None,
+    ) -> None:
+        """One ``finish`` script call ending the task ``failed``."""
+        outcome = self._encoder.error(error)
+        await self._finish(task_id, TaskStatus.FAILED, status_message, fence, b"er", outcome)
+
+    async def cancel_task(
+        self, task_id: str, status_message: str | None = None, *, fence: int | None = None
+    ) -> None:
+        """One ``finish`` script call ending the task ``cancelled``."""
+        await self._finish(task_id, TaskStatus.CANCELLED, status_message, fence, b"", b"")
+
+    async def _finish(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        status_message: str | None,
+        fence: int | None,
+        outcome_field: bytes,
+        outcome: bytes,
+    ) -> None:
+        has_message, message = _message_args(self._encoder.status_message(status_message))
+        fence_arg = self._encoder.fence(fence)
+        keys = self._worker_keys(task_id)
+        await self._run(
+            "finish",
+            (keys.task, keys.requests, keys.issued, keys.answers, keys.journal, keys.work,
+             keys.events),
+            (task_id, fence_arg, status.value, has_message, message, outcome_field, outcome,
+             self._events_maxlen),
+        )
+
+    async def is_cancellation_requested(self, task_id: str, *, fence: int | None = None) -> bool:
+        """One ``cancel_requested`` script call."""
+        fence_arg = self._encoder.fence(fence)
+        keys = self._worker_keys(task_id)
+        reply = await self._run("cancel_requested", (keys.task,), (fence_arg,))
+        return bool(reply[1])

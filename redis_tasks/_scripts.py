@@ -1,0 +1,193 @@
+"""The Lua scripts: loading, their KEYS/ARGV contracts, and calling them.
+
+Each script in ``lua/`` opens with a ``--[[ ]]`` header that lists its KEYS
+and ARGV. :data:`SPECS` restates those contracts in Python, and importing this
+module checks the two agree, so a script and its callers cannot drift apart.
+The loader prepends constants generated from Python (return codes, the
+terminal statuses, the work group) and inlines ``lua/includes/``, so each
+command is one self-contained script with one SHA, called with EVALSHA and
+reloaded on NOSCRIPT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, RedisError
+
+from ._codes import ReturnCode, error_for
+from ._errors import BackendError, InternalError
+from ._keys import WORK_GROUP
+from ._status import TERMINAL_STATUSES
+
+__all__ = ["SPECS", "Script", "ScriptRunner", "lua_dir", "scripts"]
+
+_INCLUDES: Final = ("common",)
+_HEADER = re.compile(r"\A--\[\[(.*?)\]\]", re.S)
+_SLOT = re.compile(r"^\s+(\d+)(\.\.)?\s+(\w+)", re.M)
+
+Arg = str | bytes | int
+
+
+def lua_dir() -> Path:
+    """Where the scripts are: inside the installed package, or the source tree's ``lua/``."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "lua"
+    return packaged if packaged.is_dir() else here.parent / "lua"
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """A script's KEYS and ARGV names; ``variadic`` names trailing repeated ARGV."""
+
+    keys: tuple[str, ...]
+    argv: tuple[str, ...]
+    variadic: str | None = None
+
+
+#: The contract of every script, checked against its header at import.
+SPECS: Final[dict[str, Spec]] = {
+    "create": Spec(
+        ("task", "work", "events"),
+        ("task_id", "endpoint", "binding", "origin", "payload", "ttl_ms", "poll_ms",
+         "metadata", "events_maxlen"),
+    ),
+    "find": Spec(("task", "requests"), ("endpoint", "binding")),
+    "update": Spec(
+        ("task", "requests", "answers", "journal", "events"),
+        ("task_id", "endpoint", "binding", "events_maxlen"),
+        variadic="answers",
+    ),
+    "request_cancel": Spec(
+        ("task", "events"), ("task_id", "endpoint", "binding", "events_maxlen")
+    ),
+    "set_status": Spec(
+        ("task", "requests", "events"),
+        ("task_id", "fence", "has_message", "message", "events_maxlen"),
+    ),
+    "request_input": Spec(
+        ("task", "requests", "issued", "answers", "journal", "events"),
+        ("task_id", "fence", "has_message", "message", "events_maxlen"),
+        variadic="requests",
+    ),
+    "take_answers": Spec(("task", "answers"), ("fence",)),
+    "finish": Spec(
+        ("task", "requests", "issued", "answers", "journal", "work", "events"),
+        ("task_id", "fence", "status", "has_message", "message", "outcome_field", "outcome",
+         "events_maxlen"),
+    ),
+    "cancel_requested": Spec(("task",), ("fence",)),
+}
+
+
+def _section(header: str, name: str) -> list[tuple[int, bool, str]]:
+    match = re.search(rf"^\s*{name}:\n((?:\s{{3,}}.*\n?)*)", header, re.M)
+    if match is None:
+        raise InternalError(f"script header lacks a {name} section")
+    return [(int(n), bool(dots), word) for n, dots, word in _SLOT.findall(match.group(1))]
+
+
+def _check_header(name: str, source: str, spec: Spec) -> None:
+    header = _HEADER.match(source)
+    if header is None:
+        raise InternalError(f"lua/{name}.lua does not open with a --[[ ]] header")
+    keys = _section(header.group(1), "KEYS")
+    argv = _section(header.group(1), "ARGV")
+    declared_keys = tuple(word for _, _, word in keys)
+    fixed_argv = tuple(word for _, dots, word in argv if not dots)
+    variadic = [word for _, dots, word in argv if dots]
+    numbers_ok = [n for n, _, _ in keys] == list(range(1, len(keys) + 1)) and [
+        n for n, _, _ in argv
+    ] == list(range(1, len(argv) + 1))
+    if (
+        not numbers_ok
+        or declared_keys != spec.keys
+        or fixed_argv != spec.argv
+        or variadic != ([spec.variadic] if spec.variadic else [])
+    ):
+        raise InternalError(f"lua/{name}.lua header disagrees with its Python contract")
+
+
+def _constants() -> str:
+    lines = [f"local RC_{code.name} = {code.value}" for code in ReturnCode]
+    terminal = ", ".join(f"{status.value} = true" for status in sorted(TERMINAL_STATUSES))
+    lines.append(f"local TERMINAL = {{{terminal}}}")
+    lines.append(f"local WORK_GROUP = '{WORK_GROUP}'")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One loaded script: its full source (with includes) and SHA1."""
+
+    name: str
+    spec: Spec
+    source: str
+    sha: str
+
+
+def _load(directory: Path, name: str, spec: Spec) -> Script:
+    body = (directory / f"{name}.lua").read_text(encoding="utf-8")
+    _check_header(name, body, spec)
+    includes = "".join(
+        (directory / "includes" / f"{include}.lua").read_text(encoding="utf-8")
+        for include in _INCLUDES
+    )
+    source = _constants() + includes + body
+    return Script(name, spec, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324
+
+
+def _load_all() -> dict[str, Script]:
+    directory = lua_dir()
+    return {name: _load(directory, name, spec) for name, spec in SPECS.items()}
+
+
+#: Every script, loaded and checked once at import.
+scripts: Final[dict[str, Script]] = _load_all()
+
+
+class ScriptRunner:
+    """Runs scripts on one Redis client: EVALSHA, NOSCRIPT reload, timeout, error mapping.
+
+    Redis errors of every kind become :class:`BackendError` here, the one
+    boundary between the backend and the library's exception tree.
+    """
+
+    __slots__ = ("client", "timeout")
+
+    def __init__(self, client: Redis, timeout: float) -> None:
+        self.client = client
+        self.timeout = timeout
+
+    async def run(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
+        """Run script ``name`` and return its reply after a successful code.
+
+        Raises the mapped exception when the script answers a non-OK code.
+        """
+        script = scripts[name]
+        try:
+            async with asyncio.timeout(self.timeout):
+                try:
+                    reply = await self.client.evalsha(script.sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    # A restart, failover or SCRIPT FLUSH emptied the cache; EVAL
+                    # runs the script and caches it again for the next EVALSHA.
+                    reply = await self.client.eval(script.source, len(keys), *keys, *args)
+        except TimeoutError as exc:
+            raise BackendError("Redis call timed out") from exc
+        except (RedisError, OSError) as exc:
+            raise BackendError("Redis call failed") from exc
+        if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
+            raise InternalError("unexpected script reply")
+        code = reply[0]
+        if code != ReturnCode.OK:
+            detail = reply[1] if len(reply) > 1 and isinstance(reply[1], bytes) else None
+            raise error_for(code, detail)
+        return reply
