@@ -31,7 +31,7 @@ __all__ = [
 logger = logging.getLogger("redis_tasks.events")
 
 #: A listener receives one task ID per event; it may return an awaitable.
-Listener = Callable[[str], None | Awaitable[None]]
+Listener = Callable[[str], Awaitable[None] | None]
 
 _READ_COUNT: Final = 512
 _MAX_BACKOFF: Final = 5.0
@@ -234,11 +234,12 @@ class RedisEventPublisher(TaskEventPublisher):
                     async with asyncio.timeout(self._timeout):
                         positions = await self._positions()
                     self._ready.set()
+                replies: list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]
                 replies = await self._client.xread(
                     positions,  # type: ignore[arg-type]
                     count=_READ_COUNT,
                     block=self._block_ms,
-                )
+                )  # type: ignore[assignment]
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise

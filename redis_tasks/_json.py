@@ -77,9 +77,7 @@ def parse_object(text: str, *, max_bytes: int, max_depth: int, what: str) -> dic
     return value
 
 
-def check_json(
-    value: Any, *, max_depth: int, what: str, exact_numbers: bool = False
-) -> None:
+def check_json(value: Any, *, max_depth: int, what: str, exact_numbers: bool = False) -> None:
     """Check that ``value`` is a JSON value no deeper than ``max_depth``.
 
     Allowed: ``dict`` with ``str`` keys, ``list``, ``str``, ``int``, finite

@@ -119,7 +119,9 @@ class InMemoryTaskManager:
 
     def _purge_expired(self) -> None:
         now = self._now()
-        expired = [k for k, r in self._tasks.items() if r.expire_at is not None and now > r.expire_at]
+        expired = [
+            k for k, r in self._tasks.items() if r.expire_at is not None and now > r.expire_at
+        ]
         for task_id in expired:
             del self._tasks[task_id]
 
@@ -188,7 +190,8 @@ class InMemoryTaskManager:
             if record.fields["st"] != _INPUT_REQUIRED:
                 return
             accepted = [
-                a for a in answers
+                a
+                for a in answers
                 if (request := record.requests.get(a.key)) is not None
                 and chr(request[0]).encode() in a.kinds
             ]
@@ -243,9 +246,16 @@ class InMemoryTaskManager:
             task_id = new_task_id(self._partitions)
             now = self._now()
             fields = {
-                "st": _WORKING, "ca": str(now).encode(), "ua": str(now).encode(),
-                "ttl": str(ttl_ms).encode(), "pi": str(poll_ms).encode(), "ep": endpoint,
-                "pk": binding, "or": origin_bytes, "pl": payload_bytes, "fn": b"0",
+                "st": _WORKING,
+                "ca": str(now).encode(),
+                "ua": str(now).encode(),
+                "ttl": str(ttl_ms).encode(),
+                "pi": str(poll_ms).encode(),
+                "ep": endpoint,
+                "pk": binding,
+                "or": origin_bytes,
+                "pl": payload_bytes,
+                "fn": b"0",
             }
             if metadata_bytes:
                 fields["md"] = metadata_bytes
@@ -396,4 +406,3 @@ class InMemoryTaskManager:
             if fence_bytes and fence_bytes != record.fields["fn"]:
                 raise error_for(ReturnCode.LEASE_LOST)
             return record.fields.get("cx") == b"1"
-

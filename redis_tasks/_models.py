@@ -29,7 +29,7 @@ __all__ = [
 InputMethod = Literal["elicitation/create", "sampling/createMessage", "roots/list"]
 
 #: Each input method and the one-letter kind the Lua scripts compare answers by.
-INPUT_METHODS: Final[dict[str, str]] = {
+INPUT_METHODS: Final[dict[InputMethod, str]] = {
     "elicitation/create": "e",
     "sampling/createMessage": "s",
     "roots/list": "r",

@@ -6,8 +6,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Final
 
-from ._json import canonical, check_json, parse_object, utf8_size
 from ._errors import LimitExceededError, ValidationError
+from ._json import canonical, check_json, parse_object, utf8_size
 
 __all__ = ["DEFAULT_MAX_ORIGIN_BYTES", "DEFAULT_MAX_ORIGIN_DEPTH", "TaskOrigin"]
 
@@ -125,5 +125,6 @@ class TaskOrigin:
 def _restore(persisted: str) -> TaskOrigin:
     # Bounds were checked when the origin was first built; unpickling must not
     # fail for an origin made with larger-than-default bounds.
-    return TaskOrigin.from_persisted_string(persisted, max_bytes=len(persisted) * 4 + 1,
-                                            max_depth=10_000)
+    return TaskOrigin.from_persisted_string(
+        persisted, max_bytes=len(persisted) * 4 + 1, max_depth=10_000
+    )

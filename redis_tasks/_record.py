@@ -32,6 +32,7 @@ from ._json import canonical, pack, unpack, utf8_size
 from ._limits import Limits
 from ._models import (
     INPUT_METHODS,
+    InputMethod,
     InputRequest,
     JsonRpcError,
     RequestContext,
@@ -44,16 +45,18 @@ from ._status import TaskStatus
 __all__ = [
     "SNAPSHOT_FIELDS",
     "EncodedAnswer",
-    "created_task",
     "EncodedRequest",
     "Encoder",
+    "created_task",
     "decode_answers",
     "decode_task",
 ]
 
 #: The record fields a snapshot is decoded from, in the order scripts return them.
 SNAPSHOT_FIELDS: Final = ("st", "sm", "ca", "ua", "ttl", "pi", "or", "rs", "er", "md")
-_METHOD_BY_KIND: Final = {kind: method for method, kind in INPUT_METHODS.items()}
+_METHOD_BY_KIND: Final[dict[str, InputMethod]] = {
+    kind: method for method, kind in INPUT_METHODS.items()
+}
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MS: Final = timedelta(milliseconds=1)
 
@@ -210,7 +213,9 @@ class Encoder:
                 digest_size=16,
             ).hexdigest()
             encoded.append(
-                EncodedRequest(self._input_key(key), fingerprint.encode(), request.kind.encode() + body)
+                EncodedRequest(
+                    self._input_key(key), fingerprint.encode(), request.kind.encode() + body
+                )
             )
         return encoded
 
@@ -280,9 +285,7 @@ def decode_answers(pairs: Sequence[bytes]) -> dict[str, Any]:
     return {pairs[i].decode("utf-8"): unpack(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 
 
-def decode_task(
-    task_id: str, fields: Sequence[bytes | None], requests: Sequence[bytes]
-) -> Task:
+def decode_task(task_id: str, fields: Sequence[bytes | None], requests: Sequence[bytes]) -> Task:
     """Build a validated :class:`Task` from :data:`SNAPSHOT_FIELDS` values.
 
     A record that does not decode, or whose payload does not fit its status,
@@ -308,6 +311,12 @@ def decode_task(
             error=None if error is None else JsonRpcError.model_validate(unpack(error)),
             metadata=unpack(metadata) if metadata else {},
         )
-    except (ValueError, KeyError, IndexError, TypeError, pydantic.ValidationError,
-            ValidationError) as exc:
+    except (
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+        pydantic.ValidationError,
+        ValidationError,
+    ) as exc:
         raise InternalError("stored task failed validation") from exc

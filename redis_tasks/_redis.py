@@ -258,8 +258,17 @@ class RedisTaskManager:
         reply = await self._run(
             "create",
             (keys.task, keys.work, keys.events),
-            (task_id, endpoint, binding, origin_bytes, payload_bytes, ttl_ms, poll_ms,
-             metadata_bytes, self._events_maxlen),
+            (
+                task_id,
+                endpoint,
+                binding,
+                origin_bytes,
+                payload_bytes,
+                ttl_ms,
+                poll_ms,
+                metadata_bytes,
+                self._events_maxlen,
+            ),
         )
         return created_task(task_id, int(reply[1]), ttl_ms, poll_ms, origin, metadata_bytes)
 
@@ -352,10 +361,25 @@ class RedisTaskManager:
         keys = self._worker_keys(task_id)
         await self._run(
             "finish",
-            (keys.task, keys.requests, keys.issued, keys.answers, keys.journal, keys.work,
-             keys.events),
-            (task_id, fence_arg, status.value, has_message, message, outcome_field, outcome,
-             self._events_maxlen),
+            (
+                keys.task,
+                keys.requests,
+                keys.issued,
+                keys.answers,
+                keys.journal,
+                keys.work,
+                keys.events,
+            ),
+            (
+                task_id,
+                fence_arg,
+                status.value,
+                has_message,
+                message,
+                outcome_field,
+                outcome,
+                self._events_maxlen,
+            ),
         )
 
     async def is_cancellation_requested(self, task_id: str, *, fence: int | None = None) -> bool:

@@ -56,8 +56,17 @@ class Spec:
 SPECS: Final[dict[str, Spec]] = {
     "create": Spec(
         ("task", "work", "events"),
-        ("task_id", "endpoint", "binding", "origin", "payload", "ttl_ms", "poll_ms",
-         "metadata", "events_maxlen"),
+        (
+            "task_id",
+            "endpoint",
+            "binding",
+            "origin",
+            "payload",
+            "ttl_ms",
+            "poll_ms",
+            "metadata",
+            "events_maxlen",
+        ),
     ),
     "find": Spec(("task", "requests"), ("endpoint", "binding")),
     "update": Spec(
@@ -65,9 +74,7 @@ SPECS: Final[dict[str, Spec]] = {
         ("task_id", "endpoint", "binding", "events_maxlen"),
         variadic="answers",
     ),
-    "request_cancel": Spec(
-        ("task", "events"), ("task_id", "endpoint", "binding", "events_maxlen")
-    ),
+    "request_cancel": Spec(("task", "events"), ("task_id", "endpoint", "binding", "events_maxlen")),
     "set_status": Spec(
         ("task", "requests", "events"),
         ("task_id", "fence", "has_message", "message", "events_maxlen"),
@@ -80,8 +87,16 @@ SPECS: Final[dict[str, Spec]] = {
     "take_answers": Spec(("task", "answers"), ("fence",)),
     "finish": Spec(
         ("task", "requests", "issued", "answers", "journal", "work", "events"),
-        ("task_id", "fence", "status", "has_message", "message", "outcome_field", "outcome",
-         "events_maxlen"),
+        (
+            "task_id",
+            "fence",
+            "status",
+            "has_message",
+            "message",
+            "outcome_field",
+            "outcome",
+            "events_maxlen",
+        ),
     ),
     "cancel_requested": Spec(("task",), ("fence",)),
 }
