@@ -50,8 +50,22 @@ def start_redis_server(directory: Path, *extra: str) -> RedisServer:
         raise RuntimeError("redis-server not found: install it (make test does)")
     port = _free_port()
     process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(directory), "--logfile", str(directory / "redis.log"), *extra],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(directory),
+            "--logfile",
+            str(directory / "redis.log"),
+            *extra,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -113,20 +127,30 @@ class Backend:
     async def all_keys(self) -> list[str]:
         assert self.client is not None
         return sorted(
-            [k.decode() async for k in self.client.scan_iter(match=self.keys.pattern(), count=500)]
+            [
+                k.decode() if isinstance(k, bytes) else k
+                async for k in self.client.scan_iter(match=self.keys.pattern(), count=500)
+            ]
         )
 
     async def dump(self) -> Any:
         """Everything stored for this prefix, to compare before and after an operation."""
         if self.client is None:
             return {
-                task_id: (dict(r.fields), dict(r.requests), dict(r.issued), dict(r.answers),
-                          dict(r.journal), r.expire_at)
+                task_id: (
+                    dict(r.fields),
+                    dict(r.requests),
+                    dict(r.issued),
+                    dict(r.answers),
+                    dict(r.journal),
+                    r.expire_at,
+                )
                 for task_id, r in self.manager._tasks.items()
             }
         state: dict[str, Any] = {}
         for key in await self.all_keys():
-            kind = (await self.client.type(key)).decode()
+            kind_raw = await self.client.type(key)
+            kind = kind_raw.decode() if isinstance(kind_raw, bytes) else kind_raw
             if kind == "hash":
                 state[key] = await self.client.hgetall(key)
             elif kind == "stream":
@@ -161,8 +185,9 @@ def make_manager(
         return InMemoryTaskManager(limits=limits, **options), None
     if name == "fakeredis":
         client = fakeredis.aioredis.FakeRedis(server=fake_server)
-        manager = RedisTaskManager(client, prefix=prefix, limits=limits, close_client=True,
-                                   **options)
+        manager = RedisTaskManager(
+            client, prefix=prefix, limits=limits, close_client=True, **options
+        )
         return manager, client
     assert redis_url is not None
     manager = RedisTaskManager.from_url(redis_url, prefix=prefix, limits=limits, **options)
@@ -187,7 +212,7 @@ def make_backend(
     url = request.getfixturevalue("redis_server").url if backend_name == "redis" else None
 
     @asynccontextmanager
-    async def factory(**options: Any) -> AsyncIterator[Backend]:
+    async def factory(*, prefix: str = prefix, **options: Any) -> AsyncIterator[Backend]:
         manager, client = make_manager(
             backend_name, prefix, redis_url=url, fake_server=fake_server, **options
         )

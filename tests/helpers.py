@@ -20,31 +20,40 @@ ORIGIN = TaskOrigin.from_persisted_string('{"tool": "slow", "arguments": {"n": 1
 
 ELICIT = InputRequest(
     method="elicitation/create",
-    params={"mode": "form", "message": "Please enter your name.",
-            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
+    params={
+        "mode": "form",
+        "message": "Please enter your name.",
+        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+    },
 )
 SAMPLE = InputRequest(
     method="sampling/createMessage",
-    params={"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
-            "maxTokens": 10},
+    params={
+        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+        "maxTokens": 10,
+    },
 )
 ROOTS = InputRequest(method="roots/list", params={})
 
 ELICIT_ANSWER = {"action": "accept", "content": {"name": "Luca"}}
-SAMPLE_ANSWER = {"role": "assistant", "content": {"type": "text", "text": "hello"},
-                 "model": "m-1", "stopReason": "endTurn"}
+SAMPLE_ANSWER = {
+    "role": "assistant",
+    "content": {"type": "text", "text": "hello"},
+    "model": "m-1",
+    "stopReason": "endTurn",
+}
 ROOTS_ANSWER = {"roots": [{"uri": "file:///home/user/project", "name": "project"}]}
 
 
 async def wait_until(
-    condition: Callable[[], Awaitable[T]], *, timeout: float = 10.0, what: str = "condition"
+    condition: Callable[[], Awaitable[T]], *, within: float = 10.0, what: str = "condition"
 ) -> T:
-    """Poll ``condition`` until it returns a truthy value; fail after ``timeout`` seconds.
+    """Poll ``condition`` until it returns a truthy value; fail after ``within`` seconds.
 
     This waits on a condition, not for a fixed time: it returns the moment the
     condition holds.
     """
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while True:
         value = await condition()
         if value:
@@ -68,8 +77,8 @@ class EventLog:
     def count(self, task_id: str) -> int:
         return self.ids.count(task_id)
 
-    async def wait_for(self, task_id: str, count: int, timeout: float = 10.0) -> None:
+    async def wait_for(self, task_id: str, count: int, within: float = 10.0) -> None:
         async def reached() -> bool:
             return self.count(task_id) >= count
 
-        await wait_until(reached, timeout=timeout, what=f"{count} events")
+        await wait_until(reached, within=within, what=f"{count} events")

@@ -56,7 +56,9 @@ async def find(m: Any, task_id: str, who: RequestContext = ALICE) -> Any:
     return await m.find_task(TaskRequestContext(who, task_id))
 
 
-async def update(m: Any, task_id: str, answers: dict[str, Any], who: RequestContext = ALICE) -> None:
+async def update(
+    m: Any, task_id: str, answers: dict[str, Any], who: RequestContext = ALICE
+) -> None:
     await m.update_task(TaskUpdateContext(who, task_id, answers))
 
 
@@ -89,7 +91,9 @@ async def test_created_task_starts_working_with_default_ttl_and_poll_interval(
     assert task.poll_interval == timedelta(seconds=1)
     assert task.created_at == task.last_updated_at
     assert abs(task.created_at - datetime.now(UTC)) < timedelta(minutes=1)
-    assert task.input_requests == {} and task.result is None and task.error is None
+    assert task.input_requests == {}
+    assert task.result is None
+    assert task.error is None
 
 
 async def test_task_ids_are_unique_url_safe_and_carry_128_random_bits(backend: Backend) -> None:
@@ -105,7 +109,10 @@ async def test_task_ids_are_unique_url_safe_and_carry_128_random_bits(backend: B
 async def test_explicit_ttl_poll_interval_and_metadata_are_kept(backend: Backend) -> None:
     m = backend.manager
     task = await m.create_task(
-        ALICE, ORIGIN, ttl=timedelta(minutes=5), poll_interval=timedelta(milliseconds=250),
+        ALICE,
+        ORIGIN,
+        ttl=timedelta(minutes=5),
+        poll_interval=timedelta(milliseconds=250),
         metadata={"tenant": "acme", "n": [1, 2.5]},
     )
     found = await find(m, task.task_id)
@@ -146,8 +153,13 @@ async def test_unlimited_ttl_only_where_the_configuration_allows_it(
         (ANONYMOUS, ALICE),  # keyed asks for an anonymous task
         (ANONYMOUS, RequestContext("/other", None)),  # anonymous, wrong endpoint
     ],
-    ids=["wrong-endpoint", "wrong-partition-key", "anonymous-vs-keyed", "keyed-vs-anonymous",
-         "anonymous-wrong-endpoint"],
+    ids=[
+        "wrong-endpoint",
+        "wrong-partition-key",
+        "anonymous-vs-keyed",
+        "keyed-vs-anonymous",
+        "anonymous-wrong-endpoint",
+    ],
 )
 async def test_unknown_and_unauthorized_are_indistinguishable(
     backend: Backend, owner: RequestContext, intruder: RequestContext
@@ -171,7 +183,9 @@ async def test_unknown_and_unauthorized_are_indistinguishable(
             failures.append((type(caught.value), str(caught.value)))
     assert len(set(failures)) == 1
     message = failures[0][1]
-    assert task_id not in message and "alice" not in message and "/mcp" not in message
+    assert task_id not in message
+    assert "alice" not in message
+    assert "/mcp" not in message
 
     # The intruder changed nothing: the owner still sees the untouched task.
     task = await find(m, task_id, owner)
@@ -189,8 +203,19 @@ async def test_anonymous_task_is_bound_to_its_endpoint_alone(backend: Backend) -
 async def test_malformed_task_id_is_simply_not_found(backend: Backend) -> None:
     m = backend.manager
     real = await new_task(m)
-    for bad in ["", "x", real + "\n", real.replace(".", ":"), "{rt:1}:task:x", "99999." + "A" * 24,
-                "1." + "A" * 23, "01." + "A" * 24, real + "A", "*", "1.AAAAAAAAAAAAAAAAAAAAAA*A"]:
+    for bad in [
+        "",
+        "x",
+        real + "\n",
+        real.replace(".", ":"),
+        "{rt:1}:task:x",
+        "99999." + "A" * 24,
+        "1." + "A" * 23,
+        "01." + "A" * 24,
+        real + "A",
+        "*",
+        "1.AAAAAAAAAAAAAAAAAAAAAA*A",
+    ]:
         assert await find(m, bad) is None
         with pytest.raises(TaskNotFoundError):
             await update(m, bad, {})
@@ -211,8 +236,10 @@ async def test_input_required_snapshot_lists_outstanding_requests(backend: Backe
     assert task.status is TaskStatus.INPUT_REQUIRED
     assert task.status_message == "need input"
     assert task.input_requests == {"name": ELICIT, "llm": SAMPLE}
-    assert task.to_wire()["inputRequests"]["name"] == {"method": ELICIT.method,
-                                                        "params": ELICIT.params}
+    assert task.to_wire()["inputRequests"]["name"] == {
+        "method": ELICIT.method,
+        "params": ELICIT.params,
+    }
 
 
 async def test_update_accepts_a_partial_subset_of_answers(backend: Backend) -> None:
@@ -276,18 +303,36 @@ async def test_mark_working_supersedes_outstanding_requests(backend: Backend) ->
     await m.request_input(task_id, {"name": ELICIT})
     await m.mark_working(task_id, "going on without it")
     task = await find(m, task_id)
-    assert task.status is TaskStatus.WORKING and task.input_requests == {}
+    assert task.status is TaskStatus.WORKING
+    assert task.input_requests == {}
     await update(m, task_id, {"name": ELICIT_ANSWER})  # ignored: not input_required
     assert await m.take_input_responses(task_id) == {}
 
 
 @pytest.mark.parametrize(
     ("request_", "wrong_answer"),
-    [(ELICIT, SAMPLE_ANSWER), (ELICIT, ROOTS_ANSWER), (SAMPLE, ELICIT_ANSWER),
-     (ROOTS, SAMPLE_ANSWER), (ELICIT, {"action": "maybe"}), (ROOTS, {"roots": "nope"}),
-     (ELICIT, "accept"), (SAMPLE, None), (ROOTS, [1, 2])],
-    ids=["elicit<-sample", "elicit<-roots", "sample<-elicit", "roots<-sample", "bad-action",
-         "bad-roots", "string", "null", "list"],
+    [
+        (ELICIT, SAMPLE_ANSWER),
+        (ELICIT, ROOTS_ANSWER),
+        (SAMPLE, ELICIT_ANSWER),
+        (ROOTS, SAMPLE_ANSWER),
+        (ELICIT, {"action": "maybe"}),
+        (ROOTS, {"roots": "nope"}),
+        (ELICIT, "accept"),
+        (SAMPLE, None),
+        (ROOTS, [1, 2]),
+    ],
+    ids=[
+        "elicit<-sample",
+        "elicit<-roots",
+        "sample<-elicit",
+        "roots<-sample",
+        "bad-action",
+        "bad-roots",
+        "string",
+        "null",
+        "list",
+    ],
 )
 async def test_answers_of_the_wrong_variant_are_ignored(
     backend: Backend, request_: InputRequest, wrong_answer: Any
@@ -297,7 +342,8 @@ async def test_answers_of_the_wrong_variant_are_ignored(
     await m.request_input(task_id, {"k": request_})
     await update(m, task_id, {"k": wrong_answer})
     task = await find(m, task_id)
-    assert task.status is TaskStatus.INPUT_REQUIRED and set(task.input_requests) == {"k"}
+    assert task.status is TaskStatus.INPUT_REQUIRED
+    assert set(task.input_requests) == {"k"}
     assert await m.take_input_responses(task_id) == {}
 
 
@@ -308,7 +354,10 @@ async def test_each_variant_answers_its_own_request(backend: Backend) -> None:
     await update(m, task_id, {"e": ELICIT_ANSWER, "s": SAMPLE_ANSWER, "r": ROOTS_ANSWER})
     assert (await find(m, task_id)).status is TaskStatus.WORKING
     assert await m.take_input_responses(task_id) == {
-        "e": ELICIT_ANSWER, "s": SAMPLE_ANSWER, "r": ROOTS_ANSWER}
+        "e": ELICIT_ANSWER,
+        "s": SAMPLE_ANSWER,
+        "r": ROOTS_ANSWER,
+    }
 
 
 async def test_update_on_a_task_not_input_required_is_ignored(backend: Backend) -> None:
@@ -367,7 +416,9 @@ async def test_answered_keys_give_their_recorded_answers_on_replay(backend: Back
     assert set(task.input_requests) == {"dirs"}
     await update(m, task_id, {"dirs": ROOTS_ANSWER})
     assert await m.request_input(task_id, {"name": ELICIT, "dirs": ROOTS}) == {
-        "name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER}
+        "name": ELICIT_ANSWER,
+        "dirs": ROOTS_ANSWER,
+    }
     assert (await find(m, task_id)).status is TaskStatus.WORKING
     # Answers handed out by the replay are not handed out again.
     assert await m.take_input_responses(task_id) == {}
@@ -404,7 +455,8 @@ async def test_request_cancellation_records_durable_intent(backend: Backend) -> 
     await m.request_cancellation(TaskRequestContext(ALICE, task_id))  # idempotent
     await m.cancel_task(task_id, "stopped on request")
     task = await find(m, task_id)
-    assert task.status is TaskStatus.CANCELLED and task.status_message == "stopped on request"
+    assert task.status is TaskStatus.CANCELLED
+    assert task.status_message == "stopped on request"
 
 
 async def test_cancellation_intent_may_lose_to_completion(backend: Backend) -> None:
@@ -473,7 +525,11 @@ async def test_result_and_terminal_status_are_written_together(backend: Backend)
     await m.cancel_task(cancelled)
     task = await find(m, completed)
     assert (task.status, task.result, task.error, task.input_requests) == (
-        TaskStatus.COMPLETED, RESULT, None, {})
+        TaskStatus.COMPLETED,
+        RESULT,
+        None,
+        {},
+    )
     assert task.status_message == "all done"
     task = await find(m, failed)
     assert (task.status, task.result, task.error) == (TaskStatus.FAILED, None, ERROR)
@@ -488,7 +544,8 @@ async def test_a_result_with_is_error_true_is_still_completed(backend: Backend) 
     result = {"content": [{"type": "text", "text": "bad input"}], "isError": True}
     await m.complete_task(task_id, result)
     task = await find(m, task_id)
-    assert task.status is TaskStatus.COMPLETED and task.to_wire()["result"] == result
+    assert task.status is TaskStatus.COMPLETED
+    assert task.to_wire()["result"] == result
 
 
 async def test_terminal_is_final_for_every_worker_operation(backend: Backend) -> None:
@@ -614,7 +671,7 @@ async def test_every_key_of_a_task_expires_with_it(backend: Backend) -> None:
     expected = int((task.created_at + timedelta(minutes=3)).timestamp() * 1000)
     assert backend.client is not None
     for key in keys:
-        assert await backend.client.execute_command("PEXPIRETIME", key) == expected
+        assert await backend.client.pexpiretime(key) == expected
 
 
 # -- origins ----------------------------------------------------------------------------
@@ -659,7 +716,8 @@ async def test_a_stored_task_that_does_not_fit_its_status_is_never_returned(
         del m._tasks[task_id].fields["rs"]
     with pytest.raises(InternalError) as caught:
         await find(m, task_id)
-    assert "rs" not in str(caught.value) and task_id not in str(caught.value)
+    assert "rs" not in str(caught.value)
+    assert task_id not in str(caught.value)
 
 
 # -- events -----------------------------------------------------------------------------
@@ -717,8 +775,11 @@ async def test_a_listener_that_raises_does_not_stop_the_others(backend: Backend)
         calls.append("async:" + task_id)
 
     log = EventLog()
-    with m.event_publisher.subscribe(broken), m.event_publisher.subscribe(asynchronous), \
-            m.event_publisher.subscribe(log):
+    with (
+        m.event_publisher.subscribe(broken),
+        m.event_publisher.subscribe(asynchronous),
+        m.event_publisher.subscribe(log),
+    ):
         await m.event_publisher.wait_ready()
         task_id = await new_task(m)
         await log.wait_for(task_id, 1)

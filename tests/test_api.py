@@ -1,0 +1,75 @@
+"""The public API: what ``redis_tasks`` exports, and that every public name is documented."""
+
+from __future__ import annotations
+
+import inspect
+
+import redis_tasks
+from redis_tasks import _errors
+
+EXPORTED = [
+    "TERMINAL_STATUSES",
+    "BackendError",
+    "CapacityError",
+    "InMemoryTaskManager",
+    "InputKeyReusedError",
+    "InputRequest",
+    "InternalError",
+    "InvalidTransitionError",
+    "JsonRpcError",
+    "LeaseLostError",
+    "LimitExceededError",
+    "Limits",
+    "RedisTaskManager",
+    "RedisTasksError",
+    "RequestContext",
+    "Task",
+    "TaskEventPublisher",
+    "TaskEventRegistration",
+    "TaskManager",
+    "TaskNotFoundError",
+    "TaskOrigin",
+    "TaskRequestContext",
+    "TaskStatus",
+    "TaskTerminalError",
+    "TaskUpdateContext",
+    "ValidationError",
+]
+
+
+def test_all_is_pinned_and_sorted() -> None:
+    assert redis_tasks.__all__ == EXPORTED
+    assert sorted(EXPORTED, key=lambda n: (not n.isupper(), n)) == EXPORTED
+    for name in EXPORTED:
+        assert getattr(redis_tasks, name) is not None
+
+
+def test_every_public_name_and_method_has_a_docstring() -> None:
+    missing = []
+    for name in EXPORTED:
+        obj = getattr(redis_tasks, name)
+        if not inspect.isclass(obj):
+            continue
+        if not (obj.__doc__ or "").strip():
+            missing.append(name)
+        for attr, member in vars(obj).items():
+            if attr.startswith("_") or not (
+                inspect.isfunction(member)
+                or isinstance(member, property | classmethod | staticmethod)
+            ):
+                continue
+            target = member.fget if isinstance(member, property) else member
+            if not (getattr(target, "__doc__", None) or "").strip():
+                missing.append(f"{name}.{attr}")
+    assert missing == []
+
+
+def test_every_error_derives_from_the_root_and_the_tree_is_documented() -> None:
+    doc = _errors.__doc__ or ""
+    for name in _errors.__all__:
+        error = getattr(_errors, name)
+        assert issubclass(error, redis_tasks.RedisTasksError)
+        assert name in doc
+    assert issubclass(redis_tasks.TaskTerminalError, redis_tasks.InvalidTransitionError)
+    assert issubclass(redis_tasks.LimitExceededError, redis_tasks.ValidationError)
+    assert issubclass(redis_tasks.BackendError, redis_tasks.InternalError)

@@ -1,0 +1,214 @@
+"""The Redis backend itself: scripts, round trips, key layout, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.crc import key_slot
+
+from redis_tasks import (
+    BackendError,
+    InternalError,
+    RedisTaskManager,
+    TaskNotFoundError,
+    TaskRequestContext,
+    TaskUpdateContext,
+)
+from redis_tasks._keys import KeySpace
+from redis_tasks._scripts import SPECS, _check_header, lua_dir, scripts
+
+from .conftest import Backend, RedisServer
+from .helpers import ALICE, BOB, ELICIT, ELICIT_ANSWER, ORIGIN, OTHER_ENDPOINT
+
+
+async def command_counts(client: Redis) -> Counter[str]:
+    stats = await client.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
+
+
+async def commands_of(client: Redis, action: Any) -> Counter[str]:
+    """The Redis commands (top level and inside scripts) one awaited ``action`` ran."""
+    before = await command_counts(client)
+    await action()
+    after = await command_counts(client)
+    delta = after - before
+    delta["info"] -= 1  # our own INFO call
+    return +delta
+
+
+def test_every_script_has_a_header_matching_its_python_contract() -> None:
+    for name, spec in SPECS.items():
+        source = (lua_dir() / f"{name}.lua").read_text()
+        _check_header(name, source, spec)  # raises on disagreement
+        assert scripts[name].sha
+        assert "RC_OK" in scripts[name].source
+        # Every KEYS and ARGV slot is bound to a named local.
+        for n in range(1, len(spec.keys) + 1):
+            assert f"= KEYS[{n}]" in source, (name, n)
+        for n in range(1, len(spec.argv) + 1):
+            assert f"ARGV[{n}]" in source, (name, n)
+
+
+def test_a_header_that_disagrees_with_its_contract_is_refused() -> None:
+    spec = SPECS["take_answers"]
+    source = (lua_dir() / "take_answers.lua").read_text()
+    for broken in (
+        source.replace("2 answers", "2 answerz"),
+        source.replace("1 fence", "1 fence\n    2 extra"),
+        source.replace("--[[", "--[ [", 1),
+    ):
+        with pytest.raises(InternalError):
+            _check_header("take_answers", broken, spec)
+
+
+async def test_each_operation_is_one_evalsha_round_trip(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+    client = redis_backend.client
+    assert client is not None
+    task = await m.create_task(ALICE, ORIGIN)
+    tid = task.task_id
+    actions = {
+        "create": lambda: m.create_task(ALICE, ORIGIN),
+        "find": lambda: m.find_task(TaskRequestContext(ALICE, tid)),
+        "request_input": lambda: m.request_input(tid, {"k": ELICIT}),
+        "update": lambda: m.update_task(TaskUpdateContext(ALICE, tid, {"k": ELICIT_ANSWER})),
+        "take": lambda: m.take_input_responses(tid),
+        "cancel_intent": lambda: m.request_cancellation(TaskRequestContext(ALICE, tid)),
+        "is_cancel": lambda: m.is_cancellation_requested(tid),
+        "complete": lambda: m.complete_task(tid, {"ok": True}),
+    }
+    for name, action in actions.items():
+        ran = await commands_of(client, action)
+        top_level = {c: n for c, n in ran.items() if c in ("evalsha", "eval", "script|load")}
+        assert top_level == {"evalsha": 1}, (name, ran)
+
+
+@pytest.mark.parametrize("intruder", [BOB, OTHER_ENDPOINT], ids=["partition-key", "endpoint"])
+async def test_unknown_and_unauthorized_run_the_same_redis_commands(
+    redis_backend: Backend, intruder: Any
+) -> None:
+    m = redis_backend.manager
+    client = redis_backend.client
+    assert client is not None
+    task = await m.create_task(ALICE, ORIGIN)
+    await m.request_input(task.task_id, {"k": ELICIT})
+    unknown = task.task_id[:-3] + ("AAA" if not task.task_id.endswith("AAA") else "BBB")
+    for make in (
+        lambda tid: m.find_task(TaskRequestContext(intruder, tid)),
+        lambda tid: m.request_cancellation(TaskRequestContext(intruder, tid)),
+        lambda tid: m.update_task(TaskUpdateContext(intruder, tid, {"k": ELICIT_ANSWER})),
+    ):
+        runs = []
+        for tid in (task.task_id, unknown):
+
+            async def attempt(tid: str = tid, make: Any = make) -> None:
+                with contextlib.suppress(TaskNotFoundError):
+                    await make(tid)
+
+            runs.append(await commands_of(client, attempt))
+        assert runs[0] == runs[1] == Counter({"evalsha": 1, "hmget": 1})
+
+
+async def test_scripts_are_reloaded_after_the_cache_is_flushed(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+    client = redis_backend.client
+    assert client is not None
+    task = await m.create_task(ALICE, ORIGIN)
+    await client.script_flush()
+    ran = await commands_of(client, lambda: m.find_task(TaskRequestContext(ALICE, task.task_id)))
+    assert ran["evalsha"] == 1
+    assert ran["eval"] == 1
+    ran = await commands_of(client, lambda: m.find_task(TaskRequestContext(ALICE, task.task_id)))
+    assert ran["evalsha"] == 1
+    assert ran["eval"] == 0
+
+
+async def test_keys_are_hash_tagged_per_partition(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+    tasks = [await m.create_task(ALICE, ORIGIN) for _ in range(40)]
+    await m.request_input(tasks[0].task_id, {"k": ELICIT})
+    keys = await redis_backend.all_keys()
+    space = KeySpace(redis_backend.prefix)
+    partitions = {int(t.task_id.split(".")[0]) for t in tasks}
+    assert len(partitions) > 4  # spread over partitions
+    for key in keys:
+        assert key.startswith("{" + redis_backend.prefix + ":")
+    for t in tasks:
+        partition = int(t.task_id.split(".")[0])
+        keys_of_task = [k for k in keys if t.task_id in k]
+        # A task's keys and its partition's streams share one cluster slot.
+        slots = {key_slot(k.encode()) for k in keys_of_task}
+        slots |= {
+            key_slot(space.work(partition).encode()),
+            key_slot(space.events(partition).encode()),
+        }
+        assert len(slots) == 1
+
+
+async def test_created_work_is_enqueued_and_terminal_work_is_removed(
+    redis_backend: Backend,
+) -> None:
+    m = redis_backend.manager
+    client = redis_backend.client
+    assert client is not None
+    task = await m.create_task(ALICE, ORIGIN, payload=b"job")
+    partition = int(task.task_id.split(".")[0])
+    work = redis_backend.keys.work(partition)
+    entries: Any = await client.xrange(work)
+    assert [fields[b"t"].decode() for _, fields in entries] == [task.task_id]
+    groups = await client.xinfo_groups(work)
+    assert [g["name"] for g in groups] == [b"workers"]
+    await m.complete_task(task.task_id, {"ok": True})
+    assert await client.xrange(work) == []
+    record = await client.hgetall(redis_backend.keys.task(partition, task.task_id).task)
+    assert b"pl" not in record  # the payload is dropped once the task is terminal
+
+
+async def test_events_stream_is_bounded(redis_server: RedisServer, prefix: str) -> None:
+    manager = RedisTaskManager.from_url(
+        redis_server.url, prefix=prefix, partitions=1, events_maxlen=100
+    )
+    async with manager:
+        for _ in range(600):
+            await manager.create_task(ALICE, ORIGIN, ttl=timedelta(seconds=30))
+        length = await manager.client.xlen(KeySpace(prefix).events(0))
+        assert length < 300  # MAXLEN ~ trims in whole macro nodes
+
+
+async def test_an_unreachable_redis_raises_backend_error_within_the_timeout() -> None:
+    manager = RedisTaskManager.from_url("redis://127.0.0.1:1/0", timeout=0.5)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(BackendError) as caught:
+        await manager.find_task(TaskRequestContext(ALICE, "1." + "A" * 24))
+    assert loop.time() - started < 3
+    assert "127.0.0.1" not in str(caught.value)
+    with pytest.raises(BackendError):
+        async with manager:
+            pass
+    await manager.client.aclose()
+
+
+async def test_a_hung_redis_raises_backend_error_within_the_timeout(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    manager = RedisTaskManager.from_url(redis_server.url, prefix=prefix, timeout=0.3)
+    async with manager:
+        task = await manager.create_task(ALICE, ORIGIN)
+        pauser = Redis.from_url(redis_server.url)
+        await pauser.client_pause(1500, all=True)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            with pytest.raises(BackendError):
+                await manager.find_task(TaskRequestContext(ALICE, task.task_id))
+            assert loop.time() - started < 1.2
+        finally:
+            await pauser.client_unpause()
+            await pauser.aclose()
