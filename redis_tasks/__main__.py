@@ -1,0 +1,31 @@
+"""The ``redis-tasks`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``redis-tasks <command>``."""
+    parser = argparse.ArgumentParser(prog="redis-tasks", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="run a short scripted demo of the task manager")
+    demo.add_argument(
+        "--redis-url",
+        default=None,
+        help="Redis to use (default: $REDIS_URL, else an embedded in-process Redis)",
+    )
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from .demo import main as demo_main
+
+        return demo_main(args.redis_url)
+    parser.error(f"unknown command {args.command}")  # pragma: no cover
+    return 2  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())

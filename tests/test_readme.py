@@ -1,0 +1,34 @@
+"""The README's commands and usage example stay true."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import RedisServer
+
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+
+
+def test_the_first_two_commands_are_the_demo_and_the_tests() -> None:
+    block = re.search(r"```sh\n(.*?)```", README, re.S)
+    assert block is not None
+    commands = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
+    assert commands[:2] == ["make demo", "make test"]
+
+
+def test_the_usage_example_runs(redis_server: RedisServer, tmp_path: Path) -> None:
+    block = re.search(r"```python\n(.*?)```", README, re.S)
+    assert block is not None
+    code = block.group(1).replace("redis://localhost:6379/0", redis_server.url)
+    code = code.replace('prefix="rt"', 'prefix="readme"')
+    code += "\nprint('readme example ok')\n"
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "readme example ok"
