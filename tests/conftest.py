@@ -26,6 +26,19 @@ from redis_tasks._keys import KeySpace
 BACKENDS = ("memory", "fakeredis", "redis")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run ``redis_only`` contract tests on the Redis-backed variants alone."""
+    selected: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        is_memory = callspec is not None and callspec.params.get("backend_name") == "memory"
+        (dropped if is_memory and item.get_closest_marker("redis_only") else selected).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = selected
+
+
 @dataclass(frozen=True)
 class RedisServer:
     """A redis-server process started for the test session."""

@@ -272,11 +272,10 @@ async def test_malformed_ids_are_not_found_and_touch_nothing(
     assert await backend.dump() == before
 
 
+@pytest.mark.redis_only
 async def test_an_id_of_another_prefix_is_not_found_and_touches_nothing(
     backend: Backend, make_backend: BackendFactory
 ) -> None:
-    if not backend.is_redis:
-        pytest.skip("prefixes are a Redis concern")
     foreign = await backend.manager.create_task(ALICE, ORIGIN)
     foreign_state = await backend.dump()
     async with make_backend(prefix=backend.prefix + "x") as other:
