@@ -5,9 +5,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from redis_tasks import InputRequest, RequestContext, TaskOrigin
+from redis_tasks import (
+    InputRequest,
+    JsonRpcError,
+    RequestContext,
+    TaskOrigin,
+    TaskRequestContext,
+    TaskUpdateContext,
+)
 
 T = TypeVar("T")
 
@@ -82,3 +89,49 @@ class EventLog:
             return self.count(task_id) >= count
 
         await wait_until(reached, within=within, what=f"{count} events")
+
+
+Operation = Callable[[], Awaitable[Any]]
+#: The operations a worker performs (all take ``fence=``).
+WORKER_OPERATIONS = (
+    "mark_working",
+    "request_input",
+    "take_input_responses",
+    "complete_task",
+    "fail_task",
+    "cancel_task",
+    "is_cancellation_requested",
+)
+
+
+def operations(m: Any, task_id: str, *, fence: int | None = None) -> dict[str, Operation]:
+    """Every operation on ``task_id`` except ``find_task``, each ready to call and await."""
+    return {
+        "update_task": lambda: m.update_task(
+            TaskUpdateContext(ALICE, task_id, {"k": ELICIT_ANSWER})
+        ),
+        "request_cancellation": lambda: m.request_cancellation(TaskRequestContext(ALICE, task_id)),
+        "mark_working": lambda: m.mark_working(task_id, "x", fence=fence),
+        "request_input": lambda: m.request_input(task_id, {"x": ELICIT}, fence=fence),
+        "take_input_responses": lambda: m.take_input_responses(task_id, fence=fence),
+        "complete_task": lambda: m.complete_task(task_id, {"ok": True}, fence=fence),
+        "fail_task": lambda: m.fail_task(
+            task_id, JsonRpcError(code=-32603, message="x"), fence=fence
+        ),
+        "cancel_task": lambda: m.cancel_task(task_id, fence=fence),
+        "is_cancellation_requested": lambda: m.is_cancellation_requested(task_id, fence=fence),
+    }
+
+
+async def expect_each_raises(
+    error: type[Exception], calls: dict[str, Operation], only: tuple[str, ...] | None = None
+) -> None:
+    """Await each operation (or those named in ``only``); each must raise ``error``."""
+    for name, call in calls.items():
+        if only is not None and name not in only:
+            continue
+        try:
+            await call()
+        except error:
+            continue
+        raise AssertionError(f"{name} did not raise {error.__name__}")

@@ -22,7 +22,7 @@ from redis_tasks import (
 )
 
 from .conftest import Backend, BackendFactory
-from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN
+from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, expect_each_raises, operations
 
 SMALL = Limits(
     max_endpoint_bytes=32,
@@ -260,15 +260,7 @@ async def test_malformed_ids_are_not_found_and_touch_nothing(
     await m.create_task(ALICE, ORIGIN)
     before = await backend.dump()
     assert await m.find_task(TaskRequestContext(ALICE, task_id)) is None
-    for call in (
-        m.update_task(TaskUpdateContext(ALICE, task_id, {"k": ELICIT_ANSWER})),
-        m.request_cancellation(TaskRequestContext(ALICE, task_id)),
-        m.mark_working(task_id),
-        m.complete_task(task_id, {"ok": True}),
-        m.is_cancellation_requested(task_id),
-    ):
-        with pytest.raises(TaskNotFoundError):
-            await call
+    await expect_each_raises(TaskNotFoundError, operations(m, task_id))
     assert await backend.dump() == before
 
 
@@ -281,13 +273,7 @@ async def test_an_id_of_another_prefix_is_not_found_and_touches_nothing(
     async with make_backend(prefix=backend.prefix + "x") as other:
         m = other.manager
         assert await m.find_task(TaskRequestContext(ALICE, foreign.task_id)) is None
-        for call in (
-            m.update_task(TaskUpdateContext(ALICE, foreign.task_id, {"k": ELICIT_ANSWER})),
-            m.request_cancellation(TaskRequestContext(ALICE, foreign.task_id)),
-            m.complete_task(foreign.task_id, {"ok": True}),
-        ):
-            with pytest.raises(TaskNotFoundError):
-                await call
+        await expect_each_raises(TaskNotFoundError, operations(m, foreign.task_id))
         assert [k for k in await other.all_keys() if foreign.task_id in k] == []
     assert await backend.dump() == foreign_state
 

@@ -44,7 +44,10 @@ from .helpers import (
     ROOTS_ANSWER,
     SAMPLE,
     SAMPLE_ANSWER,
+    WORKER_OPERATIONS,
     EventLog,
+    expect_each_raises,
+    operations,
     wait_until,
 )
 
@@ -217,12 +220,7 @@ async def test_malformed_task_id_is_simply_not_found(backend: Backend) -> None:
         "1.AAAAAAAAAAAAAAAAAAAAAA*A",
     ]:
         assert await find(m, bad) is None
-        with pytest.raises(TaskNotFoundError):
-            await update(m, bad, {})
-        with pytest.raises(TaskNotFoundError):
-            await m.request_cancellation(TaskRequestContext(ALICE, bad))
-        with pytest.raises(TaskNotFoundError):
-            await m.complete_task(bad, RESULT)
+        await expect_each_raises(TaskNotFoundError, operations(m, bad))
 
 
 # -- input requests and answers -------------------------------------------------------
@@ -553,49 +551,22 @@ async def test_terminal_is_final_for_every_worker_operation(backend: Backend) ->
     task_id = await new_task(m)
     await m.complete_task(task_id, RESULT)
     before = await find(m, task_id)
-    for call in (
-        m.complete_task(task_id, RESULT),
-        m.fail_task(task_id, ERROR),
-        m.cancel_task(task_id),
-        m.mark_working(task_id, "again"),
-        m.request_input(task_id, {"x": ELICIT}),
-        m.take_input_responses(task_id),
-    ):
-        with pytest.raises(TaskTerminalError):
-            await call
+    terminal_refused = tuple(n for n in WORKER_OPERATIONS if n != "is_cancellation_requested")
+    await expect_each_raises(TaskTerminalError, operations(m, task_id), only=terminal_refused)
     assert await find(m, task_id) == before
 
 
-async def test_worker_operations_on_unknown_tasks_raise_not_found(backend: Backend) -> None:
+async def test_every_operation_on_an_unknown_task_raises_not_found(backend: Backend) -> None:
     m = backend.manager
-    unknown = "5." + "C" * 24
-    for call in (
-        m.complete_task(unknown, RESULT),
-        m.fail_task(unknown, ERROR),
-        m.cancel_task(unknown),
-        m.mark_working(unknown),
-        m.request_input(unknown, {"x": ELICIT}),
-        m.take_input_responses(unknown),
-        m.is_cancellation_requested(unknown),
-    ):
-        with pytest.raises(TaskNotFoundError):
-            await call
+    assert await find(m, "5." + "C" * 24) is None
+    await expect_each_raises(TaskNotFoundError, operations(m, "5." + "C" * 24))
 
 
 async def test_a_stale_fence_is_refused_with_lease_lost(backend: Backend) -> None:
     m = backend.manager
     task_id = await new_task(m)
-    for call in (
-        m.mark_working(task_id, "x", fence=7),
-        m.request_input(task_id, {"x": ELICIT}, fence=7),
-        m.take_input_responses(task_id, fence=7),
-        m.complete_task(task_id, RESULT, fence=7),
-        m.fail_task(task_id, ERROR, fence=7),
-        m.cancel_task(task_id, fence=7),
-        m.is_cancellation_requested(task_id, fence=7),
-    ):
-        with pytest.raises(LeaseLostError):
-            await call
+    stale = operations(m, task_id, fence=7)
+    await expect_each_raises(LeaseLostError, stale, only=WORKER_OPERATIONS)
     assert (await find(m, task_id)).status is TaskStatus.WORKING
     # The current fence (0 for a task never claimed) is accepted.
     await m.complete_task(task_id, RESULT, fence=0)
@@ -663,19 +634,7 @@ async def test_expired_task_is_unknown_to_every_operation(backend: Backend) -> N
         return await find(m, task_id) is None
 
     await wait_until(gone, what="expiry")
-    for call in (
-        m.update_task(TaskUpdateContext(ALICE, task_id, {"y": ROOTS_ANSWER})),
-        m.request_cancellation(TaskRequestContext(ALICE, task_id)),
-        m.mark_working(task_id),
-        m.request_input(task_id, {"x": ELICIT}),
-        m.take_input_responses(task_id),
-        m.complete_task(task_id, RESULT),
-        m.fail_task(task_id, ERROR),
-        m.cancel_task(task_id),
-        m.is_cancellation_requested(task_id),
-    ):
-        with pytest.raises(TaskNotFoundError):
-            await call
+    await expect_each_raises(TaskNotFoundError, operations(m, task_id))
     if backend.is_redis:
         assert [k for k in await backend.all_keys() if task_id in k] == []
 
