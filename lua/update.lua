@@ -33,7 +33,7 @@ local binding = ARGV[3]
 local events_maxlen = ARGV[4]
 local first_answer = 5
 
-local t = redis.call('HMGET', task_key, 'ep', 'pk', 'st', 'ua', 'ex')
+local t = redis.call('HMGET', task_key, 'ep', 'pk', 'st', 'ua', 'ex', 'sm')
 if t[1] ~= endpoint or t[2] ~= binding then
   return {RC_NOT_FOUND}
 end
@@ -41,11 +41,21 @@ if t[3] ~= 'input_required' then
   return {RC_OK, 0}
 end
 
+if #ARGV < first_answer then
+  return {RC_OK, 0}
+end
+local keys = {}
+for i = first_answer, #ARGV, 3 do
+  table.insert(keys, ARGV[i])
+end
+local requests = redis.call('HMGET', requests_key, unpack(keys))
+
 local accepted_keys = {}
 local accepted_pairs = {}
-for i = first_answer, #ARGV, 3 do
-  local key, kinds, body = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local request = redis.call('HGET', requests_key, key)
+for n, key in ipairs(keys) do
+  local i = first_answer + (n - 1) * 3
+  local kinds, body = ARGV[i + 1], ARGV[i + 2]
+  local request = requests[n]
   if request and string.find(kinds, string.sub(request, 1, 1), 1, true) then
     table.insert(accepted_keys, key)
     table.insert(accepted_pairs, key)
@@ -67,7 +77,9 @@ local updated = int_text(next_update(now_ms(), t[4]))
 if redis.call('EXISTS', requests_key) == 0 then
   -- The last answer: back to working, and the wait's message no longer applies.
   redis.call('HSET', task_key, 'st', 'working', 'ua', updated)
-  redis.call('HDEL', task_key, 'sm')
+  if t[6] then
+    redis.call('HDEL', task_key, 'sm')
+  end
 else
   redis.call('HSET', task_key, 'ua', updated)
 end

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -64,7 +65,7 @@ class TaskEventRegistration:
         self.close()
 
 
-class TaskEventPublisher:
+class TaskEventPublisher(ABC):
     """Broadcast of task-ID hints to the listeners subscribed in this process.
 
     A listener that raises is logged and does not stop delivery to the others.
@@ -83,12 +84,16 @@ class TaskEventPublisher:
         self._on_subscribe()
         return registration
 
+    @abstractmethod
     async def publish_task_changed(self, task_id: str) -> None:
-        """Announce that ``task_id`` changed (managers do this for every durable change)."""
-        raise NotImplementedError
+        """Announce that ``task_id`` changed (managers do this for every durable change).
+
+        A malformed task ID raises :class:`TaskNotFoundError`.
+        """
 
     async def wait_ready(self) -> None:
         """Return once events published from now on will reach this process's listeners."""
+        return  # in-process delivery is ready from the moment of subscribing
 
     async def aclose(self) -> None:
         """Stop delivering; pending asynchronous listeners are cancelled."""
@@ -101,6 +106,7 @@ class TaskEventPublisher:
 
     def _on_subscribe(self) -> None:
         """Hook for backends that start listening lazily."""
+        return  # nothing to start for in-process delivery
 
     def _remove(self, registration: TaskEventRegistration) -> None:
         # Rebinding (not mutating) lets a delivery loop keep iterating its copy.
@@ -136,6 +142,8 @@ class InMemoryEventPublisher(TaskEventPublisher):
 
     async def publish_task_changed(self, task_id: str) -> None:
         """Deliver ``task_id`` to this process's listeners."""
+        if parse_task_id(task_id) is None:
+            raise TaskNotFoundError()
         self.notify(task_id)
 
     def notify(self, task_id: str) -> None:

@@ -135,8 +135,7 @@ class InMemoryTaskManager:
             return None
         return record
 
-    def _authorized(self, request: RequestContext, task_id: str) -> _Record | None:
-        endpoint, binding = self._encoder.binding(request)
+    def _authorized(self, task_id: str, endpoint: bytes, binding: bytes) -> _Record | None:
         record = self._live(task_id)
         if record is None:
             return None
@@ -172,8 +171,9 @@ class InMemoryTaskManager:
 
     async def find_task(self, ctx: TaskRequestContext) -> Task | None:
         """Mirror of ``find.lua``."""
+        endpoint, binding = self._encoder.binding(ctx.request)
         with self._lock:
-            record = self._authorized(ctx.request, ctx.task_id)
+            record = self._authorized(ctx.task_id, endpoint, binding)
             if record is None:
                 return None
             fields = [record.fields.get(name) for name in SNAPSHOT_FIELDS]
@@ -182,9 +182,10 @@ class InMemoryTaskManager:
 
     async def update_task(self, ctx: TaskUpdateContext) -> None:
         """Mirror of ``update.lua``."""
+        endpoint, binding = self._encoder.binding(ctx.request)
         answers = self._encoder.input_responses(ctx.input_responses)
         with self._lock:
-            record = self._authorized(ctx.request, ctx.task_id)
+            record = self._authorized(ctx.task_id, endpoint, binding)
             if record is None:
                 raise TaskNotFoundError()
             if record.fields["st"] != _INPUT_REQUIRED:
@@ -209,8 +210,9 @@ class InMemoryTaskManager:
 
     async def request_cancellation(self, ctx: TaskRequestContext) -> None:
         """Mirror of ``request_cancel.lua``."""
+        endpoint, binding = self._encoder.binding(ctx.request)
         with self._lock:
-            record = self._authorized(ctx.request, ctx.task_id)
+            record = self._authorized(ctx.task_id, endpoint, binding)
             if record is None:
                 raise TaskNotFoundError()
             if record.fields["st"] in _TERMINAL or record.fields.get("cx") == b"1":

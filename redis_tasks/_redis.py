@@ -16,7 +16,7 @@ from typing import Any, Self
 
 from redis.asyncio import Redis
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from ._errors import BackendError, TaskNotFoundError
@@ -154,9 +154,8 @@ class RedisTaskManager:
         except (TimeoutError, RedisError, OSError) as exc:
             raise BackendError("could not start the task manager on Redis") from exc
         for reply in replies:
-            if isinstance(reply, ResponseError) and "BUSYGROUP" not in str(reply):
-                raise BackendError("could not start the task manager on Redis") from reply
-            if isinstance(reply, Exception) and not isinstance(reply, ResponseError):
+            # BUSYGROUP: another process created the group first, as intended.
+            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
                 raise BackendError("could not start the task manager on Redis") from reply
         return self
 
