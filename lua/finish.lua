@@ -26,13 +26,8 @@
     {RC_NOT_FOUND} | {RC_LEASE_LOST} | {RC_TERMINAL}
   Events: one entry.
 ]]
+-- KEYS go to terminate() whole, in the order above.
 local task_key = KEYS[1]
-local requests_key = KEYS[2]
-local issued_key = KEYS[3]
-local answers_key = KEYS[4]
-local journal_key = KEYS[5]
-local work_key = KEYS[6]
-local events_key = KEYS[7]
 local task_id = ARGV[1]
 local fence = ARGV[2]
 local status = ARGV[3]
@@ -47,28 +42,6 @@ local guard = worker_guard(t[1], t[2], fence)
 if guard ~= RC_OK then
   return {guard}
 end
-
-local fields = {'st', status, 'ua', int_text(next_update(now_ms(), t[3]))}
-if has_message then
-  table.insert(fields, 'sm')
-  table.insert(fields, message)
-end
-if outcome_field ~= '' then
-  table.insert(fields, outcome_field)
-  table.insert(fields, outcome)
-end
-redis.call('HSET', task_key, unpack(fields))
-if has_message then
-  redis.call('HDEL', task_key, 'pl', 'wk')
-else
-  redis.call('HDEL', task_key, 'pl', 'wk', 'sm')
-end
-redis.call('DEL', requests_key, issued_key, answers_key, journal_key)
-local entry = t[4]
-if entry then
-  -- pcall: an operator may have deleted the group; the entry goes regardless.
-  redis.pcall('XACK', work_key, WORK_GROUP, entry)
-  redis.call('XDEL', work_key, entry)
-end
-emit(events_key, events_maxlen, task_id)
+terminate(KEYS, task_id, t[4], t[3], status, has_message and message or nil,
+  outcome_field, outcome, events_maxlen)
 return {RC_OK}

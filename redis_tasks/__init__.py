@@ -6,7 +6,8 @@ binding to endpoint and authorization partition, atomic state transitions,
 de-duplication of client input, cancellation intent and publication of
 durable changes. :class:`RedisTaskManager` does all of that with one Lua
 script per operation; :class:`InMemoryTaskManager` is the process-local
-reference.
+reference. :class:`Worker` runs the tasks' handlers at least once across a fleet
+of processes, under leases and fencing.
 """
 
 from ._errors import (
@@ -23,6 +24,8 @@ from ._errors import (
     ValidationError,
 )
 from ._events import TaskEventPublisher, TaskEventRegistration
+from ._execution import Handler, TaskExecution, TaskFailed
+from ._lease import Claim, ClaimOutcome
 from ._limits import Limits
 from ._manager import TaskManager
 from ._memory import InMemoryTaskManager
@@ -37,6 +40,7 @@ from ._models import (
 from ._origin import TaskOrigin
 from ._redis import RedisTaskManager
 from ._status import TERMINAL_STATUSES, TaskStatus
+from ._worker import Worker
 
 __version__ = "0.1.0"
 
@@ -44,6 +48,9 @@ __all__ = [
     "TERMINAL_STATUSES",
     "BackendError",
     "CapacityError",
+    "Claim",
+    "ClaimOutcome",
+    "Handler",
     "InMemoryTaskManager",
     "InputKeyReusedError",
     "InputRequest",
@@ -59,6 +66,8 @@ __all__ = [
     "Task",
     "TaskEventPublisher",
     "TaskEventRegistration",
+    "TaskExecution",
+    "TaskFailed",
     "TaskManager",
     "TaskNotFoundError",
     "TaskOrigin",
@@ -67,4 +76,5 @@ __all__ = [
     "TaskTerminalError",
     "TaskUpdateContext",
     "ValidationError",
+    "Worker",
 ]

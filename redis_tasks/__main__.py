@@ -18,7 +18,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="Redis to use (default: $REDIS_URL, else an embedded in-process Redis)",
     )
+    from ._cli_worker import add_worker_command, run_worker
+
+    add_worker_command(commands)
     args = parser.parse_args(argv)
+    if args.command == "worker":
+        return run_worker(args)
     if args.command == "demo":
         from .demo import main as demo_main
 

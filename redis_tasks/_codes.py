@@ -30,6 +30,10 @@ class ReturnCode(IntEnum):
     TERMINAL = 3
     KEY_REUSED = 4
     EXISTS = 5
+    # Outcomes of claim that settle a task instead of running it (not errors).
+    CANCELLED = 6
+    POISONED = 7
+    LEASE_HELD = 8
 
 
 def _key_reused(detail: bytes | None) -> RedisTasksError:

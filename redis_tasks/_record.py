@@ -49,6 +49,7 @@ __all__ = [
     "Encoder",
     "created_task",
     "decode_answers",
+    "decode_origin",
     "decode_task",
 ]
 
@@ -285,6 +286,13 @@ def decode_answers(pairs: Sequence[bytes]) -> dict[str, Any]:
     return {pairs[i].decode("utf-8"): unpack(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 
 
+def decode_origin(stored: bytes) -> TaskOrigin:
+    """The origin stored at create, exactly (its bounds were checked then)."""
+    return TaskOrigin.from_persisted_string(
+        stored.decode("utf-8"), max_bytes=len(stored), max_depth=10_000
+    )
+
+
 def decode_task(task_id: str, fields: Sequence[bytes | None], requests: Sequence[bytes]) -> Task:
     """Build a validated :class:`Task` from :data:`SNAPSHOT_FIELDS` values.
 
@@ -303,9 +311,7 @@ def decode_task(task_id: str, fields: Sequence[bytes | None], requests: Sequence
             last_updated_at=_instant(ua),
             ttl=_duration(ttl),
             poll_interval=_duration(pi),
-            origin=TaskOrigin.from_persisted_string(
-                origin.decode("utf-8"), max_bytes=len(origin), max_depth=10_000
-            ),
+            origin=decode_origin(origin),
             input_requests=decode_requests(requests),
             result=None if result is None else unpack(result),
             error=None if error is None else JsonRpcError.model_validate(unpack(error)),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
@@ -19,10 +19,12 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from ._codes import ReturnCode, error_for
 from ._errors import BackendError, TaskNotFoundError
 from ._events import RedisEventPublisher, TaskEventPublisher
 from ._ids import MAX_PARTITIONS, new_task_id, parse_task_id
 from ._keys import WORK_GROUP, KeySpace, TaskKeys
+from ._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from ._limits import Limits
 from ._models import (
     InputRequest,
@@ -33,7 +35,7 @@ from ._models import (
     TaskUpdateContext,
 )
 from ._origin import TaskOrigin
-from ._record import Encoder, created_task, decode_answers, decode_task
+from ._record import Encoder, created_task, decode_answers, decode_origin, decode_task
 from ._scripts import Arg, ScriptRunner, scripts
 from ._status import TaskStatus
 
@@ -44,6 +46,22 @@ logger = logging.getLogger("redis_tasks")
 
 def _message_args(message: bytes | None) -> tuple[bytes, bytes]:
     return (b"0", b"") if message is None else (b"1", message)
+
+
+def _lease_ms(lease: timedelta) -> int:
+    ms = lease // timedelta(milliseconds=1)
+    if ms < 1:
+        raise ValueError("a lease must be at least one millisecond")
+    return ms
+
+
+_SETTLED: dict[int, ClaimOutcome] = {
+    ReturnCode.NOT_FOUND: ClaimOutcome.EXPIRED,
+    ReturnCode.TERMINAL: ClaimOutcome.TERMINAL,
+    ReturnCode.CANCELLED: ClaimOutcome.CANCELLED,
+    ReturnCode.POISONED: ClaimOutcome.POISONED,
+    ReturnCode.LEASE_HELD: ClaimOutcome.LEASE_HELD,
+}
 
 
 class RedisTaskManager:
@@ -82,6 +100,7 @@ class RedisTaskManager:
         self._publisher = RedisEventPublisher(
             client, self._keys, partitions, timeout=timeout, maxlen=events_maxlen
         )
+        self._poison_error = self._encoder.error(INTERNAL_ERROR)
 
     @classmethod
     def from_url(
@@ -139,25 +158,46 @@ class RedisTaskManager:
         """The Redis client this manager uses."""
         return self._client
 
+    @property
+    def keyspace(self) -> KeySpace:
+        """The key naming of this manager's prefix."""
+        return self._keys
+
+    @property
+    def timeout(self) -> float:
+        """Seconds every Redis call may take."""
+        return self._timeout
+
     async def __aenter__(self) -> Self:
         """Load the scripts and make sure every partition's work group exists."""
+        await self.ensure_work_groups(range(self._partitions), load_scripts=True)
+        return self
+
+    async def ensure_work_groups(
+        self, partitions: Iterable[int], *, load_scripts: bool = False
+    ) -> None:
+        """Create the ``workers`` group on each partition's work stream if it is missing.
+
+        Reading from offset 0, so entries added before the group existed (or after
+        a server lost it) are still delivered.
+        """
         try:
             async with asyncio.timeout(self._timeout * 2):
                 async with self._client.pipeline(transaction=False) as pipe:
-                    for script in scripts.values():
-                        pipe.script_load(script.source)
-                    for partition in range(self._partitions):
+                    if load_scripts:
+                        for script in scripts.values():
+                            pipe.script_load(script.source)
+                    for partition in partitions:
                         pipe.xgroup_create(
                             self._keys.work(partition), WORK_GROUP, id="0", mkstream=True
                         )
                     replies = await pipe.execute(raise_on_error=False)
         except (TimeoutError, RedisError, OSError) as exc:
-            raise BackendError("could not start the task manager on Redis") from exc
+            raise BackendError("could not prepare the work streams on Redis") from exc
         for reply in replies:
             # BUSYGROUP: another process created the group first, as intended.
             if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
-                raise BackendError("could not start the task manager on Redis") from reply
-        return self
+                raise BackendError("could not prepare the work streams on Redis") from reply
 
     async def __aexit__(
         self,
@@ -387,3 +427,71 @@ class RedisTaskManager:
         keys = self._worker_keys(task_id)
         reply = await self._run("cancel_requested", (keys.task,), (fence_arg,))
         return bool(reply[1])
+
+    # -- leases (used by Worker) ------------------------------------------------------
+
+    async def claim_task(
+        self,
+        task_id: str,
+        entry_id: str,
+        *,
+        consumer: str,
+        lease: timedelta,
+        max_attempts: int,
+    ) -> Claim:
+        """One ``claim`` script call for a work entry a worker read or reclaimed.
+
+        On :attr:`ClaimOutcome.RUN` the caller holds a lease of ``lease`` and the
+        returned fence; every other outcome settled the task or left it alone.
+        """
+        keys = self._worker_keys(task_id)
+        reply = await self._runner.run_raw(
+            "claim",
+            (
+                keys.task,
+                keys.requests,
+                keys.issued,
+                keys.answers,
+                keys.journal,
+                keys.work,
+                keys.events,
+            ),
+            (
+                task_id,
+                entry_id,
+                consumer,
+                _lease_ms(lease),
+                max_attempts,
+                self._poison_error,
+                self._events_maxlen,
+            ),
+        )
+        code = reply[0]
+        if code in _SETTLED:
+            return Claim(_SETTLED[code])
+        if code != ReturnCode.OK:
+            raise error_for(code)
+        origin = decode_origin(reply[3])
+        return Claim(ClaimOutcome.RUN, int(reply[1]), int(reply[2]), origin, bytes(reply[4]))
+
+    async def renew_lease(
+        self, task_id: str, *, fence: int, consumer: str, lease: timedelta
+    ) -> bool:
+        """One ``renew`` script call; returns whether cancellation was requested.
+
+        Raises :class:`LeaseLostError` when the fence is stale,
+        :class:`TaskNotFoundError` when the task expired and
+        :class:`TaskTerminalError` when it already ended.
+        """
+        keys = self._worker_keys(task_id)
+        reply = await self._run(
+            "renew",
+            (keys.task, keys.work),
+            (self._encoder.fence(fence), consumer, _lease_ms(lease)),
+        )
+        return bool(reply[1])
+
+    async def release_task(self, task_id: str, *, fence: int) -> None:
+        """One ``release`` script call: hand the task back for another worker to run now."""
+        keys = self._worker_keys(task_id)
+        await self._run("release", (keys.task, keys.work), (task_id, self._encoder.fence(fence)))

@@ -99,6 +99,20 @@ SPECS: Final[dict[str, Spec]] = {
         ),
     ),
     "cancel_requested": Spec(("task",), ("fence",)),
+    "claim": Spec(
+        ("task", "requests", "issued", "answers", "journal", "work", "events"),
+        (
+            "task_id",
+            "entry_id",
+            "consumer",
+            "lease_ms",
+            "max_attempts",
+            "poison_error",
+            "events_maxlen",
+        ),
+    ),
+    "renew": Spec(("task", "work"), ("fence", "consumer", "lease_ms")),
+    "release": Spec(("task", "work"), ("task_id", "fence")),
 }
 
 
@@ -186,6 +200,15 @@ class ScriptRunner:
 
         Raises the mapped exception when the script answers a non-OK code.
         """
+        reply = await self.run_raw(name, keys, args)
+        code = reply[0]
+        if code != ReturnCode.OK:
+            detail = reply[1] if len(reply) > 1 and isinstance(reply[1], bytes) else None
+            raise error_for(code, detail)
+        return reply
+
+    async def run_raw(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
+        """Run script ``name`` and return its reply, whatever its code."""
         script = scripts[name]
         try:
             async with asyncio.timeout(self.timeout):
@@ -201,8 +224,4 @@ class ScriptRunner:
             raise BackendError("Redis call failed") from exc
         if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
             raise InternalError("unexpected script reply")
-        code = reply[0]
-        if code != ReturnCode.OK:
-            detail = reply[1] if len(reply) > 1 and isinstance(reply[1], bytes) else None
-            raise error_for(code, detail)
         return reply

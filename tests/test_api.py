@@ -11,6 +11,9 @@ EXPORTED = [
     "TERMINAL_STATUSES",
     "BackendError",
     "CapacityError",
+    "Claim",
+    "ClaimOutcome",
+    "Handler",
     "InMemoryTaskManager",
     "InputKeyReusedError",
     "InputRequest",
@@ -26,6 +29,8 @@ EXPORTED = [
     "Task",
     "TaskEventPublisher",
     "TaskEventRegistration",
+    "TaskExecution",
+    "TaskFailed",
     "TaskManager",
     "TaskNotFoundError",
     "TaskOrigin",
@@ -34,6 +39,7 @@ EXPORTED = [
     "TaskTerminalError",
     "TaskUpdateContext",
     "ValidationError",
+    "Worker",
 ]
 
 

@@ -55,3 +55,40 @@ local function worker_guard(status, stored_fence, given_fence)
   end
   return RC_OK
 end
+
+-- The one terminal write, shared by finish and claim (cancelled or poisoned at
+-- claim). Outcome and terminal status land together; the work entry is
+-- acknowledged and deleted; data no longer needed is dropped.
+-- keys: {task, requests, issued, answers, journal, work, events}
+local function terminate(keys, task_id, entry, last_update, status, message,
+                         outcome_field, outcome, events_maxlen)
+  local task_key = keys[1]
+  local fields = {'st', status, 'ua', int_text(next_update(now_ms(), last_update))}
+  if message then
+    table.insert(fields, 'sm')
+    table.insert(fields, message)
+  end
+  if outcome_field ~= '' then
+    table.insert(fields, outcome_field)
+    table.insert(fields, outcome)
+  end
+  redis.call('HSET', task_key, unpack(fields))
+  if message then
+    redis.call('HDEL', task_key, 'pl', 'wk', 'ld', 'lo')
+  else
+    redis.call('HDEL', task_key, 'pl', 'wk', 'ld', 'lo', 'sm')
+  end
+  redis.call('DEL', keys[2], keys[3], keys[4], keys[5])
+  if entry then
+    -- pcall: an operator may have deleted the group; the entry goes regardless.
+    redis.pcall('XACK', keys[6], WORK_GROUP, entry)
+    redis.call('XDEL', keys[6], entry)
+  end
+  emit(keys[7], events_maxlen, task_id)
+end
+
+-- Acknowledge and delete a work entry that will never run.
+local function drop_entry(work_key, entry)
+  redis.pcall('XACK', work_key, WORK_GROUP, entry)
+  redis.call('XDEL', work_key, entry)
+end

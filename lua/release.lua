@@ -1,0 +1,36 @@
+--[[
+  release: a worker shutting down hands a task back. The fence is bumped (the
+  abandoned handler's late writes are refused), the attempt is not counted
+  against max_attempts, and the task is re-enqueued as a fresh work entry so
+  an idle worker picks it up at once instead of waiting out the lease.
+
+  KEYS:
+    1 task           the task record hash
+    2 work           the partition's work stream
+  ARGV:
+    1 task_id
+    2 fence
+  Returns:
+    {RC_OK}
+    {RC_NOT_FOUND} | {RC_LEASE_LOST} | {RC_TERMINAL}
+  Events: none (nothing a client sees changes).
+]]
+local task_key = KEYS[1]
+local work_key = KEYS[2]
+local task_id = ARGV[1]
+local fence = ARGV[2]
+
+local t = redis.call('HMGET', task_key, 'st', 'fn', 'at', 'wk')
+local guard = worker_guard(t[1], t[2], fence)
+if guard ~= RC_OK then
+  return {guard}
+end
+if t[4] then
+  drop_entry(work_key, t[4])
+end
+local entry = redis.call('XADD', work_key, '*', 't', task_id)
+local attempts = math.max((tonumber(t[3]) or 1) - 1, 0)
+redis.call('HSET', task_key, 'fn', int_text(tonumber(t[2]) + 1), 'at', int_text(attempts),
+  'ld', '0', 'wk', entry)
+redis.call('HDEL', task_key, 'lo')
+return {RC_OK}

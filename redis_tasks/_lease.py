@@ -1,0 +1,37 @@
+"""What a claim on a task's work entry did (the lease protocol's vocabulary)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from ._models import JsonRpcError
+from ._origin import TaskOrigin
+
+__all__ = ["INTERNAL_ERROR", "Claim", "ClaimOutcome"]
+
+#: The error a task fails with when its handler crashed or was poison: generic on
+#: purpose, so nothing about the cause reaches the client.
+INTERNAL_ERROR = JsonRpcError(code=-32603, message="Internal error")
+
+
+class ClaimOutcome(Enum):
+    """How a claim ended."""
+
+    RUN = "run"  #: the worker holds the lease and runs the handler
+    EXPIRED = "expired"  #: the task is gone (TTL): its entry was dropped
+    TERMINAL = "terminal"  #: already completed, failed or cancelled: entry dropped
+    CANCELLED = "cancelled"  #: cancellation requested while nobody ran it: ended cancelled
+    POISONED = "poisoned"  #: attempts exhausted: ended failed with an internal error
+    LEASE_HELD = "lease_held"  #: another worker's lease is still valid: nothing changed
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The result of :meth:`RedisTaskManager.claim_task`."""
+
+    outcome: ClaimOutcome
+    fence: int = 0
+    attempt: int = 0
+    origin: TaskOrigin | None = field(default=None, repr=False)
+    payload: bytes = field(default=b"", repr=False)

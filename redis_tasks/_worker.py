@@ -1,0 +1,699 @@
+"""``Worker``: runs handlers for tasks, at least once, under leases and fencing.
+
+One worker process runs up to ``concurrency`` handlers. It reads each of its
+partitions' work streams with a blocking ``XREADGROUP`` (group ``workers``), claims
+every entry with the ``claim`` script (fence bump, attempt count, lease deadline),
+renews leases well before they run out (``renew``: fence check, idle reset of the
+stream entry, cancellation flag), and reclaims entries of crashed or stalled
+workers with ``XAUTOCLAIM`` once they have been idle longer than a lease (the
+``claim`` script also checks the task's own lease deadline). A late write from a
+worker whose lease was taken over is refused by the fence.
+
+Logs are structured (``extra`` fields ``event``, ``task_id``, ``fence``,
+``attempt``) and never contain origins, payloads, results, answers or exception
+messages, which may all carry secrets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Final, Self
+
+from redis.exceptions import RedisError, ResponseError
+
+from ._errors import (
+    BackendError,
+    LeaseLostError,
+    RedisTasksError,
+    TaskNotFoundError,
+    TaskTerminalError,
+    ValidationError,
+)
+from ._execution import Handler, TaskExecution, TaskFailed
+from ._ids import parse_task_id
+from ._keys import WORK_GROUP
+from ._lease import INTERNAL_ERROR, ClaimOutcome
+from ._models import JsonRpcError
+from ._redis import RedisTaskManager
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger("redis_tasks.worker")
+
+_MAX_BACKOFF: Final = 5.0
+# A consumer with nothing pending that has been idle this long belongs to a
+# worker that is gone; its entry in the group is removed.
+_STALE_CONSUMER_MS: Final = 24 * 3600 * 1000
+
+
+_DONE: Final = {"complete": "task completed", "fail": "task failed", "cancel": "task cancelled"}
+
+
+def _log(level: int, message: str, event: str, **fields: Any) -> None:
+    logger.log(level, message, extra={"event": event, **fields})
+
+
+def _frames(exc: BaseException) -> str:
+    """Where an exception was raised, without its message (which may hold secrets)."""
+    summary = traceback.extract_tb(exc.__traceback__)
+    return " <- ".join(f"{f.filename}:{f.lineno} in {f.name}" for f in reversed(summary))
+
+
+class _Slots:
+    """Free handler slots: readers take them before reading, so no read outruns capacity."""
+
+    def __init__(self, total: int) -> None:
+        self.free = total
+        self._available = asyncio.Event()
+        self._available.set()
+        self.closed = False
+
+    async def take_one(self) -> bool:
+        """Wait for a slot and take it; ``False`` (nothing taken) once closed."""
+        while self.free == 0 and not self.closed:
+            self._available.clear()
+            await self._available.wait()
+        if self.closed:
+            return False
+        self.free -= 1
+        return True
+
+    def close(self) -> None:
+        """Wake every waiter: the worker is stopping."""
+        self.closed = True
+        self._available.set()
+
+    def take_up_to(self, wanted: int) -> int:
+        taken = min(wanted, self.free)
+        self.free -= taken
+        return taken
+
+    def give(self, count: int = 1) -> None:
+        self.free += count
+        if self.free > 0:
+            self._available.set()
+
+
+@dataclass(eq=False)
+class _Run:
+    """A claimed task this worker is running."""
+
+    execution: TaskExecution
+    partition: int
+    lease_until: float  # monotonic time the lease is known to last until
+    handler: asyncio.Future[dict[str, Any]] | None = None
+    supervisor: asyncio.Task[Any] | None = None
+    abandoned: str | None = None  # why the worker stopped the handler, if it did
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    renewing: bool = False
+    finishing: bool = False  # the outcome is being written: no more renewals
+
+
+class Worker:
+    """Runs ``handler`` for tasks of ``manager``'s partitions under leases.
+
+    ``async with Worker(manager, handler) as worker: await worker.run()``; call
+    :meth:`stop` (or send SIGTERM to the CLI) for a graceful shutdown: reading
+    stops, running handlers get ``grace`` seconds to finish, and the rest are
+    handed back so another worker picks them up at once.
+
+    A handler returns the result (the task ends ``completed``; ``isError: true``
+    results too), raises :class:`TaskFailed` (``failed`` with its error), raises
+    :class:`asyncio.CancelledError` after cancellation was requested
+    (``cancelled``), or raises anything else (``failed`` with a generic internal
+    error; the exception's type and location go to the log).
+    """
+
+    def __init__(
+        self,
+        manager: RedisTaskManager,
+        handler: Handler,
+        *,
+        concurrency: int = 32,
+        lease: timedelta = timedelta(seconds=30),
+        max_attempts: int = 5,
+        partitions: Iterable[int] | None = None,
+        name: str | None = None,
+        read_batch: int = 16,
+        cancel_hints: bool = True,
+        input_poll_interval: timedelta = timedelta(seconds=1),
+    ) -> None:
+        if concurrency < 1 or max_attempts < 1 or read_batch < 1:
+            raise ValueError("concurrency, max_attempts and read_batch must be >= 1")
+        if lease < timedelta(milliseconds=100):
+            raise ValueError("lease must be at least 100 ms")
+        self.manager = manager
+        self.handler = handler
+        self.concurrency = concurrency
+        self.lease = lease
+        self.max_attempts = max_attempts
+        self.partitions = tuple(range(manager.partitions) if partitions is None else partitions)
+        if not self.partitions:
+            raise ValueError("a worker needs at least one partition")
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.read_batch = read_batch
+        self.cancel_hints = cancel_hints
+        self._input_poll = input_poll_interval.total_seconds()
+        lease_s = lease.total_seconds()
+        # Renew three times per lease: two renewals may fail before it runs out.
+        self._renew_every = lease_s / 3
+        self._reclaim_every = max(lease_s / 2, 0.05)
+        self._block_ms = max(1, min(1000, int(manager.timeout * 500)))
+        self._slots = _Slots(concurrency)
+        self._running: dict[str, _Run] = {}
+        self._stopping = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._started = False
+        self._grace: float = lease_s
+        # asyncio keeps only weak references to tasks: these keep ours alive.
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        """Make sure the work groups exist on this worker's partitions."""
+        await self.manager.ensure_work_groups(self.partitions)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Stop gracefully if still running."""
+        if self._started and not self._stopped.is_set():
+            await self.stop()
+
+    @property
+    def running(self) -> int:
+        """How many handlers are running now."""
+        return len(self._running)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop reading, give running handlers ``grace`` seconds, hand back the rest.
+
+        Returns once the worker has shut down. ``grace`` defaults to one lease.
+        """
+        if grace is not None:
+            self._grace = grace
+        self._stopping.set()
+        self._slots.close()
+        if self._started:
+            await self._stopped.wait()
+
+    async def run(self) -> None:
+        """Run until :meth:`stop` is called."""
+        if self._started:
+            raise RuntimeError("a Worker runs once")
+        self._started = True
+        _log(
+            logging.INFO,
+            "worker started",
+            "worker_started",
+            worker=self.name,
+            partitions=len(self.partitions),
+            concurrency=self.concurrency,
+        )
+        registration = (
+            self.manager.event_publisher.subscribe(self._on_event) if self.cancel_hints else None
+        )
+        readers = [
+            asyncio.create_task(self._read(p), name=f"redis-tasks-read-{p}")
+            for p in self.partitions
+        ]
+        background = [
+            asyncio.create_task(self._renew_loop(), name="redis-tasks-renew"),
+            asyncio.create_task(self._reclaim_loop(), name="redis-tasks-reclaim"),
+        ]
+        try:
+            await self._stopping.wait()
+        finally:
+            self._stopping.set()
+            self._slots.close()
+            # Readers finish their current read (at most one block) and stop; an
+            # entry read meanwhile is claimed and then handed back like the rest.
+            await asyncio.gather(*readers, return_exceptions=True)
+            background[1].cancel()
+            await self._drain()
+            background[0].cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+            if registration is not None:
+                registration.close()
+            await self._forget_consumer()
+            self._stopped.set()
+            _log(logging.INFO, "worker stopped", "worker_stopped", worker=self.name)
+
+    async def _drain(self) -> None:
+        supervisors = [r.supervisor for r in self._running.values() if r.supervisor]
+        if supervisors:
+            _log(
+                logging.INFO,
+                "waiting for running handlers",
+                "draining",
+                running=len(supervisors),
+                grace=self._grace,
+            )
+            await asyncio.wait(supervisors, timeout=self._grace)
+        for run in list(self._running.values()):
+            self._abandon(run, "shutdown")
+        rest = [r.supervisor for r in self._running.values() if r.supervisor]
+        if rest:
+            await asyncio.gather(*rest, return_exceptions=True)
+
+    async def _forget_consumer(self) -> None:
+        """Remove this worker's consumer from each group it left nothing pending in."""
+        client = self.manager.client
+        for partition in self.partitions:
+            stream = self.manager.keyspace.work(partition)
+            try:
+                async with asyncio.timeout(self.manager.timeout):
+                    pending = await client.xpending_range(
+                        stream, WORK_GROUP, min="-", max="+", count=1, consumername=self.name
+                    )
+                    if not pending:
+                        await client.xgroup_delconsumer(stream, WORK_GROUP, self.name)
+            except (TimeoutError, RedisError, OSError):
+                return  # best effort: a stale consumer is removed by others later
+
+    # -- reading and reclaiming ------------------------------------------------------
+
+    async def _read(self, partition: int) -> None:
+        stream = self.manager.keyspace.work(partition)
+        client = self.manager.client
+        backoff = 0.05
+        backlog = False
+        while not self._stopping.is_set():
+            if not await self._slots.take_one():
+                return
+            # A blocked reader holds one slot only, so idle partitions cannot
+            # starve busy ones of capacity; while this partition has a backlog,
+            # read batches without blocking instead.
+            reserved = 1 + (self._slots.take_up_to(self.read_batch - 1) if backlog else 0)
+            block = None if backlog else self._block_ms
+            try:
+                async with asyncio.timeout(self._block_ms / 1000 + self.manager.timeout):
+                    reply: Any = await client.xreadgroup(
+                        WORK_GROUP, self.name, {stream: ">"}, count=reserved, block=block
+                    )
+            except ResponseError as exc:
+                self._slots.give(reserved)
+                if "NOGROUP" in str(exc):  # the server lost the group (flush, no persistence)
+                    await self._recreate_group(partition)
+                    continue
+                backoff = await self._backoff("read", backoff)
+                continue
+            except (TimeoutError, RedisError, OSError, BackendError):
+                self._slots.give(reserved)
+                backoff = await self._backoff("read", backoff)
+                continue
+            except BaseException:
+                self._slots.give(reserved)
+                raise
+            backoff = 0.05
+            entries = reply[0][1] if reply else []
+            backlog = bool(entries)
+            self._slots.give(reserved - len(entries))
+            for entry_id, fields in entries:
+                self._start(partition, entry_id, fields)
+
+    async def _recreate_group(self, partition: int) -> None:
+        try:
+            await self.manager.ensure_work_groups([partition])
+            _log(
+                logging.WARNING,
+                "recreated a missing work group",
+                "group_recreated",
+                partition=partition,
+            )
+        except BackendError:
+            await self._backoff("group", 0.5)
+
+    async def _backoff(self, what: str, delay: float) -> float:
+        _log(
+            logging.WARNING,
+            f"Redis unavailable during {what}; retrying",
+            "redis_retry",
+            worker=self.name,
+            retry_in=round(delay, 3),
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+        return min(delay * 2, _MAX_BACKOFF)
+
+    async def _reclaim_loop(self) -> None:
+        cursors = dict.fromkeys(self.partitions, "0-0")
+        lease_ms = self.lease // timedelta(milliseconds=1)
+        client = self.manager.client
+        passes = 0
+        while True:
+            await asyncio.sleep(self._reclaim_every)
+            passes += 1
+            for partition in self.partitions:
+                wanted = self._slots.take_up_to(self.read_batch)
+                if wanted == 0:
+                    break
+                stream = self.manager.keyspace.work(partition)
+                try:
+                    async with asyncio.timeout(self.manager.timeout):
+                        reply = await client.xautoclaim(
+                            stream,
+                            WORK_GROUP,
+                            self.name,
+                            lease_ms,
+                            start_id=cursors[partition],
+                            count=wanted,
+                        )
+                except (TimeoutError, RedisError, OSError):
+                    self._slots.give(wanted)
+                    continue
+                # Keep the cursor: the next pass continues where this one stopped.
+                cursors[partition] = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
+                entries = [e for e in reply[1] if e[1] is not None]
+                self._slots.give(wanted - len(entries))
+                for entry_id, fields in entries:
+                    self._start(partition, entry_id, fields, reclaimed=True)
+            if passes % 100 == 1:
+                await self._remove_stale_consumers()
+
+    async def _remove_stale_consumers(self) -> None:
+        client = self.manager.client
+        for partition in self.partitions:
+            stream = self.manager.keyspace.work(partition)
+            try:
+                async with asyncio.timeout(self.manager.timeout):
+                    for consumer in await client.xinfo_consumers(stream, WORK_GROUP):
+                        name = consumer["name"]
+                        name = name.decode() if isinstance(name, bytes) else name
+                        if (
+                            name != self.name
+                            and consumer["pending"] == 0
+                            and consumer["idle"] > _STALE_CONSUMER_MS
+                        ):
+                            await client.xgroup_delconsumer(stream, WORK_GROUP, name)
+            except (TimeoutError, RedisError, OSError):
+                return
+
+    # -- running one task ------------------------------------------------------------
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _start(
+        self, partition: int, entry_id: bytes, fields: dict[bytes, bytes], reclaimed: bool = False
+    ) -> None:
+        """Claim and run one entry; the caller already took a slot for it."""
+        raw = fields.get(b"t", b"")
+        task_id = raw.decode("utf-8", "replace")
+        if parse_task_id(task_id) is None:
+            # Not an entry redis-tasks wrote: drop it, or it would be reclaimed forever.
+            self._slots.give()
+            self._spawn(self._drop_foreign(partition, entry_id))
+            return
+        self._spawn(self._claim_and_run(partition, entry_id.decode(), task_id, reclaimed))
+
+    async def _drop_foreign(self, partition: int, entry_id: bytes) -> None:
+        stream = self.manager.keyspace.work(partition)
+        _log(
+            logging.WARNING, "dropping a malformed work entry", "foreign_entry", partition=partition
+        )
+        try:
+            async with asyncio.timeout(self.manager.timeout):
+                await self.manager.client.xack(stream, WORK_GROUP, entry_id)
+                await self.manager.client.xdel(stream, entry_id)
+        except (TimeoutError, RedisError, OSError):
+            return
+
+    async def _claim_and_run(
+        self, partition: int, entry_id: str, task_id: str, reclaimed: bool
+    ) -> None:
+        try:
+            try:
+                claim = await self.manager.claim_task(
+                    task_id,
+                    entry_id,
+                    consumer=self.name,
+                    lease=self.lease,
+                    max_attempts=self.max_attempts,
+                )
+            except RedisTasksError as exc:
+                # The entry stays pending with us and is reclaimed after a lease.
+                _log(
+                    logging.WARNING,
+                    "claim failed",
+                    "claim_failed",
+                    task_id=task_id,
+                    error=type(exc).__name__,
+                )
+                return
+            if claim.outcome is not ClaimOutcome.RUN:
+                level = logging.WARNING if claim.outcome is ClaimOutcome.POISONED else logging.INFO
+                _log(
+                    level,
+                    f"task not run: {claim.outcome.value}",
+                    f"claim_{claim.outcome.value}",
+                    task_id=task_id,
+                    reclaimed=reclaimed,
+                )
+                return
+            assert claim.origin is not None
+            execution = TaskExecution(
+                self.manager,
+                task_id,
+                origin=claim.origin,
+                payload=claim.payload,
+                attempt=claim.attempt,
+                fence=claim.fence,
+                input_poll=self._input_poll,
+            )
+            run = _Run(execution, partition, time.monotonic() + self.lease.total_seconds())
+            run.supervisor = asyncio.current_task()
+            self._running[task_id] = run
+            try:
+                await self._supervise(run)
+            finally:
+                del self._running[task_id]
+        finally:
+            self._slots.give()
+
+    async def _supervise(self, run: _Run) -> None:
+        execution = run.execution
+        fields = {
+            "task_id": execution.task_id,
+            "fence": execution.fence,
+            "attempt": execution.attempt,
+        }
+        _log(logging.INFO, "task started", "task_started", **fields)
+        handler = run.handler = asyncio.ensure_future(self.handler(execution))
+        stopped = asyncio.ensure_future(run.stop.wait())
+        try:
+            await asyncio.wait({handler, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if run.abandoned is not None:
+            handler.cancel()
+            # A handler that swallows CancelledError must not hold up shutdown: its
+            # late writes are refused by the fence anyway.
+            await asyncio.wait({handler}, timeout=self.manager.timeout)
+            if run.abandoned == "shutdown":
+                await self._hand_back(run)
+            return
+        if handler.cancelled():
+            if execution.cancelled.is_set():
+                await self._finish(run, "cancel", None)
+            else:
+                _log(
+                    logging.ERROR,
+                    "handler raised CancelledError without a cancellation "
+                    "request; failing the task",
+                    "handler_cancelled_itself",
+                    **fields,
+                )
+                await self._finish(run, "fail", INTERNAL_ERROR)
+            return
+        exc = handler.exception()
+        if isinstance(exc, TaskFailed):
+            await self._finish(run, "fail", exc.error)
+        elif exc is not None:
+            _log(
+                logging.ERROR,
+                "handler raised",
+                "handler_error",
+                exception=type(exc).__name__,
+                where=_frames(exc),
+                **fields,
+            )
+            await self._finish(run, "fail", INTERNAL_ERROR)
+        else:
+            await self._finish(run, "complete", handler.result())
+
+    def _abandon(self, run: _Run, reason: str) -> None:
+        """Stop the handler of ``run``; its outcome will not be written."""
+        if run.abandoned is None:
+            run.abandoned = reason
+            run.stop.set()
+
+    async def _hand_back(self, run: _Run) -> None:
+        execution = run.execution
+        try:
+            async with asyncio.timeout(self.manager.timeout):
+                await self.manager.release_task(execution.task_id, fence=execution.fence)
+            _log(
+                logging.INFO,
+                "task handed back",
+                "task_released",
+                task_id=execution.task_id,
+                fence=execution.fence,
+            )
+        except RedisTasksError as exc:
+            # Not handed back: the lease runs out and another worker reclaims it.
+            _log(
+                logging.WARNING,
+                "hand back failed",
+                "release_failed",
+                task_id=execution.task_id,
+                error=type(exc).__name__,
+            )
+
+    async def _finish(self, run: _Run, how: str, outcome: Any) -> None:
+        run.finishing = True
+        execution = run.execution
+        fields = {
+            "task_id": execution.task_id,
+            "fence": execution.fence,
+            "attempt": execution.attempt,
+        }
+        delay = 0.05
+        while True:
+            try:
+                if how == "complete":
+                    await self.manager.complete_task(
+                        execution.task_id, outcome, fence=execution.fence
+                    )
+                elif how == "fail":
+                    assert isinstance(outcome, JsonRpcError)
+                    await self.manager.fail_task(execution.task_id, outcome, fence=execution.fence)
+                else:
+                    await self.manager.cancel_task(execution.task_id, fence=execution.fence)
+            except ValidationError as exc:
+                # The handler returned something we cannot store (not JSON, too big).
+                _log(
+                    logging.ERROR,
+                    "handler result refused",
+                    "result_invalid",
+                    error=type(exc).__name__,
+                    **fields,
+                )
+                how, outcome = "fail", INTERNAL_ERROR
+                continue
+            except LeaseLostError:
+                _log(
+                    logging.WARNING,
+                    "lease lost: another worker owns the task; outcome dropped",
+                    "lease_lost",
+                    **fields,
+                )
+            except TaskTerminalError:
+                _log(
+                    logging.INFO,
+                    "task already terminal; outcome dropped",
+                    "already_terminal",
+                    **fields,
+                )
+            except TaskNotFoundError:
+                _log(logging.INFO, "task expired before it finished", "task_expired", **fields)
+            except BackendError as exc:
+                if time.monotonic() > run.lease_until:
+                    _log(
+                        logging.WARNING,
+                        "could not record the outcome within the lease; "
+                        "another worker will run the task again",
+                        "finish_abandoned",
+                        error=type(exc).__name__,
+                        **fields,
+                    )
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            else:
+                _log(logging.INFO, _DONE[how], f"task_{how}", **fields)
+            return
+
+    # -- leases ----------------------------------------------------------------------
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._renew_every)
+            runs = [r for r in self._running.values() if r.abandoned is None and not r.finishing]
+            if runs:
+                await asyncio.gather(*(self._renew(r) for r in runs))
+
+    async def _renew(self, run: _Run) -> None:
+        if run.renewing or run.finishing or run.abandoned is not None:
+            return
+        run.renewing = True
+        execution = run.execution
+        asked_at = time.monotonic()
+        try:
+            cancel = await self.manager.renew_lease(
+                execution.task_id, fence=execution.fence, consumer=self.name, lease=self.lease
+            )
+        except (LeaseLostError, TaskNotFoundError, TaskTerminalError) as exc:
+            if run.finishing:
+                return  # the handler's own outcome was written meanwhile
+            _log(
+                logging.WARNING,
+                "lease ended; stopping the handler",
+                "lease_ended",
+                task_id=execution.task_id,
+                fence=execution.fence,
+                reason=type(exc).__name__,
+            )
+            self._abandon(run, "lease")
+            return
+        except BackendError as exc:
+            if time.monotonic() > run.lease_until:
+                _log(
+                    logging.WARNING,
+                    "lease ran out while Redis was unreachable; stopping the handler",
+                    "lease_expired",
+                    task_id=execution.task_id,
+                    fence=execution.fence,
+                    error=type(exc).__name__,
+                )
+                self._abandon(run, "lease")
+            return
+        finally:
+            run.renewing = False
+        run.lease_until = asked_at + self.lease.total_seconds()
+        if cancel and not execution.cancelled.is_set():
+            _log(
+                logging.INFO,
+                "cancellation requested",
+                "cancel_requested",
+                task_id=execution.task_id,
+                fence=execution.fence,
+            )
+            execution.cancelled.set()
+
+    def _on_event(self, task_id: str) -> None:
+        run = self._running.get(task_id)
+        if run is None or run.finishing:
+            return
+        run.execution._notify_changed()
+        # A change may be a cancellation request: renewing now reports it.
+        self._spawn(self._renew(run))
