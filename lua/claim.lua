@@ -29,6 +29,8 @@
     {RC_CANCELLED}   cancellation was requested while no worker ran it: ended cancelled
     {RC_POISONED}    attempts exhausted: ended failed with poison_error
     {RC_LEASE_HELD}  another worker's lease has not expired: nothing changed
+  A retry by the same consumer for the same entry while its lease lasts gets
+  that lease back ({RC_OK, ...}) without a second fence bump.
   Events: one entry when the task ends here.
 ]]
 -- KEYS go to terminate() whole, in the order above.
@@ -42,7 +44,7 @@ local max_attempts = tonumber(ARGV[5])
 local poison_error = ARGV[6]
 local events_maxlen = ARGV[7]
 
-local t = redis.call('HMGET', task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl')
+local t = redis.call('HMGET', task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo')
 local status = t[1]
 if not status then
   drop_entry(work_key, entry_id)
@@ -54,6 +56,9 @@ if TERMINAL[status] then
 end
 local now = now_ms()
 if t[5] and tonumber(t[5]) > now then
+  if t[10] == consumer and t[7] == entry_id then
+    return {RC_OK, tonumber(t[2]), tonumber(t[3]), t[8], t[9] or ''}
+  end
   return {RC_LEASE_HELD}
 end
 local entry = t[7] or entry_id

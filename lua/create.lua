@@ -18,7 +18,9 @@
     9 events_maxlen
   Returns:
     {RC_OK, created_ms}
-    {RC_EXISTS}      the ID is taken; nothing is overwritten
+    {RC_EXISTS}      the ID is taken by another task; nothing is overwritten
+  A retry of a create whose reply was lost finds its own task (same endpoint,
+  binding and origin) and answers {RC_OK, created_ms} without a second task.
   Events: one entry for the new task.
 ]]
 local task_key = KEYS[1]
@@ -34,7 +36,11 @@ local poll_ms = ARGV[7]
 local metadata = ARGV[8]
 local events_maxlen = ARGV[9]
 
-if redis.call('EXISTS', task_key) == 1 then
+local existing = redis.call('HMGET', task_key, 'ep', 'pk', 'or', 'ca')
+if existing[1] then
+  if existing[1] == endpoint and existing[2] == binding and existing[3] == origin then
+    return {RC_OK, tonumber(existing[4])}
+  end
   return {RC_EXISTS}
 end
 

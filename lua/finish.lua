@@ -22,7 +22,7 @@
     7 outcome        msgpack
     8 events_maxlen
   Returns:
-    {RC_OK}
+    {RC_OK}          also when this very transition was already applied (a retry)
     {RC_NOT_FOUND} | {RC_LEASE_LOST} | {RC_TERMINAL}
   Events: one entry.
 ]]
@@ -37,8 +37,13 @@ local outcome_field = ARGV[6]
 local outcome = ARGV[7]
 local events_maxlen = ARGV[8]
 
-local t = redis.call('HMGET', task_key, 'st', 'fn', 'ua', 'wk')
+local t = redis.call('HMGET', task_key, 'st', 'fn', 'ua', 'wk', 'sm', outcome_field ~= '' and outcome_field or 'st')
 local guard = worker_guard(t[1], t[2], fence)
+if guard == RC_TERMINAL and t[1] == status
+    and t[5] == (has_message and message or false)
+    and (outcome_field == '' or t[6] == outcome) then
+  return {RC_OK}  -- the same transition again: a retry after a lost reply
+end
 if guard ~= RC_OK then
   return {guard}
 end

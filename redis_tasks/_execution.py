@@ -109,18 +109,18 @@ class TaskExecution:
         their recorded answers at once. If cancellation is requested while
         waiting, raises :class:`asyncio.CancelledError`.
         """
-        manager, fence = self._manager, self._fence
-        answers = await manager.request_input(self._task_id, requests, status_message, fence=fence)
-        while not requests.keys() <= answers.keys():
+        while True:
             self._changed.clear()
-            taken = await manager.take_input_responses(self._task_id, fence=fence)
-            answers.update((k, v) for k, v in taken.items() if k in requests)
+            # Re-issuing the same round is a no-op that returns every recorded
+            # answer, so polling with it loses nothing even if a reply is lost.
+            answers = await self._manager.request_input(
+                self._task_id, requests, status_message, fence=self._fence
+            )
             if requests.keys() <= answers.keys():
-                break
+                return {key: answers[key] for key in requests}
             if self.cancelled.is_set():
                 raise asyncio.CancelledError("cancellation was requested")
             await _first(self._changed.wait, self.cancelled.wait, within=self._input_poll)
-        return {key: answers[key] for key in requests}
 
     def _notify_changed(self) -> None:
         self._changed.set()

@@ -385,6 +385,15 @@ class InMemoryTaskManager:
         message = self._encoder.status_message(status_message)
         fence_bytes = self._encoder.fence(fence)
         with self._lock:
+            record = self._live(task_id)
+            if (
+                record is not None
+                and (not fence_bytes or fence_bytes == record.fields["fn"])
+                and record.fields["st"] == status.value.encode()
+                and record.fields.get("sm") == message
+                and (outcome_field is None or record.fields.get(outcome_field) == outcome)
+            ):
+                return  # the same transition again: a retry after a lost reply
             record = self._guarded(task_id, fence_bytes)
             record.fields["st"] = status.value.encode()
             self._set_message(record, message)

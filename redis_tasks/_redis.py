@@ -14,7 +14,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
@@ -112,22 +112,29 @@ class RedisTaskManager:
         limits: Limits | None = None,
         timeout: float = 5.0,
         events_maxlen: int = 10_000,
+        max_connections: int = 256,
         **redis_options: Any,
     ) -> RedisTaskManager:
         """Connect to ``url`` (``redis://`` or ``rediss://``); the manager owns the client.
 
-        ``redis_options`` go to :meth:`redis.asyncio.Redis.from_url` (e.g.
-        ``ssl_ca_certs``, ``username``, ``max_connections``).
+        Connections come from a blocking pool of ``max_connections``: a call
+        waits up to ``timeout`` for a free one. ``redis_options`` go to the
+        connection pool (e.g. ``ssl_ca_certs``, ``username``, ``password``).
         """
         options: dict[str, Any] = {
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
             "retry": Retry(NoBackoff(), 0),
             "health_check_interval": 30,
+            # A burst of calls waits (up to the timeout) for a free connection
+            # instead of failing; workers hold one per partition while reading.
+            "max_connections": max_connections,
+            "timeout": timeout,
         }
         options.update(redis_options)
         options["decode_responses"] = False  # origins and payloads are bytes
-        client = Redis.from_url(url, **options)
+        pool = BlockingConnectionPool.from_url(url, **options)
+        client = Redis.from_pool(pool)
         return cls(
             client,
             prefix=prefix,
@@ -495,3 +502,8 @@ class RedisTaskManager:
         """One ``release`` script call: hand the task back for another worker to run now."""
         keys = self._worker_keys(task_id)
         await self._run("release", (keys.task, keys.work), (task_id, self._encoder.fence(fence)))
+
+    async def requeue_entry(self, task_id: str, entry_id: str) -> None:
+        """One ``requeue`` script call: put an unclaimed delivered entry back for others."""
+        keys = self._worker_keys(task_id)
+        await self._run("requeue", (keys.task, keys.work), (task_id, entry_id))

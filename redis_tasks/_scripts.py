@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
 from ._codes import ReturnCode, error_for
@@ -113,6 +114,7 @@ SPECS: Final[dict[str, Spec]] = {
     ),
     "renew": Spec(("task", "work"), ("fence", "consumer", "lease_ms")),
     "release": Spec(("task", "work"), ("task_id", "fence")),
+    "requeue": Spec(("task", "work"), ("task_id", "entry_id")),
 }
 
 
@@ -186,7 +188,10 @@ class ScriptRunner:
     """Runs scripts on one Redis client: EVALSHA, NOSCRIPT reload, timeout, error mapping.
 
     Redis errors of every kind become :class:`BackendError` here, the one
-    boundary between the backend and the library's exception tree.
+    boundary between the backend and the library's exception tree. Scripts are
+    idempotent, so a lost reply can be retried: create finds its own task,
+    finish accepts the identical transition again, claim returns the caller's
+    own live lease, and the rest change nothing when repeated.
     """
 
     __slots__ = ("client", "timeout")
@@ -208,16 +213,19 @@ class ScriptRunner:
         return reply
 
     async def run_raw(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
-        """Run script ``name`` and return its reply, whatever its code."""
+        """Run script ``name`` and return its reply, whatever its code.
+
+        A broken connection (the server restarted, or killed our client) is
+        retried once on a fresh one: every script is written to be safe to run
+        again after a reply was lost.
+        """
         script = scripts[name]
         try:
             async with asyncio.timeout(self.timeout):
                 try:
-                    reply = await self.client.evalsha(script.sha, len(keys), *keys, *args)
-                except NoScriptError:
-                    # A restart, failover or SCRIPT FLUSH emptied the cache; EVAL
-                    # runs the script and caches it again for the next EVALSHA.
-                    reply = await self.client.eval(script.source, len(keys), *keys, *args)
+                    reply = await self._call(script, keys, args)
+                except RedisConnectionError:
+                    reply = await self._call(script, keys, args)
         except TimeoutError as exc:
             raise BackendError("Redis call timed out") from exc
         except (RedisError, OSError) as exc:
@@ -225,3 +233,11 @@ class ScriptRunner:
         if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
             raise InternalError("unexpected script reply")
         return reply
+
+    async def _call(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        try:
+            return await self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            # A restart, failover or SCRIPT FLUSH emptied the cache; EVAL runs
+            # the script and caches it again for the next EVALSHA.
+            return await self.client.eval(script.source, len(keys), *keys, *args)

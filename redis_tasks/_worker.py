@@ -71,7 +71,8 @@ def _frames(exc: BaseException) -> str:
 
 
 class _Slots:
-    """Free handler slots: readers take them before reading, so no read outruns capacity."""
+    """Free handler slots. Readers wait for one to be free before reading but do
+    not reserve it while blocked, so idle partitions hold no capacity."""
 
     def __init__(self, total: int) -> None:
         self.free = total
@@ -79,15 +80,12 @@ class _Slots:
         self._available.set()
         self.closed = False
 
-    async def take_one(self) -> bool:
-        """Wait for a slot and take it; ``False`` (nothing taken) once closed."""
+    async def wait_free(self) -> bool:
+        """Wait until a slot is free (taking none); ``False`` once closed."""
         while self.free == 0 and not self.closed:
             self._available.clear()
             await self._available.wait()
-        if self.closed:
-            return False
-        self.free -= 1
-        return True
+        return not self.closed
 
     def close(self) -> None:
         """Wake every waiter: the worker is stopping."""
@@ -171,7 +169,11 @@ class Worker:
         self._reclaim_every = max(lease_s / 2, 0.05)
         self._block_ms = max(1, min(1000, int(manager.timeout * 500)))
         self._slots = _Slots(concurrency)
-        self._running: dict[str, _Run] = {}
+        self._runs: set[_Run] = set()  # every run in progress
+        self._latest: dict[str, _Run] = {}  # the newest run of each task
+        self._claiming = 0  # claims sent and not yet answered
+        self._claims_settled = asyncio.Event()
+        self._claims_settled.set()
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self._started = False
@@ -199,7 +201,7 @@ class Worker:
     @property
     def running(self) -> int:
         """How many handlers are running now."""
-        return len(self._running)
+        return len(self._runs)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop reading, give running handlers ``grace`` seconds, hand back the rest.
@@ -256,7 +258,9 @@ class Worker:
             _log(logging.INFO, "worker stopped", "worker_stopped", worker=self.name)
 
     async def _drain(self) -> None:
-        supervisors = [r.supervisor for r in self._running.values() if r.supervisor]
+        # Claims already sent still become runs; wait for them to register.
+        await self._claims_settled.wait()
+        supervisors = [r.supervisor for r in self._runs if r.supervisor]
         if supervisors:
             _log(
                 logging.INFO,
@@ -266,11 +270,16 @@ class Worker:
                 grace=self._grace,
             )
             await asyncio.wait(supervisors, timeout=self._grace)
-        for run in list(self._running.values()):
+        for run in list(self._runs):
             self._abandon(run, "shutdown")
-        rest = [r.supervisor for r in self._running.values() if r.supervisor]
+        rest = [r.supervisor for r in self._runs if r.supervisor]
         if rest:
             await asyncio.gather(*rest, return_exceptions=True)
+        # Whatever else is in flight (hint renewals, dropped entries) ends here.
+        leftovers = [t for t in self._tasks if not t.done()]
+        for task in leftovers:
+            task.cancel()
+        await asyncio.gather(*leftovers, return_exceptions=True)
 
     async def _forget_consumer(self) -> None:
         """Remove this worker's consumer from each group it left nothing pending in."""
@@ -295,38 +304,37 @@ class Worker:
         backoff = 0.05
         backlog = False
         while not self._stopping.is_set():
-            if not await self._slots.take_one():
+            if not await self._slots.wait_free():
                 return
-            # A blocked reader holds one slot only, so idle partitions cannot
-            # starve busy ones of capacity; while this partition has a backlog,
-            # read batches without blocking instead.
-            reserved = 1 + (self._slots.take_up_to(self.read_batch - 1) if backlog else 0)
+            # Every partition's reader blocks while the worker has room, without
+            # reserving a slot; while this partition has a backlog, read batches
+            # without blocking instead.
+            wanted = max(1, min(self.read_batch, self._slots.free)) if backlog else 1
             block = None if backlog else self._block_ms
             try:
                 async with asyncio.timeout(self._block_ms / 1000 + self.manager.timeout):
                     reply: Any = await client.xreadgroup(
-                        WORK_GROUP, self.name, {stream: ">"}, count=reserved, block=block
+                        WORK_GROUP, self.name, {stream: ">"}, count=wanted, block=block
                     )
             except ResponseError as exc:
-                self._slots.give(reserved)
                 if "NOGROUP" in str(exc):  # the server lost the group (flush, no persistence)
                     await self._recreate_group(partition)
                     continue
                 backoff = await self._backoff("read", backoff)
                 continue
             except (TimeoutError, RedisError, OSError, BackendError):
-                self._slots.give(reserved)
                 backoff = await self._backoff("read", backoff)
                 continue
-            except BaseException:
-                self._slots.give(reserved)
-                raise
             backoff = 0.05
             entries = reply[0][1] if reply else []
             backlog = bool(entries)
-            self._slots.give(reserved - len(entries))
             for entry_id, fields in entries:
-                self._start(partition, entry_id, fields)
+                if self._slots.take_up_to(1):
+                    self._start(partition, entry_id, fields)
+                else:
+                    # Other partitions filled the slots while this read was blocked:
+                    # hand the entry straight back rather than hold it.
+                    self._spawn(self._requeue(partition, entry_id, fields))
 
     async def _recreate_group(self, partition: int) -> None:
         try:
@@ -425,6 +433,23 @@ class Worker:
             return
         self._spawn(self._claim_and_run(partition, entry_id.decode(), task_id, reclaimed))
 
+    async def _requeue(self, partition: int, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
+        task_id = fields.get(b"t", b"").decode("utf-8", "replace")
+        if parse_task_id(task_id) is None:
+            await self._drop_foreign(partition, entry_id)
+            return
+        try:
+            await self.manager.requeue_entry(task_id, entry_id.decode())
+        except RedisTasksError as exc:
+            # Left pending with us: reclaimed after a lease, by us or another worker.
+            _log(
+                logging.WARNING,
+                "requeue failed",
+                "requeue_failed",
+                task_id=task_id,
+                error=type(exc).__name__,
+            )
+
     async def _drop_foreign(self, partition: int, entry_id: bytes) -> None:
         stream = self.manager.keyspace.work(partition)
         _log(
@@ -441,53 +466,71 @@ class Worker:
         self, partition: int, entry_id: str, task_id: str, reclaimed: bool
     ) -> None:
         try:
-            try:
-                claim = await self.manager.claim_task(
-                    task_id,
-                    entry_id,
-                    consumer=self.name,
-                    lease=self.lease,
-                    max_attempts=self.max_attempts,
-                )
-            except RedisTasksError as exc:
-                # The entry stays pending with us and is reclaimed after a lease.
-                _log(
-                    logging.WARNING,
-                    "claim failed",
-                    "claim_failed",
-                    task_id=task_id,
-                    error=type(exc).__name__,
-                )
+            run = await self._claim(partition, entry_id, task_id, reclaimed)
+            if run is None:
                 return
-            if claim.outcome is not ClaimOutcome.RUN:
-                level = logging.WARNING if claim.outcome is ClaimOutcome.POISONED else logging.INFO
-                _log(
-                    level,
-                    f"task not run: {claim.outcome.value}",
-                    f"claim_{claim.outcome.value}",
-                    task_id=task_id,
-                    reclaimed=reclaimed,
-                )
-                return
-            assert claim.origin is not None
-            execution = TaskExecution(
-                self.manager,
-                task_id,
-                origin=claim.origin,
-                payload=claim.payload,
-                attempt=claim.attempt,
-                fence=claim.fence,
-                input_poll=self._input_poll,
-            )
-            run = _Run(execution, partition, time.monotonic() + self.lease.total_seconds())
             run.supervisor = asyncio.current_task()
-            self._running[task_id] = run
+            self._runs.add(run)
+            # A task handed back and claimed again by this worker has two runs
+            # for a while; hints and lookups go to the newest.
+            self._latest[task_id] = run
             try:
                 await self._supervise(run)
             finally:
-                del self._running[task_id]
+                self._runs.discard(run)
+                if self._latest.get(task_id) is run:
+                    del self._latest[task_id]
         finally:
             self._slots.give()
+
+    async def _claim(
+        self, partition: int, entry_id: str, task_id: str, reclaimed: bool
+    ) -> _Run | None:
+        self._claiming += 1
+        self._claims_settled.clear()
+        try:
+            claim = await self.manager.claim_task(
+                task_id,
+                entry_id,
+                consumer=self.name,
+                lease=self.lease,
+                max_attempts=self.max_attempts,
+            )
+        except RedisTasksError as exc:
+            # The entry stays pending with us and is reclaimed after a lease.
+            _log(
+                logging.WARNING,
+                "claim failed",
+                "claim_failed",
+                task_id=task_id,
+                error=type(exc).__name__,
+            )
+            return None
+        finally:
+            self._claiming -= 1
+            if self._claiming == 0:
+                self._claims_settled.set()
+        if claim.outcome is not ClaimOutcome.RUN:
+            level = logging.WARNING if claim.outcome is ClaimOutcome.POISONED else logging.INFO
+            _log(
+                level,
+                f"task not run: {claim.outcome.value}",
+                f"claim_{claim.outcome.value}",
+                task_id=task_id,
+                reclaimed=reclaimed,
+            )
+            return None
+        assert claim.origin is not None
+        execution = TaskExecution(
+            self.manager,
+            task_id,
+            origin=claim.origin,
+            payload=claim.payload,
+            attempt=claim.attempt,
+            fence=claim.fence,
+            input_poll=self._input_poll,
+        )
+        return _Run(execution, partition, time.monotonic() + self.lease.total_seconds())
 
     async def _supervise(self, run: _Run) -> None:
         execution = run.execution
@@ -638,7 +681,7 @@ class Worker:
     async def _renew_loop(self) -> None:
         while True:
             await asyncio.sleep(self._renew_every)
-            runs = [r for r in self._running.values() if r.abandoned is None and not r.finishing]
+            runs = [r for r in self._runs if r.abandoned is None and not r.finishing]
             if runs:
                 await asyncio.gather(*(self._renew(r) for r in runs))
 
@@ -691,7 +734,7 @@ class Worker:
             execution.cancelled.set()
 
     def _on_event(self, task_id: str) -> None:
-        run = self._running.get(task_id)
+        run = self._latest.get(task_id)
         if run is None or run.finishing:
             return
         run.execution._notify_changed()

@@ -56,12 +56,12 @@ def _free_port() -> int:
         return port
 
 
-def start_redis_server(directory: Path, *extra: str) -> RedisServer:
-    """Start redis-server on a free loopback port and wait until it answers PING."""
+def start_redis_server(directory: Path, *extra: str, port: int | None = None) -> RedisServer:
+    """Start redis-server on a free (or the given) loopback port; wait until it answers."""
     binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server not found: install it (make test does)")
-    port = _free_port()
+    port = port or _free_port()
     process = subprocess.Popen(
         [
             binary,

@@ -514,6 +514,29 @@ async def test_exactly_one_terminal_transition_wins_a_race(backend: Backend) -> 
         assert winner_of(await find(m, task_id)) == winners[0]
 
 
+@pytest.mark.parametrize("how", ["complete", "fail", "cancel"])
+async def test_repeating_the_same_terminal_transition_is_accepted_but_a_different_one_is_not(
+    backend: Backend, how: str
+) -> None:
+    m = backend.manager
+    task_id = await new_task(m)
+    await finish(m, task_id, how, "same")
+    before = await find(m, task_id)
+    await finish(m, task_id, how, "same")  # as a retry after a lost reply would
+    await finish(m, task_id, how, "same", fence=0)
+    assert await find(m, task_id) == before
+    for other_how, token in (("complete", "other"), ("fail", "other"), ("cancel", "other")):
+        with pytest.raises(TaskTerminalError):
+            await finish(m, task_id, other_how, token)
+    others = [w for w in ("complete", "fail", "cancel") if w != how]
+    for other_how in others:
+        with pytest.raises(TaskTerminalError):
+            await finish(m, task_id, other_how, "same")
+    with pytest.raises(LeaseLostError):
+        await finish(m, task_id, how, "same", fence=5)
+    assert await find(m, task_id) == before
+
+
 async def test_result_and_terminal_status_are_written_together(backend: Backend) -> None:
     m = backend.manager
     completed, failed, cancelled = [await new_task(m) for _ in range(3)]

@@ -5,26 +5,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from redis_tasks import (
     BackendError,
+    ClaimOutcome,
     InternalError,
     RedisTaskManager,
     TaskNotFoundError,
     TaskRequestContext,
+    TaskStatus,
     TaskUpdateContext,
 )
 from redis_tasks._keys import KeySpace
 from redis_tasks._scripts import SPECS, _check_header, lua_dir, scripts
 
 from .conftest import Backend, RedisServer
-from .helpers import ALICE, BOB, ELICIT, ELICIT_ANSWER, ORIGIN, OTHER_ENDPOINT
+from .helpers import ALICE, BOB, ELICIT, ELICIT_ANSWER, ORIGIN, OTHER_ENDPOINT, EventLog
 
 
 async def command_counts(client: Redis) -> Counter[str]:
@@ -213,3 +217,71 @@ async def test_a_hung_redis_raises_backend_error_within_the_timeout(
         finally:
             await pauser.client_unpause()
             await pauser.aclose()
+
+
+class LoseNextReply:
+    """Wraps a client's EVALSHA: the script runs, then the connection "breaks"."""
+
+    def __init__(self, client: Redis) -> None:
+        self.client = client
+        self.real = client.evalsha
+        self.armed = False
+        self.lost = 0
+
+    async def evalsha(self, *args: Any) -> Any:
+        reply = await self.real(*args)
+        if self.armed:
+            self.armed = False
+            self.lost += 1
+            raise RedisConnectionError("Connection closed by server.")
+        return reply
+
+
+async def test_every_script_is_safe_to_retry_after_a_lost_reply(
+    redis_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = redis_backend.manager
+    client = redis_backend.client
+    assert client is not None
+    flaky = LoseNextReply(client)
+    monkeypatch.setattr(client, "evalsha", flaky.evalsha)
+    events = EventLog()
+    m.event_publisher.subscribe(events)
+    await m.event_publisher.wait_ready()
+
+    flaky.armed = True
+    task = await m.create_task(ALICE, ORIGIN, payload=b"job")  # retried: finds its own task
+    assert await m.find_task(TaskRequestContext(ALICE, task.task_id)) == task
+    partition = int(task.task_id.split(".")[0])
+    work = redis_backend.keys.work(partition)
+    assert await client.xlen(work) == 1  # enqueued once
+
+    entries: Any = await client.xrange(work)
+    ((entry_id, _),) = entries
+    flaky.armed = True
+    claim = await m.claim_task(
+        task.task_id, entry_id.decode(), consumer="c1", lease=timedelta(seconds=30), max_attempts=5
+    )
+    assert (claim.outcome, claim.fence, claim.attempt) == (ClaimOutcome.RUN, 1, 1)
+
+    actions: list[Callable[[], Awaitable[Any]]] = [
+        lambda: m.request_input(task.task_id, {"k": ELICIT}, "asking", fence=1),
+        lambda: m.update_task(TaskUpdateContext(ALICE, task.task_id, {"k": ELICIT_ANSWER})),
+        lambda: m.request_cancellation(TaskRequestContext(ALICE, task.task_id)),
+        lambda: m.renew_lease(task.task_id, fence=1, consumer="c1", lease=timedelta(seconds=30)),
+        lambda: m.mark_working(task.task_id, "going", fence=1),
+        lambda: m.complete_task(task.task_id, {"ok": True}, "done", fence=1),
+    ]
+    for action in actions:
+        flaky.armed = True
+        await action()
+    assert flaky.lost == 8
+    done = await m.find_task(TaskRequestContext(ALICE, task.task_id))
+    assert done is not None
+    assert done.status is TaskStatus.COMPLETED
+    assert done.result == {"ok": True}
+    await events.wait_for(task.task_id, 6)
+    marker = await m.create_task(ALICE, ORIGIN)
+    await events.wait_for(marker.task_id, 1)
+    # Each change happened once: create, input, answer, intent, working, complete.
+    assert events.count(task.task_id) == 6

@@ -1,0 +1,30 @@
+--[[
+  requeue: a worker was delivered an entry it has no capacity to run (other
+  partitions filled its slots meanwhile). Instead of holding it, the entry goes
+  back to the end of the stream as a fresh entry, where an idle worker's
+  blocked reader receives it at once. Never claimed, so fence and attempts are
+  untouched. Entries of tasks that are gone or terminal are just dropped.
+
+  KEYS:
+    1 task           the task record hash
+    2 work           the partition's work stream
+  ARGV:
+    1 task_id
+    2 entry_id       the entry the worker was delivered
+  Returns:
+    {RC_OK}
+  Events: none (nothing a client sees changes).
+]]
+local task_key = KEYS[1]
+local work_key = KEYS[2]
+local task_id = ARGV[1]
+local entry_id = ARGV[2]
+
+local t = redis.call('HMGET', task_key, 'st', 'wk')
+drop_entry(work_key, entry_id)
+if not t[1] or TERMINAL[t[1]] or t[2] ~= entry_id then
+  return {RC_OK}
+end
+local entry = redis.call('XADD', work_key, '*', 't', task_id)
+redis.call('HSET', task_key, 'wk', entry)
+return {RC_OK}

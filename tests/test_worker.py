@@ -1,0 +1,445 @@
+"""The worker in one process, on a real redis-server: outcomes, cancellation, leases."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from redis_tasks import (
+    InputRequest,
+    JsonRpcError,
+    RedisTaskManager,
+    TaskExecution,
+    TaskFailed,
+    TaskOrigin,
+    TaskRequestContext,
+    TaskStatus,
+    TaskUpdateContext,
+    Worker,
+)
+from redis_tasks._keys import WORK_GROUP
+
+from .conftest import Backend
+from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, wait_until
+
+Handler = Any
+
+
+@asynccontextmanager
+async def running(
+    manager: RedisTaskManager, handler: Handler, **options: Any
+) -> AsyncIterator[Worker]:
+    """A worker running in the background for the duration of the block."""
+    worker = Worker(manager, handler, **options)
+    async with worker:
+        runner = asyncio.create_task(worker.run())
+        try:
+            yield worker
+        finally:
+            await worker.stop(grace=options.get("lease", timedelta(seconds=1)).total_seconds())
+            await runner
+
+
+async def settled(manager: RedisTaskManager, task_id: str, within: float = 15.0) -> Any:
+    async def terminal() -> Any:
+        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+        return task if task is not None and task.is_terminal else None
+
+    return await wait_until(terminal, within=within, what="a terminal task")
+
+
+async def status_is(manager: RedisTaskManager, task_id: str, status: TaskStatus) -> None:
+    async def reached() -> bool:
+        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+        return task is not None and task.status is status
+
+    await wait_until(reached, what=f"status {status.value}")
+
+
+async def create(manager: RedisTaskManager, payload: bytes = b"", **options: Any) -> str:
+    return (await manager.create_task(ALICE, ORIGIN, payload=payload, **options)).task_id
+
+
+async def test_handler_results_complete_tasks_even_with_is_error(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+    seen: list[tuple[str, int, int, bytes]] = []
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        seen.append((execution.task_id, execution.attempt, execution.fence, execution.payload))
+        assert execution.origin == ORIGIN
+        return {"content": [], "isError": execution.payload == b"tool-error"}
+
+    ok, tool_error = await create(m, b"fine"), await create(m, b"tool-error")
+    async with running(m, handler):
+        done = await settled(m, ok)
+        flagged = await settled(m, tool_error)
+    assert done.status is TaskStatus.COMPLETED
+    assert done.result == {"content": [], "isError": False}
+    assert flagged.status is TaskStatus.COMPLETED
+    assert flagged.result["isError"] is True
+    assert sorted(seen) == sorted([(ok, 1, 1, b"fine"), (tool_error, 1, 1, b"tool-error")])
+
+
+async def test_task_failed_ends_the_task_with_its_error(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        raise TaskFailed(JsonRpcError(code=-32001, message="quota exceeded", data={"n": 1}))
+
+    task_id = await create(m)
+    async with running(m, handler):
+        task = await settled(m, task_id)
+    assert task.status is TaskStatus.FAILED
+    assert task.error == JsonRpcError(code=-32001, message="quota exceeded", data={"n": 1})
+
+
+async def test_other_exceptions_fail_with_a_generic_error_and_log_no_secret(
+    redis_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    m = redis_backend.manager
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        raise RuntimeError("password=hunter2 in " + execution.payload.decode())
+
+    task_id = await create(m, b"payload-s3cret")
+    with caplog.at_level(logging.DEBUG, logger="redis_tasks"):
+        async with running(m, handler):
+            task = await settled(m, task_id)
+    assert task.status is TaskStatus.FAILED
+    assert task.error == JsonRpcError(code=-32603, message="Internal error")
+    logged = " ".join(f"{r.getMessage()} {vars(r)}" for r in caplog.records)
+    assert "RuntimeError" in logged
+    assert "test_worker.py" in logged
+    assert "hunter2" not in logged
+    assert "s3cret" not in logged
+
+
+@pytest.mark.parametrize(
+    "result", [["not", "a", "dict"], {"nan": float("nan")}, {"big": "x" * 2_000_000}]
+)
+async def test_a_result_that_cannot_be_stored_fails_the_task(
+    redis_backend: Backend, result: Any
+) -> None:
+    m = redis_backend.manager
+
+    async def handler(execution: TaskExecution) -> Any:
+        return result
+
+    task_id = await create(m)
+    async with running(m, handler):
+        task = await settled(m, task_id)
+    assert task.status is TaskStatus.FAILED
+    assert task.error == JsonRpcError(code=-32603, message="Internal error")
+
+
+async def test_cancellation_is_observed_within_one_renewal_interval(
+    redis_backend: Backend,
+) -> None:
+    m = redis_backend.manager
+    started = asyncio.Event()
+    observed: list[float] = []
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        started.set()
+        await execution.cancelled.wait()
+        observed.append(time.monotonic())
+        raise asyncio.CancelledError
+
+    lease = timedelta(seconds=1.5)  # renewals every 0.5 s
+    task_id = await create(m)
+    async with running(m, handler, lease=lease, cancel_hints=False):
+        await asyncio.wait_for(started.wait(), 10)
+        asked = time.monotonic()
+        await m.request_cancellation(TaskRequestContext(ALICE, task_id))
+        task = await settled(m, task_id)
+    assert task.status is TaskStatus.CANCELLED
+    assert observed[0] - asked <= lease.total_seconds() / 3 + 0.4
+
+
+async def test_a_cancellation_hint_delivers_it_sooner_than_renewal(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+    started = asyncio.Event()
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        started.set()
+        await execution.cancelled.wait()
+        raise asyncio.CancelledError
+
+    task_id = await create(m)
+    async with running(m, handler, lease=timedelta(seconds=60)):  # renewals every 20 s
+        await asyncio.wait_for(started.wait(), 10)
+        await m.request_cancellation(TaskRequestContext(ALICE, task_id))
+        task = await settled(m, task_id, within=10)
+    assert task.status is TaskStatus.CANCELLED
+
+
+async def test_a_handler_that_ignores_cancellation_may_still_complete(
+    redis_backend: Backend,
+) -> None:
+    m = redis_backend.manager
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        started.set()
+        await release.wait()
+        return {"saw_cancel": execution.cancelled.is_set()}
+
+    task_id = await create(m)
+    async with running(m, handler, lease=timedelta(seconds=0.6)):
+        await asyncio.wait_for(started.wait(), 10)
+        await m.request_cancellation(TaskRequestContext(ALICE, task_id))
+
+        async def noticed() -> bool:
+            return bool(await m.is_cancellation_requested(task_id))
+
+        await wait_until(noticed)
+        release.set()
+        task = await settled(m, task_id)
+    assert task.status is TaskStatus.COMPLETED  # intent, not force
+
+
+async def test_a_task_cancelled_before_any_claim_ends_cancelled_without_running(
+    redis_backend: Backend,
+) -> None:
+    m = redis_backend.manager
+    ran: list[str] = []
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        ran.append(execution.task_id)
+        return {}
+
+    task_id = await create(m)
+    await m.request_cancellation(TaskRequestContext(ALICE, task_id))
+    marker = await create(m)
+    async with running(m, handler):
+        task = await settled(m, task_id)
+        await settled(m, marker)
+    assert task.status is TaskStatus.CANCELLED
+    assert ran == [marker]
+
+
+async def test_input_round_trip_resumes_the_handler_with_the_answers(
+    redis_backend: Backend,
+) -> None:
+    m = redis_backend.manager
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        answers = await execution.request_input({"name": ELICIT}, "need a name")
+        return {"hello": answers["name"]["content"]["name"]}
+
+    task_id = await create(m)
+    async with running(m, handler, input_poll_interval=timedelta(seconds=30)):
+        await status_is(m, task_id, TaskStatus.INPUT_REQUIRED)
+        await m.update_task(TaskUpdateContext(ALICE, task_id, {"name": ELICIT_ANSWER}))
+        task = await settled(m, task_id, within=10)  # the event hint wakes it, not the poll
+    assert task.result == {"hello": "Luca"}
+
+
+async def test_graceful_stop_hands_unfinished_tasks_to_another_worker_at_once(
+    redis_backend: Backend,
+) -> None:
+    m = redis_backend.manager
+    runs: list[tuple[str, int, int]] = []
+    first_started = asyncio.Event()
+
+    async def stubborn(execution: TaskExecution) -> dict[str, Any]:
+        runs.append(("a", execution.fence, execution.attempt))
+        first_started.set()
+        await asyncio.Event().wait()  # never finishes by itself
+        return {}
+
+    async def finisher(execution: TaskExecution) -> dict[str, Any]:
+        runs.append(("b", execution.fence, execution.attempt))
+        return {"by": "b"}
+
+    lease = timedelta(seconds=60)  # far longer than the test may take: no reclaim involved
+    task_id = await create(m)
+    async with running(m, stubborn, lease=lease, name="a") as a:
+        await asyncio.wait_for(first_started.wait(), 10)
+        async with running(m, finisher, lease=lease, name="b"):
+            stopped_at = time.monotonic()
+            await a.stop(grace=0.1)
+            task = await settled(m, task_id, within=10)
+    assert time.monotonic() - stopped_at < lease.total_seconds() / 4
+    assert task.result == {"by": "b"}
+    # The hand-back bumped the fence and did not count as a failed attempt.
+    assert runs == [("a", 1, 1), ("b", 3, 1)]
+
+
+async def test_a_worker_that_loses_its_lease_stops_its_handler(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+    cancelled_runs: list[int] = []
+    started: asyncio.Queue[int] = asyncio.Queue()
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        await started.put(execution.fence)
+        if execution.fence == 1:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled_runs.append(execution.fence)
+                raise
+        return {"fence": execution.fence}
+
+    task_id = await create(m)
+    async with running(m, handler, lease=timedelta(seconds=0.6), cancel_hints=False):
+        assert await asyncio.wait_for(started.get(), 10) == 1
+        # Another owner takes over (as a reclaim would): the fence moves on.
+        await m.release_task(task_id, fence=1)
+        task = await settled(m, task_id)
+    assert cancelled_runs == [1]
+    assert task.result == {"fence": 3}
+
+
+async def test_expired_and_malformed_entries_are_dropped(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+    client = m.client
+    ran: list[str] = []
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        ran.append(execution.task_id)
+        return {}
+
+    short = await create(m, ttl=timedelta(milliseconds=50))
+
+    async def expired() -> bool:
+        return await m.find_task(TaskRequestContext(ALICE, short)) is None
+
+    await wait_until(expired)
+    for partition in range(m.partitions):
+        await client.xadd(m.keyspace.work(partition), {"t": "{not-a-task}"})
+        await client.xadd(m.keyspace.work(partition), {"other": "x"})
+
+    async def streams_empty() -> bool:
+        lengths = [await client.xlen(m.keyspace.work(p)) for p in range(m.partitions)]
+        return bool(sum(lengths) == 0)
+
+    async with running(m, handler):
+        await wait_until(streams_empty)
+    assert ran == []
+
+
+async def test_a_lost_work_group_is_recreated(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        return {"ok": True}
+
+    async with running(m, handler, partitions=[0, 1]):
+        for partition in (0, 1):
+            await m.client.xgroup_destroy(m.keyspace.work(partition), WORK_GROUP)
+        tasks = [await create(m) for _ in range(12)]
+        ours = [t for t in tasks if int(t.split(".")[0]) in (0, 1)]
+        for task_id in ours:
+            assert (await settled(m, task_id)).status is TaskStatus.COMPLETED
+
+
+async def test_stopping_an_idle_worker_is_prompt_and_removes_its_consumer(
+    redis_backend: Backend,
+) -> None:
+    m = redis_backend.manager
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        return {}
+
+    async with running(m, handler, name="idle-one") as worker:
+        # Redis 7.0 registers a consumer once it is delivered an entry.
+        await settled(m, await create(m))
+        assert await _consumers(m, "idle-one")
+        started = time.monotonic()
+        await worker.stop()
+    assert time.monotonic() - started < 3
+    assert not await _consumers(m, "idle-one")
+
+
+async def _consumers(m: RedisTaskManager, name: str) -> bool:
+    for partition in range(m.partitions):
+        consumers = await m.client.xinfo_consumers(m.keyspace.work(partition), WORK_GROUP)
+        if any(c["name"] in (name, name.encode()) for c in consumers):
+            return True
+    return False
+
+
+def test_execution_repr_hides_origin_and_payload() -> None:
+    execution = TaskExecution(
+        None,  # type: ignore[arg-type]
+        "1." + "A" * 24,
+        origin=TaskOrigin.from_persisted_string('{"k":"0rigin"}'),
+        payload=b"pay1oad",
+        attempt=1,
+        fence=3,
+        input_poll=1.0,
+    )
+    assert "0rigin" not in repr(execution)
+    assert "pay1oad" not in repr(execution)
+    assert "fence=3" in repr(execution)
+
+
+def test_worker_refuses_bad_settings(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        return {}
+
+    bad: dict[str, Any]
+    for bad in (
+        {"concurrency": 0},
+        {"max_attempts": 0},
+        {"lease": timedelta(milliseconds=10)},
+        {"partitions": []},
+    ):
+        with pytest.raises(ValueError):
+            Worker(m, handler, **bad)
+    with pytest.raises(TypeError):
+        TaskFailed({"code": 1})  # type: ignore[arg-type]
+    assert InputRequest(method="roots/list").kind == "r"
+
+
+async def test_a_worker_with_fewer_slots_than_partitions_serves_every_partition(
+    redis_backend: Backend,
+) -> None:
+    m = redis_backend.manager
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        return {"ok": True}
+
+    tasks = [await create(m) for _ in range(40)]
+    assert len({t.split(".")[0] for t in tasks}) > 8  # spread over many partitions
+    async with running(m, handler, concurrency=1):
+        for task_id in tasks:
+            assert (await settled(m, task_id)).status is TaskStatus.COMPLETED
+
+
+async def test_requeue_puts_an_unclaimed_entry_back_at_the_tail(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+    client = m.client
+    task_id = await create(m)
+    stream = m.keyspace.work(int(task_id.split(".")[0]))
+    delivered: Any = await client.xreadgroup(WORK_GROUP, "busy", {stream: ">"}, count=1)
+    entry_id = delivered[0][1][0][0].decode()
+    await m.requeue_entry(task_id, entry_id)
+    await m.requeue_entry(task_id, entry_id)  # a retry changes nothing more
+    assert (await client.xpending(stream, WORK_GROUP))["pending"] == 0
+    entries: Any = await client.xrange(stream)
+    assert len(entries) == 1
+    ((new_id, fields),) = entries
+    assert fields[b"t"].decode() == task_id
+    assert new_id.decode() > entry_id
+    again: Any = await client.xreadgroup(WORK_GROUP, "idle", {stream: ">"}, count=1)
+    claim = await m.claim_task(
+        task_id,
+        again[0][1][0][0].decode(),
+        consumer="idle",
+        lease=timedelta(seconds=5),
+        max_attempts=5,
+    )
+    assert (claim.fence, claim.attempt) == (1, 1)  # never claimed before: nothing counted
+    await m.complete_task(task_id, {"ok": True}, fence=1)
+    assert await client.xlen(stream) == 0

@@ -1,0 +1,414 @@
+"""Workers as real processes on a real redis-server: crashes, zombies, restarts, poison.
+
+Workers run the CLI (``python -m redis_tasks worker tests._handlers:handler``);
+handlers report to Redis lists so the tests wait on conditions, never on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from redis_tasks import (
+    JsonRpcError,
+    RedisTaskManager,
+    TaskRequestContext,
+    TaskStatus,
+    TaskUpdateContext,
+)
+
+from .conftest import RedisServer, start_redis_server
+from .helpers import ALICE, ELICIT_ANSWER, ORIGIN, ROOTS_ANSWER, wait_until
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class WorkerProcess:
+    """One ``redis-tasks worker`` process and its JSON log."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    name: str
+
+    def events(self) -> list[dict[str, Any]]:
+        lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
+        return [json.loads(line) for line in lines if line.startswith("{")]
+
+    def signal(self, sig: int) -> None:
+        self.process.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=30)
+
+
+@dataclass
+class Fleet:
+    """Starts worker processes for one test and cleans them up."""
+
+    url: str
+    prefix: str
+    namespace: str
+    directory: Path
+    workers: list[WorkerProcess] = field(default_factory=list)
+
+    def start(self, *options: str, name: str | None = None) -> WorkerProcess:
+        name = name or f"w{len(self.workers)}"
+        log_path = self.directory / f"{name}.log"
+        env = {**os.environ, "RT_TEST_REDIS_URL": self.url, "RT_TEST_NS": self.namespace}
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "redis_tasks",
+                "worker",
+                "tests._handlers:handler",
+                "--redis-url",
+                self.url,
+                "--prefix",
+                self.prefix,
+                "--name",
+                name,
+                *options,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log_path.open("wb"),
+        )
+        worker = WorkerProcess(process, log_path, name)
+        self.workers.append(worker)
+        return worker
+
+    def stop_all(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+
+
+@pytest.fixture
+def fleet(redis_server: RedisServer, prefix: str) -> Iterator[Fleet]:
+    with tempfile.TemporaryDirectory(prefix="fleet-") as directory:
+        crew = Fleet(redis_server.url, prefix, f"ns-{uuid.uuid4().hex[:8]}", Path(directory))
+        try:
+            yield crew
+        finally:
+            crew.stop_all()
+
+
+@pytest.fixture
+async def manager(redis_server: RedisServer, prefix: str) -> AsyncIterator[RedisTaskManager]:
+    async with RedisTaskManager.from_url(redis_server.url, prefix=prefix) as m:
+        yield m
+
+
+@pytest.fixture
+async def control(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_server.url, socket_timeout=None)  # BLPOP waits long
+    yield client
+    await client.aclose()
+
+
+async def create(manager: RedisTaskManager, **payload: Any) -> str:
+    task = await manager.create_task(ALICE, ORIGIN, payload=json.dumps(payload).encode())
+    return task.task_id
+
+
+async def next_start(control: Redis, fleet: Fleet, within: float = 30) -> dict[str, Any]:
+    """The next "handler started" report."""
+    popped = await control.blpop([f"{fleet.namespace}:started"], timeout=within)
+    assert popped is not None, "no handler started in time"
+    started: dict[str, Any] = json.loads(popped[1])
+    return started
+
+
+async def go(control: Redis, fleet: Fleet, started: dict[str, Any]) -> None:
+    """Let the handler of one run finish."""
+    await control.rpush(f"{fleet.namespace}:go:{started['task']}:{started['fence']}", 1)
+
+
+async def terminal(manager: RedisTaskManager, task_id: str, within: float = 60) -> Any:
+    async def done() -> Any:
+        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+        return task if task is not None and task.is_terminal else None
+
+    return await wait_until(done, within=within, what="a terminal task")
+
+
+def completions(workers: list[WorkerProcess]) -> Counter[str]:
+    """How often each task was recorded completed by any worker."""
+    return Counter(
+        e["task_id"] for w in workers for e in w.events() if e.get("event") == "task_complete"
+    )
+
+
+async def test_a_worker_killed_mid_handler_is_replaced_and_the_task_completes_once(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    first = fleet.start("--lease", "1")
+    task_id = await create(manager, mode="hold")
+    started = await next_start(control, fleet)
+    assert started["pid"] == first.process.pid
+    assert started["fence"] == 1
+    first.signal(signal.SIGKILL)
+    first.process.wait(timeout=30)
+
+    second = fleet.start("--lease", "1")
+    again = await next_start(control, fleet)  # reclaimed once the lease ran out
+    assert again["pid"] == second.process.pid
+    assert (again["fence"], again["attempt"]) == (2, 2)
+    await go(control, fleet, again)
+    task = await terminal(manager, task_id)
+    assert task.status is TaskStatus.COMPLETED
+    assert task.result["fence"] == 2
+    assert completions(fleet.workers) == {task_id: 1}
+
+
+async def test_a_zombie_workers_late_complete_is_refused_by_the_fence(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    zombie = fleet.start("--lease", "1", "--concurrency", "1")
+    task_id = await create(manager, mode="hold")
+    first = await next_start(control, fleet)
+    assert first["pid"] == zombie.process.pid
+    zombie.signal(signal.SIGSTOP)  # stalls past its lease: renewals stop
+    try:
+        rescuer = fleet.start("--lease", "1")
+        second = await next_start(control, fleet)
+        assert second["pid"] == rescuer.process.pid
+        assert second["fence"] > first["fence"]
+        await go(control, fleet, second)
+        done = await terminal(manager, task_id)
+        assert done.result["fence"] == second["fence"]
+        await go(control, fleet, first)  # the zombie's handler may now finish...
+    finally:
+        zombie.signal(signal.SIGCONT)
+
+    def refused() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in zombie.events()
+            if e.get("task_id") == task_id and e.get("event") in ("lease_lost", "lease_ended")
+        ]
+
+    async def zombie_refused() -> bool:
+        return bool(refused())
+
+    await wait_until(zombie_refused, within=30, what="the zombie to be refused")
+    assert refused()[0]["fence"] == first["fence"]
+    # ...but its late write is refused: the stored result is still the rescuer's.
+    task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+    assert task is not None
+    assert task.result is not None
+    assert task.result["fence"] == second["fence"]
+    assert completions(fleet.workers) == {task_id: 1}
+
+
+async def test_a_task_killed_while_waiting_for_input_replays_to_the_recorded_answers(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    first = fleet.start("--lease", "1")
+    task_id = await create(manager, mode="ask")
+    started = await next_start(control, fleet)
+
+    async def asking() -> bool:
+        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+        return task is not None and task.status is TaskStatus.INPUT_REQUIRED
+
+    await wait_until(asking)
+    # The client answers one question through another process (this one)...
+    await manager.update_task(TaskUpdateContext(ALICE, task_id, {"name": ELICIT_ANSWER}))
+    first.signal(signal.SIGKILL)  # ...and the worker dies before the second answer.
+    first.process.wait(timeout=30)
+    await manager.update_task(TaskUpdateContext(ALICE, task_id, {"dirs": ROOTS_ANSWER}))
+
+    fleet.start("--lease", "1")
+    replay = await next_start(control, fleet)
+    assert replay["fence"] > started["fence"]
+    popped = await control.blpop([f"{fleet.namespace}:answered"], timeout=30)
+    assert popped is not None
+    answered = json.loads(popped[1])
+    assert answered["fence"] == replay["fence"]
+    assert answered["answers"] == {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER}
+    await go(control, fleet, replay)
+    task = await terminal(manager, task_id)
+    assert task.result["answers"] == {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER}
+
+
+async def test_input_round_trip_across_processes(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    fleet.start()
+    task_id = await create(manager, mode="ask")
+    started = await next_start(control, fleet)
+
+    async def asking() -> Any:
+        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+        return task if task is not None and task.status is TaskStatus.INPUT_REQUIRED else None
+
+    task = await wait_until(asking)
+    assert set(task.input_requests) == {"name", "dirs"}
+    assert task.status_message == "waiting for you"
+    await manager.update_task(
+        TaskUpdateContext(ALICE, task_id, {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER})
+    )
+    await go(control, fleet, started)
+    done = await terminal(manager, task_id)
+    assert done.result["answers"] == {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER}
+
+
+async def test_a_poison_task_that_crashes_its_worker_fails_after_max_attempts(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    task_id = await create(manager, mode="crash")
+    for _ in range(3):  # each run kills its worker process mid-handler
+        crashed = fleet.start("--lease", "0.5", "--max-attempts", "3")
+        assert crashed.process.wait(timeout=60) == -signal.SIGKILL
+    fleet.start("--lease", "0.5", "--max-attempts", "3")
+    task = await terminal(manager, task_id)
+    assert task.status is TaskStatus.FAILED
+    assert task.error == JsonRpcError(code=-32603, message="Internal error")
+    assert await control.llen(f"{fleet.namespace}:started") == 3  # ran max_attempts times
+    poisoned = [e for e in fleet.workers[-1].events() if e.get("event") == "claim_poisoned"]
+    assert [e["task_id"] for e in poisoned] == [task_id]
+
+
+async def test_sigterm_hands_running_tasks_to_another_worker_at_once(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    leaving = fleet.start("--lease", "60", "--grace", "0.2")
+    task_id = await create(manager, mode="hold")
+    first = await next_start(control, fleet)
+    assert first["pid"] == leaving.process.pid
+    staying = fleet.start("--lease", "60")
+    leaving.signal(signal.SIGTERM)
+    assert leaving.process.wait(timeout=30) == 0
+    second = await next_start(control, fleet, within=20)  # far sooner than the 60 s lease
+    assert second["pid"] == staying.process.pid
+    assert (second["attempt"], second["fence"]) == (1, first["fence"] + 2)
+    await go(control, fleet, second)
+    assert (await terminal(manager, task_id)).result["pid"] == staying.process.pid
+    released = [e for e in leaving.events() if e.get("event") == "task_released"]
+    assert [e["task_id"] for e in released] == [task_id]
+
+
+async def test_work_streams_and_pending_lists_are_empty_after_ten_thousand_tasks(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    fleet.start("--concurrency", "64")
+    total = 10_000
+    ids: list[str] = []
+    for _start in range(0, total, 500):
+        ids += await asyncio.gather(*(create(manager, mode="noop") for _ in range(500)))
+    client = manager.client
+    streams = [manager.keyspace.work(p) for p in range(manager.partitions)]
+
+    async def drained() -> bool:
+        lengths = [await client.xlen(s) for s in streams]
+        return sum(lengths) == 0
+
+    await wait_until(drained, within=240, what="the work streams to drain")
+    for stream in streams:
+        assert await client.xlen(stream) == 0
+        assert (await client.xpending(stream, "workers"))["pending"] == 0
+    for task_id in ids[:: total // 50]:
+        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+        assert task is not None
+        assert task.status is TaskStatus.COMPLETED
+
+
+async def test_workers_survive_their_connections_being_killed(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    fleet.start("--lease", "2")
+    first = await create(manager, mode="noop")
+    assert (await terminal(manager, first)).status is TaskStatus.COMPLETED
+    await control.client_kill_filter(_type="normal", skipme=True)  # every other client
+    later = [await create(manager, mode="noop") for _ in range(20)]
+    for task_id in later:
+        assert (await terminal(manager, task_id)).status is TaskStatus.COMPLETED
+
+
+async def test_every_task_created_before_a_redis_restart_ends_terminal_once(
+    prefix: str, tmp_path: Path
+) -> None:
+    server = start_redis_server(tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    namespace = f"ns-{uuid.uuid4().hex[:8]}"
+    crew = Fleet(server.url, prefix, namespace, tmp_path)
+    try:
+        async with RedisTaskManager.from_url(server.url, prefix=prefix) as manager:
+            for _ in range(2):
+                crew.start("--lease", "2", "--concurrency", "16")
+            created = [await create(manager, mode="count", seconds=0.005) for _ in range(500)]
+            # Mid-run: kill -9 the server, then start it again on the same port and data.
+            server.process.kill()
+            server.process.wait(timeout=30)
+            restarted = start_redis_server(
+                tmp_path,
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                port=server.port,
+            )
+            try:
+
+                async def create_again() -> bool:
+                    try:
+                        created.append(await create(manager, mode="count", seconds=0.005))
+                    except Exception:
+                        return False
+                    return True
+
+                await wait_until(create_again, within=30, what="Redis to come back")
+                created += [await create(manager, mode="count", seconds=0.005) for _ in range(499)]
+
+                async def all_terminal() -> bool:
+                    for task_id in created:
+                        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+                        if task is None or not task.is_terminal:
+                            return False
+                    return True
+
+                await wait_until(all_terminal, within=120, what="every task to end")
+                for task_id in created:
+                    task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+                    assert task is not None
+                    assert task.status is TaskStatus.COMPLETED
+                done = completions(crew.workers)
+                # A completion whose reply was lost in the crash is retried and then
+                # found already terminal: recorded once either way, never twice.
+                retried = Counter(
+                    e["task_id"]
+                    for w in crew.workers
+                    for e in w.events()
+                    if e.get("event") == "already_terminal"
+                )
+                assert max(done.values()) == 1
+                assert set(done) | set(retried) == set(created)
+                assert not set(done) & set(retried)
+            finally:
+                crew.stop_all()
+                restarted.process.terminate()
+                restarted.process.wait(timeout=30)
+    finally:
+        crew.stop_all()
+        if server.process.poll() is None:
+            server.process.kill()
