@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 __all__ = ["main"]
@@ -32,5 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     return 2  # pragma: no cover
 
 
+def _main_quietly() -> int:
+    """``main`` for the console script: a closed pipe (``| head``) ends quietly."""
+    try:
+        return main()
+    except BrokenPipeError:
+        # Python would complain again when flushing stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_quietly())

@@ -1,4 +1,4 @@
-"""The demo runs end to end, on the embedded default and on a real server."""
+"""The demo runs end to end with real worker processes, embedded or on a real server."""
 
 from __future__ import annotations
 
@@ -7,24 +7,26 @@ import sys
 
 import redis
 
-from redis_tasks.demo import run_demo
+from redis_tasks.demo import EXPECTED, run_demo
 
 from .conftest import RedisServer
-
-FINALS = {"greet": "completed", "report": "failed", "export": "cancelled"}
 
 
 async def test_demo_on_the_embedded_default() -> None:
     lines: list[str] = []
-    assert await run_demo(None, lines.append) == FINALS
+    assert await run_demo(None, lines.append) == EXPECTED
     assert "embedded" in lines[0]
-    assert any("bob polls alice's greet: not found" in line for line in lines)
+    assert any("bob asks for alice's greet task: not found" in line for line in lines)
+    assert any(
+        "input_required" in line and "asks: Please enter your name." in line for line in lines
+    )
+    assert any("Hello, Ada!" in line for line in lines)
 
 
 async def test_demo_on_a_real_server_leaves_no_keys(redis_server: RedisServer) -> None:
     client = redis.Redis.from_url(redis_server.url)
     before = set(client.scan_iter(match="{demo-*", count=1000))
-    assert await run_demo(redis_server.url, lambda _: None) == FINALS
+    assert await run_demo(redis_server.url, lambda _: None) == EXPECTED
     assert set(client.scan_iter(match="{demo-*", count=1000)) == before
     client.close()
 

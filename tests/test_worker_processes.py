@@ -152,6 +152,31 @@ async def terminal(manager: RedisTaskManager, task_id: str, within: float = 60) 
     return await wait_until(done, within=within, what="a terminal task")
 
 
+async def recorded(workers: list[WorkerProcess], task_ids: set[str]) -> Counter[str]:
+    """Completions per task once every task in ``task_ids`` shows up in the logs.
+
+    A worker logs a completion right after writing it, so a test can see the task
+    terminal a moment before the line is in the log: wait for the lines.
+    """
+
+    async def logged() -> Counter[str] | None:
+        outcomes = finishes(workers)
+        return outcomes if task_ids <= set(outcomes) else None
+
+    await wait_until(logged, within=30, what="the workers' logs")
+    return completions(workers)
+
+
+def finishes(workers: list[WorkerProcess]) -> Counter[str]:
+    """Completions, and completions found already applied by their retry, per task."""
+    return Counter(
+        e["task_id"]
+        for w in workers
+        for e in w.events()
+        if e.get("event") in ("task_complete", "already_terminal")
+    )
+
+
 def completions(workers: list[WorkerProcess]) -> Counter[str]:
     """How often each task was recorded completed by any worker."""
     return Counter(
@@ -178,7 +203,7 @@ async def test_a_worker_killed_mid_handler_is_replaced_and_the_task_completes_on
     task = await terminal(manager, task_id)
     assert task.status is TaskStatus.COMPLETED
     assert task.result["fence"] == 2
-    assert completions(fleet.workers) == {task_id: 1}
+    assert await recorded(fleet.workers, {task_id}) == {task_id: 1}
 
 
 async def test_a_zombie_workers_late_complete_is_refused_by_the_fence(
@@ -218,7 +243,7 @@ async def test_a_zombie_workers_late_complete_is_refused_by_the_fence(
     assert task is not None
     assert task.result is not None
     assert task.result["fence"] == second["fence"]
-    assert completions(fleet.workers) == {task_id: 1}
+    assert await recorded(fleet.workers, {task_id}) == {task_id: 1}
 
 
 async def test_a_task_killed_while_waiting_for_input_replays_to_the_recorded_answers(
@@ -286,8 +311,12 @@ async def test_a_poison_task_that_crashes_its_worker_fails_after_max_attempts(
     assert task.status is TaskStatus.FAILED
     assert task.error == JsonRpcError(code=-32603, message="Internal error")
     assert await control.llen(f"{fleet.namespace}:started") == 3  # ran max_attempts times
-    poisoned = [e for e in fleet.workers[-1].events() if e.get("event") == "claim_poisoned"]
-    assert [e["task_id"] for e in poisoned] == [task_id]
+
+    async def poisoned() -> list[str]:
+        events = fleet.workers[-1].events()
+        return [e["task_id"] for e in events if e.get("event") == "claim_poisoned"]
+
+    assert await wait_until(poisoned, what="the poisoned claim in the log") == [task_id]
 
 
 async def test_sigterm_hands_running_tasks_to_another_worker_at_once(
@@ -392,7 +421,7 @@ async def test_every_task_created_before_a_redis_restart_ends_terminal_once(
                     task = await manager.find_task(TaskRequestContext(ALICE, task_id))
                     assert task is not None
                     assert task.status is TaskStatus.COMPLETED
-                done = completions(crew.workers)
+                done = await recorded(crew.workers, set(created))
                 # A completion whose reply was lost in the crash is retried and then
                 # found already terminal: recorded once either way, never twice.
                 retried = Counter(
