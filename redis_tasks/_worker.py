@@ -306,30 +306,43 @@ class Worker:
         while not self._stopping.is_set():
             if not await self._slots.wait_free():
                 return
-            # Every partition's reader blocks while the worker has room, without
-            # reserving a slot; while this partition has a backlog, read batches
-            # without blocking instead.
-            wanted = max(1, min(self.read_batch, self._slots.free)) if backlog else 1
-            block = None if backlog else self._block_ms
+            if backlog:
+                # The partition has more: read a batch without blocking, for
+                # slots reserved up front (the read returns at once, so the
+                # reservation holds no capacity idle).
+                reserved = self._slots.take_up_to(self.read_batch)
+                if reserved == 0:
+                    continue
+                count, block = reserved, None
+            else:
+                # Idle: block for one entry without reserving a slot, so every
+                # partition is watched while idle partitions hold no capacity.
+                reserved, count, block = 0, 1, self._block_ms
             try:
                 async with asyncio.timeout(self._block_ms / 1000 + self.manager.timeout):
                     reply: Any = await client.xreadgroup(
-                        WORK_GROUP, self.name, {stream: ">"}, count=wanted, block=block
+                        WORK_GROUP, self.name, {stream: ">"}, count=count, block=block
                     )
             except ResponseError as exc:
+                self._slots.give(reserved)
                 if "NOGROUP" in str(exc):  # the server lost the group (flush, no persistence)
                     await self._recreate_group(partition)
                     continue
                 backoff = await self._backoff("read", backoff)
                 continue
             except (TimeoutError, RedisError, OSError, BackendError):
+                self._slots.give(reserved)
                 backoff = await self._backoff("read", backoff)
                 continue
+            except BaseException:
+                self._slots.give(reserved)
+                raise
             backoff = 0.05
             entries = reply[0][1] if reply else []
             backlog = bool(entries)
-            for entry_id, fields in entries:
-                if self._slots.take_up_to(1):
+            self._slots.give(reserved - min(reserved, len(entries)))
+            for n, (entry_id, fields) in enumerate(entries):
+                if n < reserved or self._slots.take_up_to(1):
                     self._start(partition, entry_id, fields)
                 else:
                     # Other partitions filled the slots while this read was blocked:
