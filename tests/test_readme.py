@@ -32,3 +32,11 @@ def test_the_usage_example_runs(redis_server: RedisServer, tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "readme example ok"
+
+
+def test_the_worker_example_is_real_code() -> None:
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    assert len(blocks) == 2
+    namespace: dict[str, object] = {}
+    exec(compile(blocks[1], "README.md", "exec"), namespace)  # defines the handler only
+    assert callable(namespace["handler"])
