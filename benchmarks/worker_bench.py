@@ -17,9 +17,7 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from redis_tasks import RedisTaskManager, RequestContext, TaskOrigin, TaskRequestContext
+from redis_tasks.testing import start_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
 WHO = RequestContext("/mcp", "bench")
@@ -153,33 +152,6 @@ async def _cleanup(manager: RedisTaskManager) -> None:
         await manager.client.delete(*keys[i : i + 1000])
 
 
-def start_server(directory: str) -> tuple[str, Any]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server not found")
-    server = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            directory,
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    time.sleep(0.3)
-    return f"redis://127.0.0.1:{port}/0", server
-
-
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     log = Path(tempfile.gettempdir()) / f"worker-bench-{os.getpid()}.log"
     rates = []
@@ -217,15 +189,15 @@ if __name__ == "__main__":
     server = None
     with tempfile.TemporaryDirectory() as data:
         if arguments.start_server:
-            arguments.redis_url, server = start_server(data)
+            server = start_redis_server(Path(data))
+            arguments.redis_url = server.url
         if not arguments.redis_url:
             raise SystemExit("give --redis-url, REDIS_URL or --start-server")
         try:
             result = asyncio.run(main(arguments))
         finally:
             if server is not None:
-                server.terminate()
-                server.wait()
+                server.stop()
     if arguments.json:
         print(json.dumps(result))
     else:

@@ -43,6 +43,18 @@ class TaskKeys:
     work: str
     events: str
 
+    def terminal(self) -> tuple[str, ...]:
+        """The KEYS of scripts that may end the task, in the order ``terminate()`` takes."""
+        return (
+            self.task,
+            self.requests,
+            self.issued,
+            self.answers,
+            self.journal,
+            self.work,
+            self.events,
+        )
+
 
 class KeySpace:
     """Names the keys of one prefix."""

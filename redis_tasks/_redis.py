@@ -407,15 +407,7 @@ class RedisTaskManager:
         keys = self._worker_keys(task_id)
         await self._run(
             "finish",
-            (
-                keys.task,
-                keys.requests,
-                keys.issued,
-                keys.answers,
-                keys.journal,
-                keys.work,
-                keys.events,
-            ),
+            keys.terminal(),
             (
                 task_id,
                 fence_arg,
@@ -454,15 +446,7 @@ class RedisTaskManager:
         keys = self._worker_keys(task_id)
         reply = await self._runner.run_raw(
             "claim",
-            (
-                keys.task,
-                keys.requests,
-                keys.issued,
-                keys.answers,
-                keys.journal,
-                keys.work,
-                keys.events,
-            ),
+            keys.terminal(),
             (
                 task_id,
                 entry_id,

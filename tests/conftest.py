@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import fakeredis
 import pytest
-import redis
 from redis.asyncio import Redis
 
 from redis_tasks import InMemoryTaskManager, Limits, RedisTaskManager
 from redis_tasks._keys import KeySpace
+from redis_tasks.testing import RedisServer, start_redis_server
 
 BACKENDS = ("memory", "fakeredis", "redis")
 
@@ -39,64 +33,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = selected
 
 
-@dataclass(frozen=True)
-class RedisServer:
-    """A redis-server process started for the test session."""
-
-    url: str
-    port: int
-    directory: Path
-    process: subprocess.Popen[bytes]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def start_redis_server(directory: Path, *extra: str, port: int | None = None) -> RedisServer:
-    """Start redis-server on a free (or the given) loopback port; wait until it answers."""
-    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("redis-server not found: install it (make test does)")
-    port = port or _free_port()
-    process = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(directory),
-            "--logfile",
-            str(directory / "redis.log"),
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url, socket_connect_timeout=0.2)
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not start") from None
-            time.sleep(0.02)
-    client.close()
-    return RedisServer(url, port, directory, process)
-
-
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One real redis-server for the whole session, on a free loopback port."""
@@ -105,8 +41,7 @@ def redis_server() -> Iterator[RedisServer]:
         try:
             yield server
         finally:
-            server.process.terminate()
-            server.process.wait(timeout=10)
+            server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -8,8 +8,7 @@ import sys
 import redis
 
 from redis_tasks.demo import EXPECTED, run_demo
-
-from .conftest import RedisServer
+from redis_tasks.testing import RedisServer
 
 
 async def test_demo_on_the_embedded_default() -> None:

@@ -15,9 +15,9 @@ from redis_tasks import (
     TaskStatus,
     TaskUpdateContext,
 )
+from redis_tasks.testing import RedisServer
 
 from . import _procs
-from .conftest import RedisServer
 from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, ROOTS
 
 pytestmark = pytest.mark.slow

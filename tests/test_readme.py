@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import RedisServer
+from redis_tasks.testing import RedisServer
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

@@ -26,8 +26,9 @@ from redis_tasks import (
 )
 from redis_tasks._keys import KeySpace
 from redis_tasks._scripts import SPECS, _check_header, lua_dir, scripts
+from redis_tasks.testing import RedisServer
 
-from .conftest import Backend, RedisServer
+from .conftest import Backend
 from .helpers import ALICE, BOB, ELICIT, ELICIT_ANSWER, ORIGIN, OTHER_ENDPOINT, EventLog
 
 

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from redis_tasks._scripts import SPECS
-
-from .conftest import RedisServer
+from redis_tasks.testing import RedisServer
 
 pytestmark = pytest.mark.slow
 

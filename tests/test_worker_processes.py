@@ -30,8 +30,8 @@ from redis_tasks import (
     TaskStatus,
     TaskUpdateContext,
 )
+from redis_tasks.testing import RedisServer, start_redis_server
 
-from .conftest import RedisServer, start_redis_server
 from .helpers import ALICE, ELICIT_ANSWER, ORIGIN, ROOTS_ANSWER, wait_until
 
 pytestmark = pytest.mark.slow
