@@ -685,6 +685,16 @@ class Worker:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
+            except RedisTasksError as exc:
+                # Unexpected (an InternalError): nothing was written; the lease runs
+                # out and another worker runs the task again.
+                _log(
+                    logging.ERROR,
+                    "could not record the outcome",
+                    "finish_failed",
+                    error=type(exc).__name__,
+                    **fields,
+                )
             else:
                 _log(logging.INFO, _DONE[how], f"task_{how}", **fields)
             return

@@ -69,4 +69,9 @@ async def handler(execution: TaskExecution) -> dict[str, Any]:
         return {**me, "answers": answers}
     if mode == "fail":
         raise TaskFailed(JsonRpcError(code=-32001, message="chosen failure"))
+    if mode == "secrets":  # every kind of task data carries the marker
+        answers = await execution.request_input(ASK, f"status {spec['secret']}")
+        if spec.get("explode"):
+            raise ValueError(f"boom {spec['secret']} {answers}")
+        return {"secret": spec["secret"], "answers": answers}
     raise ValueError(f"unknown mode {mode}")

@@ -26,6 +26,7 @@ from redis.asyncio import Redis
 from redis_tasks import (
     JsonRpcError,
     RedisTaskManager,
+    TaskOrigin,
     TaskRequestContext,
     TaskStatus,
     TaskUpdateContext,
@@ -319,15 +320,16 @@ async def test_a_poison_task_that_crashes_its_worker_fails_after_max_attempts(
     assert await wait_until(poisoned, what="the poisoned claim in the log") == [task_id]
 
 
-async def test_sigterm_hands_running_tasks_to_another_worker_at_once(
-    fleet: Fleet, manager: RedisTaskManager, control: Redis
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_stop_signal_hands_running_tasks_to_another_worker_at_once(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis, sig: int
 ) -> None:
     leaving = fleet.start("--lease", "60", "--grace", "0.2")
     task_id = await create(manager, mode="hold")
     first = await next_start(control, fleet)
     assert first["pid"] == leaving.process.pid
     staying = fleet.start("--lease", "60")
-    leaving.signal(signal.SIGTERM)
+    leaving.signal(sig)
     assert leaving.process.wait(timeout=30) == 0
     second = await next_start(control, fleet, within=20)  # far sooner than the 60 s lease
     assert second["pid"] == staying.process.pid
@@ -441,3 +443,40 @@ async def test_every_task_created_before_a_redis_restart_ends_terminal_once(
         crew.stop_all()
         if server.process.poll() is None:
             server.process.kill()
+
+
+async def test_worker_logs_never_contain_task_data(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    worker = fleet.start("--log-level", "debug")
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    origin = TaskOrigin.from_persisted_state({"tool": "t", "arguments": {"token": secret}})
+    ids = []
+    for explode in (False, True):
+        payload = json.dumps({"mode": "secrets", "secret": secret, "explode": explode}).encode()
+        ids.append((await manager.create_task(ALICE, origin, payload=payload)).task_id)
+    answer = {"action": "accept", "content": {"name": secret}}
+    roots = {"roots": [{"uri": f"file:///{secret}"}]}
+    for task_id in ids:
+
+        async def asking(task_id: str = task_id) -> bool:
+            task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+            return task is not None and task.status is TaskStatus.INPUT_REQUIRED
+
+        await wait_until(asking)
+        await manager.update_task(
+            TaskUpdateContext(ALICE, task_id, {"name": answer, "dirs": roots})
+        )
+    done = [await terminal(manager, task_id) for task_id in ids]
+    assert done[0].result["secret"] == secret
+    assert done[1].error == JsonRpcError(code=-32603, message="Internal error")
+
+    async def logged() -> bool:
+        events = {e.get("event") for e in worker.events()}
+        return {"task_complete", "handler_error", "task_fail"} <= events
+
+    await wait_until(logged, what="the outcomes in the log")
+    text = worker.log_path.read_text()
+    assert "task_started" in text
+    assert "ValueError" in text
+    assert secret not in text
