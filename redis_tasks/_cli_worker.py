@@ -64,6 +64,11 @@ def add_worker_command(commands: Any) -> None:
     )
     worker.add_argument("--name", default=None, help="consumer name (default: host-pid-random)")
     worker.add_argument("--timeout", type=float, default=5.0, help="Redis call timeout (s)")
+    worker.add_argument(
+        "--no-cancel-hints",
+        action="store_true",
+        help="learn of cancellation from lease renewals only, not from change events",
+    )
     worker.add_argument("--log-level", default="info")
 
 
@@ -83,6 +88,7 @@ async def _serve(args: argparse.Namespace, handler: Handler) -> None:
             max_attempts=args.max_attempts,
             partitions=only,
             name=args.name,
+            cancel_hints=not args.no_cancel_hints,
         )
         loop = asyncio.get_running_loop()
         stopping: list[asyncio.Task[None]] = []

@@ -67,6 +67,10 @@ async def handler(execution: TaskExecution) -> dict[str, Any]:
         await client.rpush(f"{_ns()}:answered", json.dumps({**me, "answers": answers}))
         await client.blpop([f"{_ns()}:go:{execution.task_id}:{execution.fence}"], timeout=0)
         return {**me, "answers": answers}
+    if mode == "until_cancelled":  # honours cancellation; reports when it saw it
+        await execution.cancelled.wait()
+        await client.rpush(f"{_ns()}:saw_cancel", json.dumps(me))
+        raise asyncio.CancelledError
     if mode == "fail":
         raise TaskFailed(JsonRpcError(code=-32001, message="chosen failure"))
     if mode == "secrets":  # every kind of task data carries the marker

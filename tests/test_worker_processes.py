@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -480,3 +481,19 @@ async def test_worker_logs_never_contain_task_data(
     assert "task_started" in text
     assert "ValueError" in text
     assert secret not in text
+
+
+async def test_a_worker_process_sees_cancellation_within_one_renewal_interval(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    lease = 1.5  # renewals every 0.5 s; with hints off, renewal is the only messenger
+    fleet.start("--lease", str(lease), "--no-cancel-hints")
+    task_id = await create(manager, mode="until_cancelled")
+    await next_start(control, fleet)
+    asked = time.monotonic()
+    await manager.request_cancellation(TaskRequestContext(ALICE, task_id))
+    popped = await control.blpop([f"{fleet.namespace}:saw_cancel"], timeout=30)
+    seen = time.monotonic()
+    assert popped is not None
+    assert seen - asked <= lease / 3 + 0.5
+    assert (await terminal(manager, task_id)).status is TaskStatus.CANCELLED
