@@ -1,7 +1,9 @@
 --[[
   claim: a worker takes a task it read (or reclaimed) from the work stream.
   Bumps the fence, so every earlier holder's writes are refused from now on,
-  counts the attempt, and records the lease. A task that will never run is
+  counts the attempt, and records the lease. The new fence is above the old one
+  and above the server clock (ms x 1024, plus a tiebreak from the consumer
+  name): a claim lost in a failover is never re-issued with the same fence. A task that will never run is
   settled here instead: expired or already terminal (entry dropped), cancelled
   by a client while no worker was running it (ends cancelled), or delivered more
   than max_attempts times (ends failed: a poison task cannot loop forever).
@@ -71,7 +73,13 @@ if attempt > max_attempts then
   terminate(KEYS, task_id, entry, t[6], 'failed', nil, 'er', poison_error, events_maxlen)
   return {RC_POISONED}
 end
-local fence = (tonumber(t[2]) or 0) + 1
+-- Two workers claiming in the same millisecond (one of them on a promoted
+-- replica that lost the other's claim) still get different fences.
+local tiebreak = 0
+for i = 1, #consumer do
+  tiebreak = (tiebreak * 31 + string.byte(consumer, i)) % 1024
+end
+local fence = math.max((tonumber(t[2]) or 0) + 1, now * 1024 + tiebreak)
 redis.call('HSET', task_key, 'fn', int_text(fence), 'at', int_text(attempt),
   'lo', consumer, 'ld', int_text(now + lease_ms))
 return {RC_OK, fence, attempt, t[8], t[9] or ''}

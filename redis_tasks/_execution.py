@@ -32,9 +32,10 @@ class TaskFailed(Exception):
 class TaskExecution:
     """One run of one task under a lease, handed to the handler.
 
-    ``fence`` is the lease's monotonic fencing token: a side-effect store that
-    records the highest fence it has seen can refuse writes from a worker whose
-    lease was taken over. ``cancelled`` is set when a client asks to cancel; a
+    ``fence`` is the lease's fencing token, larger for every later claim (it is
+    derived from the server clock, so it is a large number): a side-effect store
+    that records the highest fence it has seen can refuse writes from a worker
+    whose lease was taken over. ``cancelled`` is set when a client asks to cancel; a
     handler honours it by raising :class:`asyncio.CancelledError`, which ends the
     task ``cancelled`` (ignoring it is allowed: cancellation is intent, not force).
     Origin and payload never appear in ``repr``.

@@ -18,7 +18,14 @@ from pathlib import Path
 
 import redis
 
-__all__ = ["RedisServer", "free_port", "start_redis_server"]
+__all__ = [
+    "RedisCluster",
+    "RedisServer",
+    "free_port",
+    "start_redis_cluster",
+    "start_redis_server",
+    "wait_cluster_ok",
+]
 
 
 @dataclass(frozen=True)
@@ -93,3 +100,102 @@ def start_redis_server(
     finally:
         client.close()
     return RedisServer(url, port, directory, process)
+
+
+@dataclass(frozen=True)
+class RedisCluster:
+    """A running Redis Cluster of loopback redis-server processes."""
+
+    primaries: list[RedisServer]
+    replicas: list[RedisServer]
+
+    @property
+    def url(self) -> str:
+        """A seed URL (any node leads a cluster client to the rest)."""
+        return self.primaries[0].url
+
+    @property
+    def servers(self) -> list[RedisServer]:
+        """Every node, primaries first."""
+        return [*self.primaries, *self.replicas]
+
+    def stop(self) -> None:
+        """Stop every node."""
+        for server in self.servers:
+            server.stop()
+
+
+def _cluster_port() -> int:
+    # A cluster node also listens on port + 10000 (the cluster bus): both must be free.
+    for _ in range(100):
+        port = free_port()
+        if port + 10000 <= 65535:
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+def start_redis_cluster(
+    directory: Path, *extra: str, primaries: int = 3, replicas_per_primary: int = 1,
+    node_timeout_ms: int = 2000,
+) -> RedisCluster:
+    """Start a Redis Cluster on loopback and wait until every node reports it ``ok``.
+
+    Each node gets its own folder under ``directory``. ``node_timeout_ms`` is how
+    long a primary may be unreachable before its replica takes over.
+    """
+    binary_cli = shutil.which("redis-cli")
+    if binary_cli is None:
+        raise RuntimeError("redis-cli not found: install redis-server (`make test` does)")
+    count = primaries * (1 + replicas_per_primary)
+    nodes = []
+    for n in range(count):
+        node_dir = directory / f"node-{n}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        nodes.append(start_redis_server(
+            node_dir, "--cluster-enabled", "yes",
+            "--cluster-config-file", str(node_dir / "nodes.conf"),
+            "--cluster-node-timeout", str(node_timeout_ms), *extra,
+            port=_cluster_port(),
+        ))
+    try:
+        subprocess.run(  # noqa: S603 - redis-cli with our own arguments
+            [binary_cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
+             "--cluster-replicas", str(replicas_per_primary), "--cluster-yes"],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
+        )
+        wait_cluster_ok(nodes)
+    except BaseException:
+        for node in nodes:
+            node.stop()
+        raise
+    return RedisCluster(nodes[:primaries], nodes[primaries:])
+
+
+def wait_cluster_ok(nodes: list[RedisServer], timeout: float = 60.0) -> None:
+    """Wait until every node of ``nodes`` that is running reports ``cluster_state:ok``
+    and agrees on who holds every slot."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = []
+        for node in nodes:
+            if node.process.poll() is not None:
+                continue
+            client = redis.Redis.from_url(node.url, socket_timeout=2)
+            try:
+                info = client.cluster("info")
+                states.append(info.get("cluster_state") == "ok" if isinstance(info, dict)
+                              else b"cluster_state:ok" in info)
+            except redis.RedisError:
+                states.append(False)
+            finally:
+                client.close()
+        if states and all(states):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("the cluster did not become ok")
+        time.sleep(0.1)  # polling other processes' state; nothing to wait on

@@ -84,7 +84,10 @@ async def test_handler_results_complete_tasks_even_with_is_error(redis_backend: 
     assert done.result == {"content": [], "isError": False}
     assert flagged.status is TaskStatus.COMPLETED
     assert flagged.result["isError"] is True
-    assert sorted(seen) == sorted([(ok, 1, 1, b"fine"), (tool_error, 1, 1, b"tool-error")])
+    assert sorted((t, a, p) for t, a, _, p in seen) == sorted(
+        [(ok, 1, b"fine"), (tool_error, 1, b"tool-error")]
+    )
+    assert all(fence > 0 for _, _, fence, _ in seen)
 
 
 async def test_task_failed_ends_the_task_with_its_error(redis_backend: Backend) -> None:
@@ -270,7 +273,9 @@ async def test_graceful_stop_hands_unfinished_tasks_to_another_worker_at_once(
     assert time.monotonic() - stopped_at < lease.total_seconds() / 4
     assert task.result == {"by": "b"}
     # The hand-back bumped the fence and did not count as a failed attempt.
-    assert runs == [("a", 1, 1), ("b", 3, 1)]
+    (a_name, a_fence, a_attempt), (b_name, b_fence, b_attempt) = runs
+    assert (a_name, a_attempt, b_name, b_attempt) == ("a", 1, "b", 1)
+    assert b_fence > a_fence + 1
 
 
 async def test_a_worker_that_loses_its_lease_stops_its_handler(redis_backend: Backend) -> None:
@@ -278,9 +283,12 @@ async def test_a_worker_that_loses_its_lease_stops_its_handler(redis_backend: Ba
     cancelled_runs: list[int] = []
     started: asyncio.Queue[int] = asyncio.Queue()
 
+    first_fence: list[int] = []
+
     async def handler(execution: TaskExecution) -> dict[str, Any]:
         await started.put(execution.fence)
-        if execution.fence == 1:
+        if not first_fence or execution.fence == first_fence[0]:
+            first_fence.append(execution.fence)
             try:
                 await asyncio.Event().wait()
             except asyncio.CancelledError:
@@ -290,12 +298,12 @@ async def test_a_worker_that_loses_its_lease_stops_its_handler(redis_backend: Ba
 
     task_id = await create(m)
     async with running(m, handler, lease=timedelta(seconds=0.6), cancel_hints=False):
-        assert await asyncio.wait_for(started.get(), 10) == 1
+        fence = await asyncio.wait_for(started.get(), 10)
         # Another owner takes over (as a reclaim would): the fence moves on.
-        await m.release_task(task_id, fence=1)
+        await m.release_task(task_id, fence=fence)
         task = await settled(m, task_id)
-    assert cancelled_runs == [1]
-    assert task.result == {"fence": 3}
+    assert cancelled_runs == [fence]
+    assert task.result["fence"] > fence + 1
 
 
 async def test_expired_and_malformed_entries_are_dropped(redis_backend: Backend) -> None:
@@ -440,6 +448,6 @@ async def test_requeue_puts_an_unclaimed_entry_back_at_the_tail(redis_backend: B
         lease=timedelta(seconds=5),
         max_attempts=5,
     )
-    assert (claim.fence, claim.attempt) == (1, 1)  # never claimed before: nothing counted
-    await m.complete_task(task_id, {"ok": True}, fence=1)
+    assert claim.attempt == 1  # never claimed before: nothing counted
+    await m.complete_task(task_id, {"ok": True}, fence=claim.fence)
     assert await client.xlen(stream) == 0

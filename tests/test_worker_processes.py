@@ -193,18 +193,18 @@ async def test_a_worker_killed_mid_handler_is_replaced_and_the_task_completes_on
     task_id = await create(manager, mode="hold")
     started = await next_start(control, fleet)
     assert started["pid"] == first.process.pid
-    assert started["fence"] == 1
     first.signal(signal.SIGKILL)
     first.process.wait(timeout=30)
 
     second = fleet.start("--lease", "1")
     again = await next_start(control, fleet)  # reclaimed once the lease ran out
     assert again["pid"] == second.process.pid
-    assert (again["fence"], again["attempt"]) == (2, 2)
+    assert again["attempt"] == 2
+    assert again["fence"] > started["fence"]
     await go(control, fleet, again)
     task = await terminal(manager, task_id)
     assert task.status is TaskStatus.COMPLETED
-    assert task.result["fence"] == 2
+    assert task.result["fence"] == again["fence"]
     assert await recorded(fleet.workers, {task_id}) == {task_id: 1}
 
 
@@ -334,7 +334,8 @@ async def test_a_stop_signal_hands_running_tasks_to_another_worker_at_once(
     assert leaving.process.wait(timeout=30) == 0
     second = await next_start(control, fleet, within=20)  # far sooner than the 60 s lease
     assert second["pid"] == staying.process.pid
-    assert (second["attempt"], second["fence"]) == (1, first["fence"] + 2)
+    assert second["attempt"] == 1  # the hand-back did not count as an attempt
+    assert second["fence"] > first["fence"] + 1
     await go(control, fleet, second)
     assert (await terminal(manager, task_id)).result["pid"] == staying.process.pid
     released = [e for e in leaving.events() if e.get("event") == "task_released"]
