@@ -52,8 +52,9 @@ async def _measure(
 
 async def main(url: str, n: int) -> None:
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    async with RedisTaskManager.from_url(url, prefix=prefix) as m:
+    async with RedisTaskManager.from_url(url, prefix=prefix, cluster=False) as m:
         client = m.client
+        assert isinstance(client, Redis)  # INFO commandstats of one server
         ids = [(await m.create_task(WHO, ORIGIN)).task_id for _ in range(n)]
         for task_id in ids:
             await m.request_input(task_id, {"k": ASK})

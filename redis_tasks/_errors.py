@@ -13,6 +13,7 @@ Every exception the library raises on purpose derives from one root::
     ├── CapacityError              the manager holds as many live tasks as it may
     └── InternalError              anything else; the message never says what caused it
         └── BackendError           Redis failed, timed out or was unreachable
+            └── ReplicationError   written, but fewer replicas confirmed it than asked
 
 Messages never contain task origins, payloads, results, answers, partition keys or
 task IDs: they may reach clients and logs. The cause of an ``InternalError`` stays
@@ -30,6 +31,7 @@ __all__ = [
     "LeaseLostError",
     "LimitExceededError",
     "RedisTasksError",
+    "ReplicationError",
     "TaskNotFoundError",
     "TaskTerminalError",
     "ValidationError",
@@ -95,3 +97,12 @@ class InternalError(RedisTasksError):
 
 class BackendError(InternalError):
     """Redis failed, timed out or could not be reached."""
+
+
+class ReplicationError(BackendError):
+    """The write happened on the primary, but ``WAIT`` saw fewer replicas confirm it
+    than ``wait_replicas`` asked for within the wait timeout.
+
+    The write may be lost if that primary fails before its replicas catch up.
+    Retrying the same operation is safe (every script may run again).
+    """

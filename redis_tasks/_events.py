@@ -14,9 +14,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from redis.asyncio import Redis
+from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
 
+from ._client import Client
 from ._errors import BackendError, TaskNotFoundError
 from ._ids import parse_task_id
 from ._keys import KeySpace
@@ -161,14 +162,16 @@ class RedisEventPublisher(TaskEventPublisher):
     """Tails the partitions' event streams and fans their task IDs out in-process.
 
     Tailing starts with the first subscription (``XREAD BLOCK``, no consumer
-    group: every process sees every event). :meth:`wait_ready` returns once the
-    start position is fixed, from which no event is missed unless the stream's
+    group: every process sees every event): one read over every partition on a
+    standalone server, one per partition on a cluster (each stream lives in its
+    own slot, on whichever primary owns it). :meth:`wait_ready` returns once the
+    start positions are fixed, from which no event is missed unless a stream's
     MAXLEN trimmed it first. Connection failures are retried with backoff.
     """
 
     def __init__(
         self,
-        client: Redis,
+        client: Client,
         keys: KeySpace,
         partitions: int,
         *,
@@ -183,8 +186,13 @@ class RedisEventPublisher(TaskEventPublisher):
         self._maxlen = maxlen
         # Block for less than the socket timeout so an idle read never times out.
         self._block_ms = max(1, min(1000, int(timeout * 500)))
-        self._tail: asyncio.Task[None] | None = None
+        self._tails: list[asyncio.Task[None]] = []
         self._ready: asyncio.Event | None = None
+        self._started = 0  # tails that have fixed their start positions
+
+    def use(self, client: Client) -> None:
+        """Talk to ``client`` from now on (the manager found a cluster)."""
+        self._client = client
 
     async def publish_task_changed(self, task_id: str) -> None:
         """Append ``task_id`` to its partition's event stream."""
@@ -203,11 +211,19 @@ class RedisEventPublisher(TaskEventPublisher):
             raise BackendError("Redis call failed") from exc
 
     def _on_subscribe(self) -> None:
-        if self._tail is None:
-            self._ready = asyncio.Event()
-            self._tail = asyncio.get_running_loop().create_task(
-                self._run(), name="redis-tasks-event-tail"
-            )
+        if self._tails:
+            return
+        self._ready = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        groups = (
+            [[stream] for stream in self._streams]
+            if isinstance(self._client, RedisCluster)
+            else [self._streams]
+        )
+        self._tails = [
+            loop.create_task(self._run(streams, len(groups)), name="redis-tasks-event-tail")
+            for streams in groups
+        ]
 
     async def wait_ready(self) -> None:
         """Wait until the tail has fixed its start position (after a subscribe)."""
@@ -216,23 +232,22 @@ class RedisEventPublisher(TaskEventPublisher):
 
     async def aclose(self) -> None:
         """Stop tailing and delivering."""
-        tail, self._tail = self._tail, None
-        if tail is not None:
+        tails, self._tails = self._tails, []
+        for tail in tails:
             tail.cancel()
-            await asyncio.gather(tail, return_exceptions=True)
+        await asyncio.gather(*tails, return_exceptions=True)
         await super().aclose()
 
-    async def _positions(self) -> dict[str, bytes]:
-        async with self._client.pipeline(transaction=False) as pipe:
-            for stream in self._streams:
-                pipe.xrevrange(stream, count=1)
-            newest: Sequence[list[tuple[bytes, Any]]] = await pipe.execute()
+    async def _positions(self, streams: list[str]) -> dict[str, bytes]:
+        newest: Sequence[Any] = await asyncio.gather(
+            *(self._client.xrevrange(stream, count=1) for stream in streams)
+        )
         return {
             stream: (entries[0][0] if entries else b"0-0")
-            for stream, entries in zip(self._streams, newest, strict=True)
+            for stream, entries in zip(streams, newest, strict=True)
         }
 
-    async def _run(self) -> None:
+    async def _run(self, streams: list[str], tails: int) -> None:
         assert self._ready is not None
         backoff = 0.05
         positions: dict[str, bytes] | None = None
@@ -240,8 +255,10 @@ class RedisEventPublisher(TaskEventPublisher):
             try:
                 if positions is None:
                     async with asyncio.timeout(self._timeout):
-                        positions = await self._positions()
-                    self._ready.set()
+                        positions = await self._positions(streams)
+                    self._started += 1
+                    if self._started == tails:
+                        self._ready.set()
                 replies: list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]
                 replies = await self._client.xread(
                     positions,  # type: ignore[arg-type]

@@ -1,16 +1,22 @@
 """Key naming: the one place that knows how redis-tasks lays out Redis keys.
 
-Every key carries the hash tag ``{<prefix>:<partition>}`` so that a task's keys
-and its partition's streams share one Redis Cluster slot and each script
-touches a single slot::
+Every key carries its partition's hash tag, so that a task's keys and its
+partition's streams share one Redis Cluster slot and each script touches a
+single slot::
 
-    {rt:7}:task:<id>        hash: the task record
-    {rt:7}:task:<id>:req    hash: outstanding input requests (key -> kind + request)
-    {rt:7}:task:<id>:iss    hash: every input key ever issued (key -> fingerprint)
-    {rt:7}:task:<id>:ans    hash: accepted answers the worker has not taken yet
-    {rt:7}:task:<id>:jrn    hash: the answer journal (every accepted answer)
-    {rt:7}:work             stream + consumer group ``workers``: tasks to run
-    {rt:7}:events           stream, MAXLEN ~ bounded: one task-ID entry per change
+    {rt:7.42}:task:<id>        hash: the task record
+    {rt:7.42}:task:<id>:req    hash: outstanding input requests (key -> kind + request)
+    {rt:7.42}:task:<id>:iss    hash: every input key ever issued (key -> fingerprint)
+    {rt:7.42}:task:<id>:ans    hash: accepted answers the worker has not taken yet
+    {rt:7.42}:task:<id>:jrn    hash: the answer journal (every accepted answer)
+    {rt:7.42}:work             stream + consumer group ``workers``: tasks to run
+    {rt:7.42}:events           stream, MAXLEN ~ bounded: one task-ID entry per change
+
+The tag of partition ``p`` is ``{<prefix>:<p>.<s>}`` for the smallest ``s`` whose
+slot falls in a 64-slot window at the bit-reversed position of ``p``: partitions
+0, 1, 2, 3... land at slots near 0, 8192, 4096, 12288..., so any number of
+partitions is spread evenly over the slot space, and the 16 default ones over a
+cluster's primaries (6/5/5 on three). Every process computes the same tags.
 
 Every task key expires at ``created + ttl``; the two streams are per-partition
 infrastructure, bounded by acknowledgement (work) and by MAXLEN (events).
@@ -21,6 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Final
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from ._ids import MAX_PARTITIONS
 
@@ -56,10 +64,19 @@ class TaskKeys:
         )
 
 
+_SLOT_BITS: Final = 14  # 16384 slots
+_WINDOW: Final = 64
+
+
+def _target_slot(partition: int) -> int:
+    """Bit-reversed ``partition``: 0, 8192, 4096, 12288, 2048, ..."""
+    return int(f"{partition:0{_SLOT_BITS}b}"[::-1], 2)
+
+
 class KeySpace:
     """Names the keys of one prefix."""
 
-    __slots__ = ("prefix",)
+    __slots__ = ("_tags", "prefix")
 
     def __init__(self, prefix: str) -> None:
         if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
@@ -67,12 +84,29 @@ class KeySpace:
             # prefix's ACL pattern (~{rt:*) cover another's keys.
             raise ValueError("prefix must be 1-64 characters of A-Z a-z 0-9 _ . -")
         self.prefix = prefix
+        self._tags: dict[int, str] = {}
 
     def tag(self, partition: int) -> str:
-        """The hash tag of ``partition``."""
-        if not 0 <= partition < MAX_PARTITIONS:
-            raise ValueError("partition out of range")
-        return f"{{{self.prefix}:{partition}}}"
+        """The hash tag of ``partition`` (see the module docstring)."""
+        tag = self._tags.get(partition)
+        if tag is None:
+            if not 0 <= partition < MAX_PARTITIONS:
+                raise ValueError("partition out of range")
+            target = _target_slot(partition)
+            for salt in range(REDIS_CLUSTER_HASH_SLOTS * 64):
+                candidate = f"{{{self.prefix}:{partition}.{salt}}}"
+                offset = (key_slot(candidate.encode()) - target) % REDIS_CLUSTER_HASH_SLOTS
+                if offset < _WINDOW:
+                    tag = candidate
+                    break
+            else:  # pragma: no cover - CRC16 covers every window within a few thousand tries
+                raise RuntimeError("no hash tag found")
+            self._tags[partition] = tag
+        return tag
+
+    def slot(self, partition: int) -> int:
+        """The Redis Cluster slot every key of ``partition`` lives in."""
+        return key_slot(self.tag(partition).encode())
 
     def task(self, partition: int, task_id: str) -> TaskKeys:
         """Every key of the task ``task_id`` stored in ``partition``."""

@@ -14,11 +14,10 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
 
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.backoff import NoBackoff
+from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
+from ._client import Client, build_client, is_cluster
 from ._codes import ReturnCode, error_for
 from ._errors import BackendError, TaskNotFoundError
 from ._events import RedisEventPublisher, TaskEventPublisher
@@ -65,30 +64,43 @@ _SETTLED: dict[int, ClaimOutcome] = {
 
 
 class RedisTaskManager:
-    """The task manager on Redis (standalone, Valkey; TLS via ``rediss://``).
+    """The task manager on Redis: standalone, Redis Cluster, Valkey; TLS via ``rediss://``.
 
     Keys live under ``prefix`` in ``partitions`` hash-tagged partitions (see
-    :mod:`redis_tasks._keys`). Every Redis call is bounded by ``timeout``
-    seconds and surfaces failures as :class:`BackendError`. Calls are never
-    retried automatically: a transition whose reply was lost must not be
-    applied twice.
+    :mod:`redis_tasks._keys`), so every script touches one cluster slot. Every
+    Redis call is bounded by ``timeout`` seconds and surfaces failures as
+    :class:`BackendError`. Every script is safe to run again after a lost reply,
+    so a broken connection is retried once.
+
+    ``wait_replicas=N`` makes create, claim, release and every terminal
+    transition return only after ``WAIT`` confirms ``N`` replicas within
+    ``wait_timeout`` seconds (else :class:`ReplicationError`): such a write
+    survives the loss of its primary. It costs a round trip to the replicas on
+    each of those writes; without it, a failover may lose the last writes of the
+    failed primary (a task created just before may then be unknown).
     """
 
     def __init__(
         self,
-        client: Redis,
+        client: Client,
         *,
         prefix: str = "rt",
         partitions: int = 16,
         limits: Limits | None = None,
         timeout: float = 5.0,
         events_maxlen: int = 10_000,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
         close_client: bool = False,
     ) -> None:
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise ValueError(f"partitions must be in 1..{MAX_PARTITIONS}")
         if timeout <= 0 or events_maxlen < 1:
             raise ValueError("timeout and events_maxlen must be positive")
+        if wait_replicas < 0:
+            raise ValueError("wait_replicas must be >= 0")
+        if wait_replicas and not 0 < wait_timeout < timeout:
+            raise ValueError("wait_timeout must be positive and below timeout")
         self._client = client
         self._keys = KeySpace(prefix)
         self._partitions = partitions
@@ -96,7 +108,10 @@ class RedisTaskManager:
         self._timeout = timeout
         self._events_maxlen = events_maxlen
         self._close_client = close_client
-        self._runner = ScriptRunner(client, timeout)
+        self._rebuild: tuple[str, int, dict[str, Any]] | None = None
+        self._runner = ScriptRunner(
+            client, timeout, wait_replicas=wait_replicas, wait_timeout=wait_timeout
+        )
         self._publisher = RedisEventPublisher(
             client, self._keys, partitions, timeout=timeout, maxlen=events_maxlen
         )
@@ -113,37 +128,41 @@ class RedisTaskManager:
         timeout: float = 5.0,
         events_maxlen: int = 10_000,
         max_connections: int = 256,
+        cluster: bool | None = None,
+        wait_replicas: int = 0,
+        wait_timeout: float = 1.0,
         **redis_options: Any,
     ) -> RedisTaskManager:
         """Connect to ``url`` (``redis://`` or ``rediss://``); the manager owns the client.
 
-        Connections come from a blocking pool of ``max_connections``: a call
-        waits up to ``timeout`` for a free one. ``redis_options`` go to the
-        connection pool (e.g. ``ssl_ca_certs``, ``username``, ``password``).
+        ``cluster=None`` asks the server when the manager is entered and uses a
+        Redis Cluster client if it runs in cluster mode (any node's URL will do);
+        ``True``/``False`` skip the question. Standalone connections come from a
+        blocking pool of ``max_connections`` (a call waits up to ``timeout`` for a
+        free one); a cluster client keeps up to ``max_connections`` per node.
+        ``redis_options`` go to the client (e.g. ``ssl_ca_certs``, ``username``).
         """
-        options: dict[str, Any] = {
-            "socket_timeout": timeout,
-            "socket_connect_timeout": timeout,
-            "retry": Retry(NoBackoff(), 0),
-            "health_check_interval": 30,
-            # A burst of calls waits (up to the timeout) for a free connection
-            # instead of failing; workers hold one per partition while reading.
-            "max_connections": max_connections,
-            "timeout": timeout,
-        }
-        options.update(redis_options)
-        options["decode_responses"] = False  # origins and payloads are bytes
-        pool = BlockingConnectionPool.from_url(url, **options)
-        client = Redis.from_pool(pool)
-        return cls(
+        client = build_client(
+            url,
+            cluster=bool(cluster),
+            timeout=timeout,
+            max_connections=max_connections,
+            options=redis_options,
+        )
+        manager = cls(
             client,
             prefix=prefix,
             partitions=partitions,
             limits=limits,
             timeout=timeout,
             events_maxlen=events_maxlen,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
             close_client=True,
         )
+        if cluster is None:
+            manager._rebuild = (url, max_connections, dict(redis_options))
+        return manager
 
     @property
     def prefix(self) -> str:
@@ -161,9 +180,14 @@ class RedisTaskManager:
         return self._encoder.limits
 
     @property
-    def client(self) -> Redis:
-        """The Redis client this manager uses."""
+    def client(self) -> Client:
+        """The Redis client this manager uses (a ``RedisCluster`` on a cluster)."""
         return self._client
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether this manager talks to a Redis Cluster."""
+        return isinstance(self._client, RedisCluster)
 
     @property
     def keyspace(self) -> KeySpace:
@@ -176,9 +200,37 @@ class RedisTaskManager:
         return self._timeout
 
     async def __aenter__(self) -> Self:
-        """Load the scripts and make sure every partition's work group exists."""
+        """Detect a cluster if asked to, load the scripts, create the work groups."""
+        if self._rebuild is not None:
+            url, max_connections, options = self._rebuild
+            self._rebuild = None
+            assert isinstance(self._client, Redis)
+            if await is_cluster(self._client, self._timeout):
+                standalone = self._client
+                self._use(
+                    build_client(
+                        url,
+                        cluster=True,
+                        timeout=self._timeout,
+                        max_connections=max_connections,
+                        options=options,
+                    )
+                )
+                await standalone.aclose()
+        if isinstance(self._client, RedisCluster):
+            # Learn the slot map before anything runs concurrently on the client.
+            try:
+                async with asyncio.timeout(self._timeout * 2):
+                    await self._client.initialize()
+            except (TimeoutError, RedisError, OSError) as exc:
+                raise BackendError("could not reach the Redis Cluster") from exc
         await self.ensure_work_groups(range(self._partitions), load_scripts=True)
         return self
+
+    def _use(self, client: Client) -> None:
+        self._client = client
+        self._runner.client = client
+        self._publisher.use(client)
 
     async def ensure_work_groups(
         self, partitions: Iterable[int], *, load_scripts: bool = False
@@ -188,17 +240,17 @@ class RedisTaskManager:
         Reading from offset 0, so entries added before the group existed (or after
         a server lost it) are still delivered.
         """
+        client = self._client
+        calls: list[Any] = []
+        if load_scripts:  # a cluster client loads each script on every primary
+            calls += [client.script_load(script.source) for script in scripts.values()]
+        calls += [
+            client.xgroup_create(self._keys.work(p), WORK_GROUP, id="0", mkstream=True)
+            for p in partitions
+        ]
         try:
             async with asyncio.timeout(self._timeout * 2):
-                async with self._client.pipeline(transaction=False) as pipe:
-                    if load_scripts:
-                        for script in scripts.values():
-                            pipe.script_load(script.source)
-                    for partition in partitions:
-                        pipe.xgroup_create(
-                            self._keys.work(partition), WORK_GROUP, id="0", mkstream=True
-                        )
-                    replies = await pipe.execute(raise_on_error=False)
+                replies = await asyncio.gather(*calls, return_exceptions=True)
         except (TimeoutError, RedisError, OSError) as exc:
             raise BackendError("could not prepare the work streams on Redis") from exc
         for reply in replies:
@@ -236,6 +288,12 @@ class RedisTaskManager:
 
     async def _run(self, name: str, keys: tuple[str, ...], args: tuple[Arg, ...]) -> list[Any]:
         return await self._runner.run(name, keys, args)
+
+    async def _run_durable(
+        self, name: str, keys: tuple[str, ...], args: tuple[Arg, ...]
+    ) -> list[Any]:
+        """Like ``_run``, then ``WAIT`` for the replicas when ``wait_replicas`` is set."""
+        return await self._runner.run(name, keys, args, durable=True)
 
     # -- client-facing ---------------------------------------------------------------
 
@@ -301,7 +359,7 @@ class RedisTaskManager:
         metadata_bytes = encoder.metadata(metadata)
         task_id = new_task_id(self._partitions)
         keys = self._worker_keys(task_id)
-        reply = await self._run(
+        reply = await self._run_durable(
             "create",
             (keys.task, keys.work, keys.events),
             (
@@ -405,7 +463,7 @@ class RedisTaskManager:
         has_message, message = _message_args(self._encoder.status_message(status_message))
         fence_arg = self._encoder.fence(fence)
         keys = self._worker_keys(task_id)
-        await self._run(
+        await self._run_durable(
             "finish",
             keys.terminal(),
             (
@@ -456,6 +514,7 @@ class RedisTaskManager:
                 self._poison_error,
                 self._events_maxlen,
             ),
+            durable=True,
         )
         code = reply[0]
         if code in _SETTLED:
@@ -485,7 +544,9 @@ class RedisTaskManager:
     async def release_task(self, task_id: str, *, fence: int) -> None:
         """One ``release`` script call: hand the task back for another worker to run now."""
         keys = self._worker_keys(task_id)
-        await self._run("release", (keys.task, keys.work), (task_id, self._encoder.fence(fence)))
+        await self._run_durable(
+            "release", (keys.task, keys.work), (task_id, self._encoder.fence(fence))
+        )
 
     async def requeue_entry(self, task_id: str, entry_id: str) -> None:
         """One ``requeue`` script call: put an unclaimed delivered entry back for others."""

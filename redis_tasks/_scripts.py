@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from redis.asyncio import Redis
+from redis.asyncio import RedisCluster
+from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError
 
+from ._client import Client
 from ._codes import ReturnCode, error_for
-from ._errors import BackendError, InternalError
+from ._errors import BackendError, InternalError, ReplicationError
 from ._keys import WORK_GROUP
 from ._status import TERMINAL_STATUSES
 
@@ -194,25 +195,34 @@ class ScriptRunner:
     own live lease, and the rest change nothing when repeated.
     """
 
-    __slots__ = ("client", "timeout")
+    __slots__ = ("client", "timeout", "wait_replicas", "wait_timeout_ms")
 
-    def __init__(self, client: Redis, timeout: float) -> None:
+    def __init__(
+        self, client: Client, timeout: float, *, wait_replicas: int = 0, wait_timeout: float = 1.0
+    ) -> None:
         self.client = client
         self.timeout = timeout
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = max(1, int(wait_timeout * 1000))
 
-    async def run(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
+    async def run(
+        self, name: str, keys: Sequence[str], args: Sequence[Arg], *, durable: bool = False
+    ) -> list[Any]:
         """Run script ``name`` and return its reply after a successful code.
 
         Raises the mapped exception when the script answers a non-OK code.
+        ``durable`` waits for ``wait_replicas`` replicas (if set) before returning.
         """
-        reply = await self.run_raw(name, keys, args)
+        reply = await self.run_raw(name, keys, args, durable=durable)
         code = reply[0]
         if code != ReturnCode.OK:
             detail = reply[1] if len(reply) > 1 and isinstance(reply[1], bytes) else None
             raise error_for(code, detail)
         return reply
 
-    async def run_raw(self, name: str, keys: Sequence[str], args: Sequence[Arg]) -> list[Any]:
+    async def run_raw(
+        self, name: str, keys: Sequence[str], args: Sequence[Arg], *, durable: bool = False
+    ) -> list[Any]:
         """Run script ``name`` and return its reply, whatever its code.
 
         A broken connection (the server restarted, or killed our client) is
@@ -220,12 +230,14 @@ class ScriptRunner:
         again after a reply was lost.
         """
         script = scripts[name]
+        call = self._call_and_wait if durable and self.wait_replicas else self._call
         try:
             async with asyncio.timeout(self.timeout):
                 try:
-                    reply = await self._call(script, keys, args)
-                except RedisConnectionError:
-                    reply = await self._call(script, keys, args)
+                    reply = await call(script, keys, args)
+                except (RedisConnectionError, MovedError, AskError):
+                    # A broken connection, or a slot that moved under a WAIT call.
+                    reply = await call(script, keys, args)
         except TimeoutError as exc:
             raise BackendError("Redis call timed out") from exc
         except (RedisError, OSError) as exc:
@@ -241,3 +253,62 @@ class ScriptRunner:
             # A restart, failover or SCRIPT FLUSH emptied the cache; EVAL runs
             # the script and caches it again for the next EVALSHA.
             return await self.client.eval(script.source, len(keys), *keys, *args)
+
+    async def _call_and_wait(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run the script, then ``WAIT`` on the same connection (WAIT covers only the
+        writes of its own connection), on the node that owns the keys."""
+        client = self.client
+        if isinstance(client, RedisCluster):
+            node = client.get_node_from_key(keys[0])
+            if node is None:
+                raise BackendError("no node serves this key")
+            connection = node.acquire_connection()
+            try:
+                reply, acked = await self._send_with_wait(connection, script, keys, args)
+            except MovedError:
+                # The slot moved (failover, resharding): learn where it lives now.
+                await client.nodes_manager.initialize()
+                raise
+            finally:
+                node.release(connection)
+        else:
+            pool = client.connection_pool
+            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+            try:
+                reply, acked = await self._send_with_wait(connection, script, keys, args)
+            finally:
+                await pool.release(connection)
+        if acked < self.wait_replicas:
+            raise ReplicationError(
+                f"only {acked} of {self.wait_replicas} replicas confirmed the write in time"
+            )
+        return reply
+
+    async def _send_with_wait(
+        self, connection: Any, script: Script, keys: Sequence[str], args: Sequence[Arg]
+    ) -> tuple[Any, int]:
+        wait = ("WAIT", self.wait_replicas, self.wait_timeout_ms)
+        for command in (("EVALSHA", script.sha), ("EVAL", script.source)):
+            try:
+                await connection.send_packed_command(
+                    connection.pack_commands([(*command, len(keys), *keys, *args), wait])
+                )
+                replies: list[Any] = []
+                for _ in range(2):
+                    try:
+                        replies.append(await connection.read_response())
+                    except ResponseError as exc:  # read both replies to stay in sync
+                        replies.append(exc)
+            except BaseException:
+                # A half-read connection must not go back to the pool as it is.
+                await connection.disconnect()
+                raise
+            reply, acked = replies
+            if isinstance(reply, NoScriptError):
+                continue  # the cache was emptied (restart, failover): EVAL loads it
+            if isinstance(reply, ResponseError):
+                raise reply
+            if isinstance(acked, ResponseError):
+                raise acked
+            return reply, int(acked)
+        raise BackendError("the script could not be loaded")

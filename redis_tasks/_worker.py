@@ -228,9 +228,21 @@ class Worker:
             partitions=len(self.partitions),
             concurrency=self.concurrency,
         )
-        registration = (
-            self.manager.event_publisher.subscribe(self._on_event) if self.cancel_hints else None
-        )
+        registration = None
+        if self.cancel_hints:
+            registration = self.manager.event_publisher.subscribe(self._on_event)
+            # Read no work before the event tail has fixed where it starts, or a
+            # cancellation made in between would never reach the handler as a hint.
+            try:
+                async with asyncio.timeout(self.manager.timeout):
+                    await self.manager.event_publisher.wait_ready()
+            except TimeoutError:
+                _log(
+                    logging.WARNING,
+                    "event tail not ready; cancellation arrives by renewal",
+                    "hints_late",
+                    worker=self.name,
+                )
         readers = [
             asyncio.create_task(self._read(p), name=f"redis-tasks-read-{p}")
             for p in self.partitions

@@ -140,7 +140,10 @@ def _cluster_port() -> int:
 
 
 def start_redis_cluster(
-    directory: Path, *extra: str, primaries: int = 3, replicas_per_primary: int = 1,
+    directory: Path,
+    *extra: str,
+    primaries: int = 3,
+    replicas_per_primary: int = 1,
     node_timeout_ms: int = 2000,
 ) -> RedisCluster:
     """Start a Redis Cluster on loopback and wait until every node reports it ``ok``.
@@ -156,17 +159,34 @@ def start_redis_cluster(
     for n in range(count):
         node_dir = directory / f"node-{n}"
         node_dir.mkdir(parents=True, exist_ok=True)
-        nodes.append(start_redis_server(
-            node_dir, "--cluster-enabled", "yes",
-            "--cluster-config-file", str(node_dir / "nodes.conf"),
-            "--cluster-node-timeout", str(node_timeout_ms), *extra,
-            port=_cluster_port(),
-        ))
+        nodes.append(
+            start_redis_server(
+                node_dir,
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                str(node_dir / "nodes.conf"),
+                "--cluster-node-timeout",
+                str(node_timeout_ms),
+                *extra,
+                port=_cluster_port(),
+            )
+        )
     try:
         subprocess.run(  # noqa: S603 - redis-cli with our own arguments
-            [binary_cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
-             "--cluster-replicas", str(replicas_per_primary), "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60,
+            [
+                binary_cli,
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{n.port}" for n in nodes),
+                "--cluster-replicas",
+                str(replicas_per_primary),
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=60,
         )
         wait_cluster_ok(nodes)
     except BaseException:
@@ -188,8 +208,11 @@ def wait_cluster_ok(nodes: list[RedisServer], timeout: float = 60.0) -> None:
             client = redis.Redis.from_url(node.url, socket_timeout=2)
             try:
                 info = client.cluster("info")
-                states.append(info.get("cluster_state") == "ok" if isinstance(info, dict)
-                              else b"cluster_state:ok" in info)
+                states.append(
+                    info.get("cluster_state") == "ok"
+                    if isinstance(info, dict)
+                    else b"cluster_state:ok" in info
+                )
             except redis.RedisError:
                 states.append(False)
             finally:

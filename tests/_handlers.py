@@ -12,18 +12,24 @@ import os
 import signal
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from redis_tasks import InputRequest, JsonRpcError, TaskExecution, TaskFailed
 
-_client: Redis | None = None
+_client: Redis | RedisCluster | None = None
 
 
-def _redis() -> Redis:
+def _redis() -> Redis | RedisCluster:
     global _client
     if _client is None:
         # No socket timeout: BLPOP waits as long as the test wants.
-        _client = Redis.from_url(os.environ["RT_TEST_REDIS_URL"], socket_timeout=None)
+        url = os.environ["RT_TEST_REDIS_URL"]
+        cluster = os.environ.get("RT_TEST_CLUSTER")
+        _client = (
+            RedisCluster.from_url(url, socket_timeout=None)
+            if cluster
+            else Redis.from_url(url, socket_timeout=None)
+        )
     return _client
 
 

@@ -11,23 +11,31 @@ from typing import Any
 
 import fakeredis
 import pytest
-from redis.asyncio import Redis
 
 from redis_tasks import InMemoryTaskManager, Limits, RedisTaskManager
+from redis_tasks._client import Client
 from redis_tasks._keys import KeySpace
-from redis_tasks.testing import RedisServer, start_redis_server
+from redis_tasks.testing import RedisCluster, RedisServer, start_redis_cluster, start_redis_server
 
-BACKENDS = ("memory", "fakeredis", "redis")
+BACKENDS = ("memory", "fakeredis", "redis", "cluster")
+#: The real servers: a standalone redis-server and a 3-primary, 3-replica cluster.
+SERVERS = ("redis", "cluster")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run ``redis_only`` contract tests on the Redis-backed variants alone."""
+    """Run ``redis_only`` tests on Redis-backed variants and ``standalone_only`` tests
+    on the standalone server only."""
     selected: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:
         callspec = getattr(item, "callspec", None)
-        is_memory = callspec is not None and callspec.params.get("backend_name") == "memory"
-        (dropped if is_memory and item.get_closest_marker("redis_only") else selected).append(item)
+        params = callspec.params if callspec is not None else {}
+        memory = params.get("backend_name") == "memory"
+        cluster = "cluster" in (params.get("backend_name"), params.get("server"))
+        drop = (memory and item.get_closest_marker("redis_only")) or (
+            cluster and item.get_closest_marker("standalone_only")
+        )
+        (dropped if drop else selected).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = selected
@@ -45,6 +53,24 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A real Redis Cluster (3 primaries, 3 replicas) on loopback for the session."""
+    with tempfile.TemporaryDirectory(prefix="redis-tasks-cluster-") as directory:
+        cluster = start_redis_cluster(Path(directory))
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def server_url(request: pytest.FixtureRequest, kind: str) -> str:
+    """The URL of the session's real server of ``kind`` ("redis" or "cluster")."""
+    fixture = "redis_server" if kind == "redis" else "redis_cluster"
+    url: str = request.getfixturevalue(fixture).url
+    return url
+
+
+@pytest.fixture(scope="session")
 def fake_server() -> Any:
     """One fakeredis server (with Lua) shared by the session's fakeredis clients."""
     return fakeredis.FakeServer()
@@ -59,18 +85,22 @@ def prefix() -> str:
 class Backend:
     """A manager under test plus raw access to what it stored."""
 
-    def __init__(self, name: str, manager: Any, client: Redis | None, prefix: str) -> None:
+    def __init__(self, name: str, manager: Any, prefix: str) -> None:
         self.name = name
         self.manager = manager
-        self.client = client
         self.prefix = prefix
         self.keys = KeySpace(prefix)
         # Keys that may legitimately never expire (unlimited-TTL tests).
         self.immortal_allowed: set[str] = set()
 
     @property
+    def client(self) -> Client | None:
+        """The manager's Redis client (it may switch to a cluster client on entering)."""
+        return None if self.name == "memory" else self.manager.client
+
+    @property
     def is_redis(self) -> bool:
-        return self.client is not None
+        return self.name != "memory"
 
     async def all_keys(self) -> list[str]:
         assert self.client is not None
@@ -127,19 +157,15 @@ def make_manager(
     fake_server: Any = None,
     limits: Limits | None = None,
     **options: Any,
-) -> tuple[Any, Redis | None]:
-    """A manager of backend ``name`` with its raw client (None for memory)."""
+) -> Any:
+    """A manager of backend ``name``."""
     if name == "memory":
-        return InMemoryTaskManager(limits=limits, **options), None
+        return InMemoryTaskManager(limits=limits, **options)
     if name == "fakeredis":
         client = fakeredis.aioredis.FakeRedis(server=fake_server)
-        manager = RedisTaskManager(
-            client, prefix=prefix, limits=limits, close_client=True, **options
-        )
-        return manager, client
+        return RedisTaskManager(client, prefix=prefix, limits=limits, close_client=True, **options)
     assert redis_url is not None
-    manager = RedisTaskManager.from_url(redis_url, prefix=prefix, limits=limits, **options)
-    return manager, manager.client
+    return RedisTaskManager.from_url(redis_url, prefix=prefix, limits=limits, **options)
 
 
 BackendFactory = Callable[..., AbstractAsyncContextManager[Backend]]
@@ -157,14 +183,14 @@ def make_backend(
     request: pytest.FixtureRequest, backend_name: str, prefix: str, fake_server: Any
 ) -> BackendFactory:
     """Build the parametrised backend with custom limits or options."""
-    url = request.getfixturevalue("redis_server").url if backend_name == "redis" else None
+    url = server_url(request, backend_name) if backend_name in SERVERS else None
 
     @asynccontextmanager
     async def factory(*, prefix: str = prefix, **options: Any) -> AsyncIterator[Backend]:
-        manager, client = make_manager(
+        manager = make_manager(
             backend_name, prefix, redis_url=url, fake_server=fake_server, **options
         )
-        subject = Backend(backend_name, manager, client, prefix)
+        subject = Backend(backend_name, manager, prefix)
         async with manager:
             yield subject
             if subject.is_redis:
@@ -181,11 +207,24 @@ async def backend(make_backend: BackendFactory) -> AsyncIterator[Backend]:
         yield subject
 
 
-@pytest.fixture
-async def redis_backend(redis_server: RedisServer, prefix: str) -> AsyncIterator[Backend]:
-    """A RedisTaskManager on the real server only."""
-    manager = RedisTaskManager.from_url(redis_server.url, prefix=prefix)
-    subject = Backend("redis", manager, manager.client, prefix)
+@asynccontextmanager
+async def _real_backend(kind: str, url: str, prefix: str) -> AsyncIterator[Backend]:
+    manager = RedisTaskManager.from_url(url, prefix=prefix)
+    subject = Backend(kind, manager, prefix)
     async with manager:
         yield subject
         assert await subject.immortal_keys() == []
+
+
+@pytest.fixture
+async def standalone_backend(redis_server: RedisServer, prefix: str) -> AsyncIterator[Backend]:
+    """A RedisTaskManager on the session's standalone redis-server."""
+    async with _real_backend("redis", redis_server.url, prefix) as subject:
+        yield subject
+
+
+@pytest.fixture(params=SERVERS)
+async def redis_backend(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[Backend]:
+    """A RedisTaskManager on the standalone server and on the cluster."""
+    async with _real_backend(request.param, server_url(request, request.param), prefix) as b:
+        yield b

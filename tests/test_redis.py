@@ -73,10 +73,10 @@ def test_a_header_that_disagrees_with_its_contract_is_refused() -> None:
             _check_header("take_answers", broken, spec)
 
 
-async def test_each_operation_is_one_evalsha_round_trip(redis_backend: Backend) -> None:
-    m = redis_backend.manager
-    client = redis_backend.client
-    assert client is not None
+async def test_each_operation_is_one_evalsha_round_trip(standalone_backend: Backend) -> None:
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
     task = await m.create_task(ALICE, ORIGIN)
     tid = task.task_id
     actions = {
@@ -97,11 +97,11 @@ async def test_each_operation_is_one_evalsha_round_trip(redis_backend: Backend) 
 
 @pytest.mark.parametrize("intruder", [BOB, OTHER_ENDPOINT], ids=["partition-key", "endpoint"])
 async def test_unknown_and_unauthorized_run_the_same_redis_commands(
-    redis_backend: Backend, intruder: Any
+    standalone_backend: Backend, intruder: Any
 ) -> None:
-    m = redis_backend.manager
-    client = redis_backend.client
-    assert client is not None
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
     task = await m.create_task(ALICE, ORIGIN)
     await m.request_input(task.task_id, {"k": ELICIT})
     unknown = task.task_id[:-3] + ("AAA" if not task.task_id.endswith("AAA") else "BBB")
@@ -121,10 +121,10 @@ async def test_unknown_and_unauthorized_run_the_same_redis_commands(
         assert runs[0] == runs[1] == Counter({"evalsha": 1, "hmget": 1})
 
 
-async def test_scripts_are_reloaded_after_the_cache_is_flushed(redis_backend: Backend) -> None:
-    m = redis_backend.manager
-    client = redis_backend.client
-    assert client is not None
+async def test_scripts_are_reloaded_after_the_cache_is_flushed(standalone_backend: Backend) -> None:
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
     task = await m.create_task(ALICE, ORIGIN)
     await client.script_flush()
     ran = await commands_of(client, lambda: m.find_task(TaskRequestContext(ALICE, task.task_id)))
@@ -135,16 +135,16 @@ async def test_scripts_are_reloaded_after_the_cache_is_flushed(redis_backend: Ba
     assert ran["eval"] == 0
 
 
-async def test_keys_are_hash_tagged_per_partition(redis_backend: Backend) -> None:
-    m = redis_backend.manager
+async def test_keys_are_hash_tagged_per_partition(standalone_backend: Backend) -> None:
+    m = standalone_backend.manager
     tasks = [await m.create_task(ALICE, ORIGIN) for _ in range(40)]
     await m.request_input(tasks[0].task_id, {"k": ELICIT})
-    keys = await redis_backend.all_keys()
-    space = KeySpace(redis_backend.prefix)
+    keys = await standalone_backend.all_keys()
+    space = KeySpace(standalone_backend.prefix)
     partitions = {int(t.task_id.split(".")[0]) for t in tasks}
     assert len(partitions) > 4  # spread over partitions
     for key in keys:
-        assert key.startswith("{" + redis_backend.prefix + ":")
+        assert key.startswith("{" + standalone_backend.prefix + ":")
     for t in tasks:
         partition = int(t.task_id.split(".")[0])
         keys_of_task = [k for k in keys if t.task_id in k]
@@ -158,21 +158,21 @@ async def test_keys_are_hash_tagged_per_partition(redis_backend: Backend) -> Non
 
 
 async def test_created_work_is_enqueued_and_terminal_work_is_removed(
-    redis_backend: Backend,
+    standalone_backend: Backend,
 ) -> None:
-    m = redis_backend.manager
-    client = redis_backend.client
-    assert client is not None
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
     task = await m.create_task(ALICE, ORIGIN, payload=b"job")
     partition = int(task.task_id.split(".")[0])
-    work = redis_backend.keys.work(partition)
+    work = standalone_backend.keys.work(partition)
     entries: Any = await client.xrange(work)
     assert [fields[b"t"].decode() for _, fields in entries] == [task.task_id]
     groups = await client.xinfo_groups(work)
     assert [g["name"] for g in groups] == [b"workers"]
     await m.complete_task(task.task_id, {"ok": True})
     assert await client.xrange(work) == []
-    record = await client.hgetall(redis_backend.keys.task(partition, task.task_id).task)
+    record = await client.hgetall(standalone_backend.keys.task(partition, task.task_id).task)
     assert b"pl" not in record  # the payload is dropped once the task is terminal
 
 
@@ -239,11 +239,11 @@ class LoseNextReply:
 
 
 async def test_every_script_is_safe_to_retry_after_a_lost_reply(
-    redis_backend: Backend, monkeypatch: pytest.MonkeyPatch
+    standalone_backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    m = redis_backend.manager
-    client = redis_backend.client
-    assert client is not None
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
     flaky = LoseNextReply(client)
     monkeypatch.setattr(client, "evalsha", flaky.evalsha)
     events = EventLog()
@@ -254,7 +254,7 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
     task = await m.create_task(ALICE, ORIGIN, payload=b"job")  # retried: finds its own task
     assert await m.find_task(TaskRequestContext(ALICE, task.task_id)) == task
     partition = int(task.task_id.split(".")[0])
-    work = redis_backend.keys.work(partition)
+    work = standalone_backend.keys.work(partition)
     assert await client.xlen(work) == 1  # enqueued once
 
     entries: Any = await client.xrange(work)

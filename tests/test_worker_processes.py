@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from redis_tasks import (
     JsonRpcError,
@@ -32,8 +32,9 @@ from redis_tasks import (
     TaskStatus,
     TaskUpdateContext,
 )
-from redis_tasks.testing import RedisServer, start_redis_server
+from redis_tasks.testing import start_redis_server
 
+from .conftest import SERVERS, server_url
 from .helpers import ALICE, ELICIT_ANSWER, ORIGIN, ROOTS_ANSWER, wait_until
 
 pytestmark = pytest.mark.slow
@@ -70,12 +71,18 @@ class Fleet:
     prefix: str
     namespace: str
     directory: Path
+    cluster: bool = False
     workers: list[WorkerProcess] = field(default_factory=list)
 
     def start(self, *options: str, name: str | None = None) -> WorkerProcess:
         name = name or f"w{len(self.workers)}"
         log_path = self.directory / f"{name}.log"
-        env = {**os.environ, "RT_TEST_REDIS_URL": self.url, "RT_TEST_NS": self.namespace}
+        env = {
+            **os.environ,
+            "RT_TEST_REDIS_URL": self.url,
+            "RT_TEST_NS": self.namespace,
+            "RT_TEST_CLUSTER": "1" if self.cluster else "",
+        }
         process = subprocess.Popen(
             [
                 sys.executable,
@@ -105,10 +112,20 @@ class Fleet:
             worker.kill()
 
 
+@pytest.fixture(params=SERVERS)
+def server(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """The kind ("redis" or "cluster") and URL of the server the fleet works on."""
+    kind: str = request.param
+    return kind, server_url(request, kind)
+
+
 @pytest.fixture
-def fleet(redis_server: RedisServer, prefix: str) -> Iterator[Fleet]:
+def fleet(server: tuple[str, str], prefix: str) -> Iterator[Fleet]:
+    kind, url = server
     with tempfile.TemporaryDirectory(prefix="fleet-") as directory:
-        crew = Fleet(redis_server.url, prefix, f"ns-{uuid.uuid4().hex[:8]}", Path(directory))
+        crew = Fleet(
+            url, prefix, f"ns-{uuid.uuid4().hex[:8]}", Path(directory), cluster=kind == "cluster"
+        )
         try:
             yield crew
         finally:
@@ -116,14 +133,20 @@ def fleet(redis_server: RedisServer, prefix: str) -> Iterator[Fleet]:
 
 
 @pytest.fixture
-async def manager(redis_server: RedisServer, prefix: str) -> AsyncIterator[RedisTaskManager]:
-    async with RedisTaskManager.from_url(redis_server.url, prefix=prefix) as m:
+async def manager(server: tuple[str, str], prefix: str) -> AsyncIterator[RedisTaskManager]:
+    async with RedisTaskManager.from_url(server[1], prefix=prefix) as m:
         yield m
 
 
 @pytest.fixture
-async def control(redis_server: RedisServer) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_server.url, socket_timeout=None)  # BLPOP waits long
+async def control(server: tuple[str, str]) -> AsyncIterator[Any]:
+    """A plain client for the handlers' reports (BLPOP may wait long: no socket timeout)."""
+    kind, url = server
+    client: Any = (
+        RedisCluster.from_url(url, socket_timeout=None)
+        if kind == "cluster"
+        else Redis.from_url(url, socket_timeout=None)
+    )
     yield client
     await client.aclose()
 
@@ -367,6 +390,7 @@ async def test_work_streams_and_pending_lists_are_empty_after_ten_thousand_tasks
         assert task.status is TaskStatus.COMPLETED
 
 
+@pytest.mark.standalone_only
 async def test_workers_survive_their_connections_being_killed(
     fleet: Fleet, manager: RedisTaskManager, control: Redis
 ) -> None:
