@@ -1,14 +1,17 @@
-"""Worker throughput and pickup latency: one worker process, no-op tasks.
+"""Worker throughput and pickup latency on no-op tasks.
 
 Usage:
     python -m benchmarks.worker_bench --redis-url redis://127.0.0.1:6379/0
     python -m benchmarks.worker_bench --start-server          # a private redis-server
+    python -m benchmarks.worker_bench --start-server --start-cluster --workers 1,2,4
 
-drain:  N tasks are created while the worker process is stopped (SIGSTOP), then it
-        is resumed; tasks/s = N / (time until every work stream is empty). The
-        median of --rounds rounds is reported.
-pickup: the worker idles; M tasks are created one at a time, each after the
+drain:  N tasks are created while the worker processes are stopped (SIGSTOP), then
+        they resume; tasks/s = N / (time until every work stream is empty). The
+        median of --rounds rounds is reported, per target and worker count.
+pickup: one worker idles; M tasks are created one at a time, each after the
         previous finished; latency = handler start - create call start.
+With --start-server and --start-cluster, both targets run in the same invocation,
+side by side.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from redis_tasks import RedisTaskManager, RequestContext, TaskOrigin, TaskRequestContext
-from redis_tasks.testing import start_redis_server
+from redis_tasks.testing import start_redis_cluster, start_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
 WHO = RequestContext("/mcp", "bench")
@@ -84,20 +87,21 @@ async def wait_idle(manager: RedisTaskManager) -> None:
 
 
 async def backlog(manager: RedisTaskManager) -> int:
-    async with manager.client.pipeline(transaction=False) as pipe:
-        for partition in range(manager.partitions):
-            pipe.xlen(manager.keyspace.work(partition))
-        lengths = await pipe.execute()
+    lengths = await asyncio.gather(
+        *(manager.client.xlen(manager.keyspace.work(p)) for p in range(manager.partitions))
+    )
     return sum(lengths)
 
 
-async def drain_round(url: str, n: int, concurrency: int, log: Path) -> float:
+async def drain_round(url: str, n: int, concurrency: int, workers: int, log: Path) -> float:
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     async with RedisTaskManager.from_url(url, prefix=prefix) as manager:
-        worker = start_worker(url, prefix, "noop", concurrency, log)
+        processes = [start_worker(url, prefix, "noop", concurrency, log) for _ in range(workers)]
         try:
-            await wait_idle(manager)
-            worker.send_signal(signal.SIGSTOP)
+            for _ in processes:
+                await wait_idle(manager)
+            for process in processes:
+                process.send_signal(signal.SIGSTOP)
             created = 0
             while created < n:
                 batch = min(500, n - created)
@@ -105,7 +109,8 @@ async def drain_round(url: str, n: int, concurrency: int, log: Path) -> float:
                 created += batch
                 progress("create", created, n)
             started = time.perf_counter()
-            worker.send_signal(signal.SIGCONT)
+            for process in processes:
+                process.send_signal(signal.SIGCONT)
             left = n
             while left:
                 left = await backlog(manager)
@@ -114,9 +119,11 @@ async def drain_round(url: str, n: int, concurrency: int, log: Path) -> float:
                     await asyncio.sleep(0.01)
             elapsed = time.perf_counter() - started
         finally:
-            worker.send_signal(signal.SIGCONT)
-            worker.terminate()
-            worker.wait(timeout=30)
+            for process in processes:
+                process.send_signal(signal.SIGCONT)
+                process.terminate()
+            for process in processes:
+                process.wait(timeout=30)
             await _cleanup(manager)
     return n / elapsed
 
@@ -148,26 +155,78 @@ async def pickup(url: str, m: int, concurrency: int, log: Path) -> list[float]:
 
 async def _cleanup(manager: RedisTaskManager) -> None:
     keys = [k async for k in manager.client.scan_iter(match=manager.keyspace.pattern(), count=1000)]
-    for i in range(0, len(keys), 1000):
-        await manager.client.delete(*keys[i : i + 1000])
+    # One key per call: a cluster cannot delete keys of different slots together.
+    for i in range(0, len(keys), 500):
+        await asyncio.gather(*(manager.client.delete(key) for key in keys[i : i + 500]))
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
-    log = Path(tempfile.gettempdir()) / f"worker-bench-{os.getpid()}.log"
-    rates = []
-    for _ in range(args.rounds):
-        rates.append(await drain_round(args.redis_url, args.tasks, args.concurrency, log))
-    latencies = await pickup(args.redis_url, args.pickups, args.concurrency, log)
+async def measure(url: str, args: argparse.Namespace, log: Path) -> dict[str, Any]:
+    drains = {}
+    for workers in args.worker_counts:
+        rates = [
+            await drain_round(url, args.tasks, args.concurrency, workers, log)
+            for _ in range(args.rounds)
+        ]
+        drains[workers] = {
+            "rounds": [round(r) for r in rates],
+            "median": round(statistics.median(rates)),
+        }
+    latencies = await pickup(url, args.pickups, args.concurrency, log)
     return {
-        "concurrency": args.concurrency,
-        "drain_tasks": args.tasks,
-        "drain_rounds_tasks_per_s": [round(r) for r in rates],
-        "drain_median_tasks_per_s": round(statistics.median(rates)),
-        "pickup_samples": len(latencies),
+        "drain": drains,
         "pickup_p50_ms": round(percentile(latencies, 0.50), 2),
         "pickup_p99_ms": round(percentile(latencies, 0.99), 2),
+    }
+
+
+def main(arguments: argparse.Namespace) -> dict[str, Any]:
+    log = Path(tempfile.gettempdir()) / f"worker-bench-{os.getpid()}.log"
+    results: dict[str, Any] = {
+        "concurrency": arguments.concurrency,
+        "tasks": arguments.tasks,
+        "pickups": arguments.pickups,
+        "targets": {},
         "worker_log": str(log),
     }
+    with tempfile.TemporaryDirectory() as data:
+        targets: list[tuple[str, str, Any]] = []
+        if arguments.redis_url:
+            targets.append(("given", arguments.redis_url, None))
+        if arguments.start_server:
+            server = start_redis_server(Path(data) / "standalone")
+            targets.append(("standalone", server.url, server))
+        if arguments.start_cluster:
+            cluster = start_redis_cluster(Path(data) / "cluster")
+            targets.append(("cluster", cluster.url, cluster))
+        if not targets:
+            raise SystemExit("give --redis-url, REDIS_URL, --start-server or --start-cluster")
+        try:
+            for name, url, _ in targets:
+                results["targets"][name] = asyncio.run(measure(url, arguments, log))
+        finally:
+            for _, _, running in targets:
+                if running is not None:
+                    running.stop()
+    return results
+
+
+def report(result: dict[str, Any]) -> None:
+    print(
+        f"no-op tasks, worker processes at concurrency {result['concurrency']}; "
+        f"drain of {result['tasks']} tasks, median tasks/s (rounds)"
+    )
+    counts = list(next(iter(result["targets"].values()))["drain"])
+    print(
+        f"  {'target':11}"
+        + "".join(f"{f'{w} worker' + ('s' if w > 1 else ''):>24}" for w in counts)
+        + f"{'pickup p50/p99 ms':>22}"
+    )
+    for name, target in result["targets"].items():
+        cells = "".join(
+            f"{str(target['drain'][w]['median']) + ' ' + str(target['drain'][w]['rounds']):>24}"
+            for w in counts
+        )
+        print(f"  {name:11}{cells}{target['pickup_p50_ms']:>14} / {target['pickup_p99_ms']}")
 
 
 if __name__ == "__main__":
@@ -180,33 +239,21 @@ if __name__ == "__main__":
         action="store_true",
         help="start a private redis-server on a free loopback port",
     )
+    parser.add_argument(
+        "--start-cluster",
+        action="store_true",
+        help="start a private 3-primary, 3-replica cluster on loopback",
+    )
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pickups", type=int, default=300)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--workers", default="1", help="worker process counts, e.g. 1,2,4")
     parser.add_argument("--json", action="store_true", help="print JSON only")
     arguments = parser.parse_args()
-    server = None
-    with tempfile.TemporaryDirectory() as data:
-        if arguments.start_server:
-            server = start_redis_server(Path(data))
-            arguments.redis_url = server.url
-        if not arguments.redis_url:
-            raise SystemExit("give --redis-url, REDIS_URL or --start-server")
-        try:
-            result = asyncio.run(main(arguments))
-        finally:
-            if server is not None:
-                server.stop()
+    arguments.worker_counts = [int(w) for w in arguments.workers.split(",")]
+    outcome = main(arguments)
     if arguments.json:
-        print(json.dumps(result))
+        print(json.dumps(outcome))
     else:
-        print(f"one worker process, concurrency {result['concurrency']}, no-op tasks")
-        print(
-            f"  drain  {result['drain_median_tasks_per_s']:>8} tasks/s (median of "
-            f"{result['drain_rounds_tasks_per_s']}, {result['drain_tasks']} tasks each)"
-        )
-        print(
-            f"  pickup p50 {result['pickup_p50_ms']} ms, p99 {result['pickup_p99_ms']} ms "
-            f"({result['pickup_samples']} tasks one at a time)"
-        )
+        report(outcome)

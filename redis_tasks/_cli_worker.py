@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
+import logging
 import os
 import signal
 import sys
 from datetime import timedelta
 from typing import Any
 
+from ._errors import BackendError
 from ._execution import Handler
 from ._logs import configure_logging
 from ._redis import RedisTaskManager
 from ._worker import Worker
 
 __all__ = ["add_worker_command", "load_handler", "run_worker"]
+
+logger = logging.getLogger("redis_tasks.worker")
 
 
 def load_handler(spec: str) -> Handler:
@@ -65,22 +70,63 @@ def add_worker_command(commands: Any) -> None:
     worker.add_argument("--name", default=None, help="consumer name (default: host-pid-random)")
     worker.add_argument("--timeout", type=float, default=5.0, help="Redis call timeout (s)")
     worker.add_argument(
+        "--wait-replicas",
+        type=int,
+        default=0,
+        help="claims, hand-backs and outcomes wait for this many replicas (WAIT)",
+    )
+    worker.add_argument(
         "--no-cancel-hints",
         action="store_true",
         help="learn of cancellation from lease renewals only, not from change events",
     )
     worker.add_argument("--log-level", default="info")
-
-
-async def _serve(args: argparse.Namespace, handler: Handler) -> None:
-    manager = RedisTaskManager.from_url(
-        args.redis_url, prefix=args.prefix, partitions=args.partitions, timeout=args.timeout
+    worker.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to keep trying to reach Redis at startup (default: 60)",
     )
-    only = None
-    if args.only_partitions:
-        only = [int(p) for p in args.only_partitions.split(",")]
-    async with manager:
-        worker = Worker(
+
+
+def _dump_tasks() -> None:
+    """SIGUSR1: log where every asyncio task is waiting (code locations only)."""
+    for task in asyncio.all_tasks():
+        frames = task.get_stack()
+        where = " <- ".join(
+            f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in reversed(frames)
+        )
+        logger.warning(
+            "task stack", extra={"event": "task_stack", "name": task.get_name(), "where": where}
+        )
+
+
+async def _serve(args: argparse.Namespace, handler: Handler) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    worker: Worker | None = None
+    stopping: list[asyncio.Task[None]] = []
+
+    def on_signal() -> None:
+        stop.set()
+        if worker is not None:
+            stopping.append(loop.create_task(worker.stop(args.grace)))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal)
+    loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
+    only = [int(p) for p in args.only_partitions.split(",")] if args.only_partitions else None
+    deadline = loop.time() + args.startup_timeout
+    delay = 0.2
+    while not stop.is_set():
+        manager = RedisTaskManager.from_url(
+            args.redis_url,
+            prefix=args.prefix,
+            partitions=args.partitions,
+            timeout=args.timeout,
+            wait_replicas=args.wait_replicas,
+        )
+        candidate = Worker(
             manager,
             handler,
             concurrency=args.concurrency,
@@ -90,14 +136,36 @@ async def _serve(args: argparse.Namespace, handler: Handler) -> None:
             name=args.name,
             cancel_hints=not args.no_cancel_hints,
         )
-        loop = asyncio.get_running_loop()
-        stopping: list[asyncio.Task[None]] = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(
-                sig, lambda: stopping.append(loop.create_task(worker.stop(args.grace)))
+        try:
+            # Redis may be down or failing over while a worker starts: wait for it.
+            await manager.__aenter__()
+            await candidate.__aenter__()
+        except BackendError as exc:
+            await manager.__aexit__(None, None, None)
+            if loop.time() + delay > deadline:
+                logger.error(
+                    "could not start: Redis unavailable",
+                    extra={"event": "startup_failed", "error": type(exc).__name__},
+                )
+                return 1
+            logger.warning(
+                "Redis unavailable at startup; retrying",
+                extra={"event": "startup_retry", "error": type(exc).__name__, "retry_in": delay},
             )
-        async with worker:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(delay * 2, 5.0)
+            continue
+        worker = candidate
+        try:
+            if stop.is_set():
+                break
             await worker.run()
+        finally:
+            await worker.__aexit__(None, None, None)
+            await manager.__aexit__(None, None, None)
+        break
+    return 0
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -107,5 +175,4 @@ def run_worker(args: argparse.Namespace) -> int:
         return 2
     configure_logging(args.log_level)
     handler = load_handler(args.handler)
-    asyncio.run(_serve(args, handler))
-    return 0
+    return asyncio.run(_serve(args, handler))

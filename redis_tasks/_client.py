@@ -8,19 +8,25 @@ pools, and which client class serves a URL.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.backoff import ExponentialBackoff, NoBackoff
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from ._errors import BackendError
 
-__all__ = ["Client", "build_client", "is_cluster"]
+__all__ = ["CLIENT_ERRORS", "Client", "build_client", "is_cluster"]
 
 #: Either kind of asyncio client; every command the library uses exists on both.
 Client: TypeAlias = Redis | RedisCluster
+
+#: What a call through a client may raise: its own errors, socket errors, timeouts
+#: and, while a cluster's topology changes, errors from inside the client library
+#: (seen: AttributeError on a connection disconnected under it). Every one of them
+#: means "this call failed"; code that talks to Redis directly catches this.
+CLIENT_ERRORS: Final = (Exception,)
 
 
 def build_client(
@@ -58,6 +64,6 @@ async def is_cluster(client: Redis, seconds: float) -> bool:
             info = await client.info("cluster")
     except ResponseError:
         return False  # a server without INFO (an embedded fake) is no cluster
-    except (TimeoutError, RedisError, OSError) as exc:
+    except CLIENT_ERRORS as exc:
         raise BackendError("could not reach Redis") from exc
     return bool(info.get("cluster_enabled"))

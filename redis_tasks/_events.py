@@ -15,9 +15,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from redis.asyncio import RedisCluster
-from redis.exceptions import RedisError
 
-from ._client import Client
+from ._client import CLIENT_ERRORS, Client
 from ._errors import BackendError, TaskNotFoundError
 from ._ids import parse_task_id
 from ._keys import KeySpace
@@ -207,7 +206,7 @@ class RedisEventPublisher(TaskEventPublisher):
                     maxlen=self._maxlen,
                     approximate=True,
                 )
-        except (TimeoutError, RedisError, OSError) as exc:
+        except CLIENT_ERRORS as exc:
             raise BackendError("Redis call failed") from exc
 
     def _on_subscribe(self) -> None:
@@ -268,7 +267,7 @@ class RedisEventPublisher(TaskEventPublisher):
                 backoff = 0.05
             except asyncio.CancelledError:
                 raise
-            except (TimeoutError, RedisError, OSError) as exc:
+            except CLIENT_ERRORS as exc:
                 logger.warning("task event tail failed (%s); retrying", type(exc).__name__)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF)

@@ -15,9 +15,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import RedisError
 
-from ._client import Client, build_client, is_cluster
+from ._client import CLIENT_ERRORS, Client, build_client, is_cluster
 from ._codes import ReturnCode, error_for
 from ._errors import BackendError, TaskNotFoundError
 from ._events import RedisEventPublisher, TaskEventPublisher
@@ -72,12 +71,16 @@ class RedisTaskManager:
     :class:`BackendError`. Every script is safe to run again after a lost reply,
     so a broken connection is retried once.
 
-    ``wait_replicas=N`` makes create, claim, release and every terminal
-    transition return only after ``WAIT`` confirms ``N`` replicas within
-    ``wait_timeout`` seconds (else :class:`ReplicationError`): such a write
-    survives the loss of its primary. It costs a round trip to the replicas on
-    each of those writes; without it, a failover may lose the last writes of the
-    failed primary (a task created just before may then be unknown).
+    ``wait_replicas=N`` makes ``create_task`` and every terminal transition return
+    only after ``WAIT`` confirms ``N`` replicas within ``wait_timeout`` seconds
+    (else :class:`ReplicationError`, with the write applied on the primary only):
+    such a write survives the loss of its primary. The price is a round trip to
+    the replicas on each of those writes, and errors while a shard has fewer
+    replicas than asked (right after a failover, until a replica is attached
+    again). Without it, a failover may lose the failed primary's last writes: a
+    task created just before may be unknown, or a finished one run again. Claims
+    and hand-backs do not wait: one lost in a failover is harmless, since the
+    next claim gets a higher fence and the lost holder's writes are refused.
     """
 
     def __init__(
@@ -222,7 +225,7 @@ class RedisTaskManager:
             try:
                 async with asyncio.timeout(self._timeout * 2):
                     await self._client.initialize()
-            except (TimeoutError, RedisError, OSError) as exc:
+            except CLIENT_ERRORS as exc:
                 raise BackendError("could not reach the Redis Cluster") from exc
         await self.ensure_work_groups(range(self._partitions), load_scripts=True)
         return self
@@ -251,7 +254,7 @@ class RedisTaskManager:
         try:
             async with asyncio.timeout(self._timeout * 2):
                 replies = await asyncio.gather(*calls, return_exceptions=True)
-        except (TimeoutError, RedisError, OSError) as exc:
+        except CLIENT_ERRORS as exc:
             raise BackendError("could not prepare the work streams on Redis") from exc
         for reply in replies:
             # BUSYGROUP: another process created the group first, as intended.
@@ -514,7 +517,6 @@ class RedisTaskManager:
                 self._poison_error,
                 self._events_maxlen,
             ),
-            durable=True,
         )
         code = reply[0]
         if code in _SETTLED:
@@ -544,9 +546,7 @@ class RedisTaskManager:
     async def release_task(self, task_id: str, *, fence: int) -> None:
         """One ``release`` script call: hand the task back for another worker to run now."""
         keys = self._worker_keys(task_id)
-        await self._run_durable(
-            "release", (keys.task, keys.work), (task_id, self._encoder.fence(fence))
-        )
+        await self._run("release", (keys.task, keys.work), (task_id, self._encoder.fence(fence)))
 
     async def requeue_entry(self, task_id: str, entry_id: str) -> None:
         """One ``requeue`` script call: put an unclaimed delivered entry back for others."""

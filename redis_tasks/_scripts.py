@@ -20,18 +20,22 @@ from pathlib import Path
 from typing import Any, Final
 
 from redis.asyncio import RedisCluster
-from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, ResponseError
+from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._client import Client
+from ._client import CLIENT_ERRORS, Client
 from ._codes import ReturnCode, error_for
-from ._errors import BackendError, InternalError, ReplicationError
+from ._errors import BackendError, InternalError, RedisTasksError, ReplicationError
 from ._keys import WORK_GROUP
 from ._status import TERMINAL_STATUSES
 
 __all__ = ["SPECS", "Script", "ScriptRunner", "lua_dir", "scripts"]
 
 _INCLUDES: Final = ("common",)
+# Failures after which the same call may simply be made again: a broken
+# connection, a slot that moved, or the cluster client's connection state torn
+# down under it during a topology change (AttributeError inside redis-py).
+_RETRY_ONCE: Final = (RedisConnectionError, MovedError, AskError, AttributeError)
 _HEADER = re.compile(r"\A--\[\[(.*?)\]\]", re.S)
 _SLOT = re.compile(r"^\s+(\d+)(\.\.)?\s+(\w+)", re.M)
 
@@ -235,12 +239,14 @@ class ScriptRunner:
             async with asyncio.timeout(self.timeout):
                 try:
                     reply = await call(script, keys, args)
-                except (RedisConnectionError, MovedError, AskError):
+                except _RETRY_ONCE:
                     # A broken connection, or a slot that moved under a WAIT call.
                     reply = await call(script, keys, args)
         except TimeoutError as exc:
             raise BackendError("Redis call timed out") from exc
-        except (RedisError, OSError) as exc:
+        except RedisTasksError:
+            raise  # already ours (ReplicationError, BackendError)
+        except CLIENT_ERRORS as exc:
             raise BackendError("Redis call failed") from exc
         if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
             raise InternalError("unexpected script reply")

@@ -30,12 +30,14 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Final, Self
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
+from ._client import CLIENT_ERRORS
 from ._errors import (
     BackendError,
     LeaseLostError,
     RedisTasksError,
+    ReplicationError,
     TaskNotFoundError,
     TaskTerminalError,
     ValidationError,
@@ -305,7 +307,7 @@ class Worker:
                     )
                     if not pending:
                         await client.xgroup_delconsumer(stream, WORK_GROUP, self.name)
-            except (TimeoutError, RedisError, OSError):
+            except CLIENT_ERRORS:
                 return  # best effort: a stale consumer is removed by others later
 
     # -- reading and reclaiming ------------------------------------------------------
@@ -342,7 +344,7 @@ class Worker:
                     continue
                 backoff = await self._backoff("read", backoff)
                 continue
-            except (TimeoutError, RedisError, OSError, BackendError):
+            except CLIENT_ERRORS:
                 self._slots.give(reserved)
                 backoff = await self._backoff("read", backoff)
                 continue
@@ -408,7 +410,7 @@ class Worker:
                             start_id=cursors[partition],
                             count=wanted,
                         )
-                except (TimeoutError, RedisError, OSError):
+                except CLIENT_ERRORS:
                     self._slots.give(wanted)
                     continue
                 # Keep the cursor: the next pass continues where this one stopped.
@@ -435,7 +437,7 @@ class Worker:
                             and consumer["idle"] > _STALE_CONSUMER_MS
                         ):
                             await client.xgroup_delconsumer(stream, WORK_GROUP, name)
-            except (TimeoutError, RedisError, OSError):
+            except CLIENT_ERRORS:
                 return
 
     # -- running one task ------------------------------------------------------------
@@ -484,10 +486,26 @@ class Worker:
             async with asyncio.timeout(self.manager.timeout):
                 await self.manager.client.xack(stream, WORK_GROUP, entry_id)
                 await self.manager.client.xdel(stream, entry_id)
-        except (TimeoutError, RedisError, OSError):
+        except CLIENT_ERRORS:
             return
 
     async def _claim_and_run(
+        self, partition: int, entry_id: str, task_id: str, reclaimed: bool
+    ) -> None:
+        try:
+            await self._claim_and_run_unguarded(partition, entry_id, task_id, reclaimed)
+        except Exception as exc:
+            # Never die silently: the lease runs out and the task is run again.
+            _log(
+                logging.ERROR,
+                "internal error running a task",
+                "internal_error",
+                task_id=task_id,
+                error=type(exc).__name__,
+                where=_frames(exc),
+            )
+
+    async def _claim_and_run_unguarded(
         self, partition: int, entry_id: str, task_id: str, reclaimed: bool
     ) -> None:
         try:
@@ -683,6 +701,15 @@ class Worker:
                 )
             except TaskNotFoundError:
                 _log(logging.INFO, "task expired before it finished", "task_expired", **fields)
+            except ReplicationError:
+                # Recorded on the primary; its replicas did not confirm in time. Not
+                # retried: a shard may stay short of replicas for a while.
+                _log(
+                    logging.WARNING,
+                    "outcome recorded but not confirmed by replicas",
+                    "outcome_unconfirmed",
+                    **fields,
+                )
             except BackendError as exc:
                 if time.monotonic() > run.lease_until:
                     _log(

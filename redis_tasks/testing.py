@@ -25,6 +25,7 @@ __all__ = [
     "start_redis_cluster",
     "start_redis_server",
     "wait_cluster_ok",
+    "wait_failover",
 ]
 
 
@@ -168,6 +169,9 @@ def start_redis_cluster(
                 str(node_dir / "nodes.conf"),
                 "--cluster-node-timeout",
                 str(node_timeout_ms),
+                # Replicas sync at once (Redis 7 waits 5 s for more replicas by default).
+                "--repl-diskless-sync-delay",
+                "0",
                 *extra,
                 port=_cluster_port(),
             )
@@ -189,11 +193,56 @@ def start_redis_cluster(
             timeout=60,
         )
         wait_cluster_ok(nodes)
+        _wait_replicas_online(nodes[:primaries], replicas_per_primary)
     except BaseException:
         for node in nodes:
             node.stop()
         raise
     return RedisCluster(nodes[:primaries], nodes[primaries:])
+
+
+def _wait_replicas_online(
+    primaries: list[RedisServer], replicas: int, timeout: float = 60.0
+) -> None:
+    """Wait until every primary has ``replicas`` replicas in sync (``state=online``)."""
+    deadline = time.monotonic() + timeout
+    for node in primaries:
+        client = redis.Redis.from_url(node.url, socket_timeout=2)
+        try:
+            while True:
+                info = client.info("replication")
+                online = sum(
+                    1
+                    for key, value in info.items()
+                    if key.startswith("slave")
+                    and isinstance(value, dict)
+                    and value.get("state") == "online"
+                )
+                if online >= replicas:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the replicas did not come online")
+                time.sleep(0.05)  # polling another process's state
+        finally:
+            client.close()
+
+
+def wait_failover(cluster: RedisCluster, dead: RedisServer, timeout: float = 60.0) -> None:
+    """Wait until no slot is served by the ``dead`` node any more and the cluster is ok."""
+    alive = [node for node in cluster.servers if node is not dead and node.process.poll() is None]
+    deadline = time.monotonic() + timeout
+    client = redis.Redis.from_url(alive[0].url, socket_timeout=2)
+    try:
+        while True:
+            slots = client.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
+            if all(int(row[2][1]) != dead.port for row in slots):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the dead primary's replica was not promoted")
+            time.sleep(0.1)  # polling the cluster's state
+    finally:
+        client.close()
+    wait_cluster_ok(alive, timeout)
 
 
 def wait_cluster_ok(nodes: list[RedisServer], timeout: float = 60.0) -> None:

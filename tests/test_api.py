@@ -25,6 +25,7 @@ EXPORTED = [
     "Limits",
     "RedisTaskManager",
     "RedisTasksError",
+    "ReplicationError",
     "RequestContext",
     "Task",
     "TaskEventPublisher",

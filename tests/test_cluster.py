@@ -1,0 +1,325 @@
+"""Redis Cluster specifics on a real 3-primary, 3-replica cluster: layout, WAIT, failover,
+slot migration. (The contract, worker and process suites also run on the cluster.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from redis_tasks import (
+    RedisTaskManager,
+    RedisTasksError,
+    ReplicationError,
+    TaskRequestContext,
+    TaskStatus,
+)
+from redis_tasks._keys import KeySpace
+from redis_tasks.testing import RedisCluster, RedisServer, start_redis_cluster, wait_failover
+
+from .fleet import Fleet, recorded
+from .helpers import ALICE, ORIGIN, wait_until
+
+
+def owner(
+    cluster: RedisCluster, slot: int, seed: RedisServer | None = None
+) -> tuple[int, int | None]:
+    """(primary port, a replica's port) of ``slot``, from ``CLUSTER NODES``.
+
+    (``CLUSTER SLOTS`` on Redis 7.0 leaves out replicas that have not been sent
+    any write yet.)
+    """
+    client = redis.Redis.from_url((seed or cluster.primaries[0]).url)
+    try:
+        text = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+    finally:
+        client.close()
+    nodes = [
+        line.split()
+        for line in (text.decode() if isinstance(text, bytes) else text).splitlines()
+        if line.strip()
+    ]
+    for fields in nodes:
+        node_id, address, flags = fields[0], fields[1], fields[2]
+        if "master" not in flags or "fail" in flags:
+            continue
+        for span in fields[8:]:
+            if span.startswith("["):
+                continue  # a slot being imported or migrated
+            first, _, last = span.partition("-")
+            if int(first) <= slot <= int(last or first):
+                replica = next(
+                    (
+                        int(f[1].split("@")[0].rsplit(":", 1)[1])
+                        for f in nodes
+                        if f[3] == node_id and "fail" not in f[2]
+                    ),
+                    None,
+                )
+                return int(address.split("@")[0].rsplit(":", 1)[1]), replica
+    raise AssertionError(f"slot {slot} is not served")
+
+
+def on_replica(cluster: RedisCluster, port: int, key: str) -> dict[bytes, bytes]:
+    """The hash ``key`` as the replica on ``port`` holds it (READONLY read)."""
+    client = redis.Redis(host="127.0.0.1", port=port)
+    try:
+        client.execute_command("READONLY")  # type: ignore[no-untyped-call]
+        data: dict[bytes, bytes] = client.hgetall(key)  # type: ignore[assignment]
+        return data
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def private_cluster() -> Iterator[RedisCluster]:
+    """A cluster of the test's own, for tests that kill or reshape nodes."""
+    with tempfile.TemporaryDirectory(prefix="redis-tasks-own-cluster-") as directory:
+        cluster = start_redis_cluster(Path(directory), "--appendonly", "yes")
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+async def test_a_cluster_is_detected_from_any_nodes_url(
+    redis_cluster: RedisCluster, prefix: str
+) -> None:
+    for node in (redis_cluster.primaries[1], redis_cluster.replicas[0]):
+        async with RedisTaskManager.from_url(node.url, prefix=prefix) as manager:
+            assert manager.is_cluster
+            task = await manager.create_task(ALICE, ORIGIN)
+            assert await manager.find_task(TaskRequestContext(ALICE, task.task_id)) == task
+
+
+async def test_a_standalone_server_is_not_mistaken_for_a_cluster(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    async with RedisTaskManager.from_url(redis_server.url, prefix=prefix) as manager:
+        assert not manager.is_cluster
+
+
+def test_the_default_partitions_spread_evenly_over_three_primaries(
+    redis_cluster: RedisCluster,
+) -> None:
+    for prefix in ("rt", "app", f"t{uuid.uuid4().hex[:12]}"):
+        keys = KeySpace(prefix)
+        per_primary = Counter(owner(redis_cluster, keys.slot(p))[0] for p in range(16))
+        assert sorted(per_primary.values()) == [5, 5, 6], prefix
+
+
+async def test_tasks_of_one_run_land_on_every_primary(
+    redis_cluster: RedisCluster, prefix: str
+) -> None:
+    async with RedisTaskManager.from_url(redis_cluster.url, prefix=prefix) as manager:
+        await asyncio.gather(*(manager.create_task(ALICE, ORIGIN) for _ in range(300)))
+        counts = {}
+        for node in redis_cluster.primaries:
+            client = redis.Redis.from_url(node.url)
+            counts[node.port] = sum(
+                1 for key in client.scan_iter(match=f"{{{prefix}:*", count=1000) if b":task:" in key
+            )
+            client.close()
+    assert sum(counts.values()) == 300
+    assert all(count >= 300 * 0.2 for count in counts.values()), counts
+
+
+async def test_wait_replicas_returns_only_once_a_replica_holds_the_write(
+    redis_cluster: RedisCluster, prefix: str
+) -> None:
+    async with RedisTaskManager.from_url(
+        redis_cluster.url, prefix=prefix, wait_replicas=1
+    ) as manager:
+        for _ in range(20):
+            task = await manager.create_task(ALICE, ORIGIN)
+            partition = int(task.task_id.split(".")[0])
+            key = manager.keyspace.task(partition, task.task_id).task
+            _, replica = owner(redis_cluster, manager.keyspace.slot(partition))
+            assert replica is not None
+            assert on_replica(redis_cluster, replica, key)[b"st"] == b"working"
+            await manager.complete_task(task.task_id, {"ok": True})
+            assert on_replica(redis_cluster, replica, key)[b"st"] == b"completed"
+
+
+async def test_asking_for_more_replicas_than_exist_raises_replication_error(
+    redis_cluster: RedisCluster, redis_server: RedisServer, prefix: str
+) -> None:
+    for url, replicas in ((redis_cluster.url, 2), (redis_server.url, 1)):
+        async with RedisTaskManager.from_url(
+            url, prefix=prefix, wait_replicas=replicas, wait_timeout=0.2
+        ) as manager:
+            with pytest.raises(ReplicationError):
+                await manager.create_task(ALICE, ORIGIN)
+
+
+async def test_scripts_are_reloaded_after_every_node_empties_its_cache(
+    redis_cluster: RedisCluster, prefix: str
+) -> None:
+    async with RedisTaskManager.from_url(
+        redis_cluster.url, prefix=prefix, wait_replicas=1
+    ) as manager:
+        task = await manager.create_task(ALICE, ORIGIN)
+        for node in redis_cluster.primaries:
+            client = redis.Redis.from_url(node.url)
+            client.script_flush()
+            client.close()
+        assert await manager.find_task(TaskRequestContext(ALICE, task.task_id)) is not None
+        await manager.complete_task(task.task_id, {"ok": True})  # the WAIT path reloads too
+        again = await manager.create_task(ALICE, ORIGIN)
+        assert again.task_id != task.task_id
+
+
+async def _create_while(
+    manager: RedisTaskManager, total: int, on_progress: Any
+) -> tuple[list[str], int]:
+    """Create ``total`` no-op tasks in batches; returns the created IDs and the failures."""
+    created: list[str] = []
+    failed = 0
+    payload = json.dumps({"mode": "noop"}).encode()
+    while len(created) + failed < total:
+        batch = min(25, total - len(created) - failed)
+        outcomes = await asyncio.gather(
+            *(manager.create_task(ALICE, ORIGIN, payload=payload) for _ in range(batch)),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, RedisTasksError):
+                failed += 1  # create_task did not return: not promised to anyone
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                created.append(outcome.task_id)
+        await on_progress(len(created) + failed)
+    return created, failed
+
+
+async def _all_done_once(manager: RedisTaskManager, fleet: Fleet, created: list[str]) -> None:
+    async def finished() -> bool:
+        for task_id in created:
+            task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+            assert task is not None, "a task whose create returned was lost"
+            if not task.is_terminal:
+                return False
+        return True
+
+    await wait_until(finished, within=180, what="every created task to end")
+    for task_id in created:
+        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+        assert task is not None
+        assert task.status is TaskStatus.COMPLETED
+    done = await recorded(fleet.workers, set(created))
+    assert max(done.values()) == 1  # no task was recorded completed twice
+
+
+@pytest.mark.slow
+async def test_a_primary_killed_mid_run_loses_no_task_with_wait_replicas(
+    private_cluster: RedisCluster, prefix: str, tmp_path: Path
+) -> None:
+    seed = private_cluster.primaries[0]
+    victim = private_cluster.primaries[2]
+    fleet = Fleet(seed.url, prefix, f"ns-{uuid.uuid4().hex[:8]}", tmp_path, cluster=True)
+    try:
+        for _ in range(2):
+            fleet.start("--lease", "3", "--wait-replicas", "1", "--concurrency", "16")
+        await fleet.wait_started()
+        async with RedisTaskManager.from_url(
+            seed.url, prefix=prefix, wait_replicas=1, timeout=5.0
+        ) as manager:
+            killed = False
+
+            async def progress(count: int) -> None:
+                nonlocal killed
+                if count >= 600 and not killed:
+                    victim.process.kill()  # SIGKILL: no goodbye to the cluster
+                    killed = True
+
+            created, failed = await _create_while(manager, 2000, progress)
+            assert killed
+            await asyncio.to_thread(wait_failover, private_cluster, victim)
+            await _all_done_once(manager, fleet, created)
+        assert len(created) + failed == 2000
+        assert len(created) > 1000
+        for worker in fleet.workers:
+            assert worker.process.poll() is None  # carried on without a restart
+    finally:
+        fleet.stop_all()
+
+
+@pytest.mark.slow
+async def test_a_partitions_slot_migrating_mid_run_loses_no_task(
+    private_cluster: RedisCluster, prefix: str, tmp_path: Path
+) -> None:
+    seed = private_cluster.primaries[0]
+    keys = KeySpace(prefix)
+    slot = keys.slot(0)  # partition 0 sits in the first 64 slots, on the first primary
+    source_port, _ = owner(private_cluster, slot)
+    target = next(p for p in private_cluster.primaries if p.port != source_port)
+    ids = {node.port: _node_id(node) for node in private_cluster.primaries}
+    fleet = Fleet(seed.url, prefix, f"ns-{uuid.uuid4().hex[:8]}", tmp_path, cluster=True)
+    try:
+        for _ in range(2):
+            fleet.start("--lease", "3", "--partitions", "2", "--concurrency", "16")
+        await fleet.wait_started()
+        async with RedisTaskManager.from_url(seed.url, prefix=prefix, partitions=2) as manager:
+            resharding: asyncio.Task[Any] | None = None
+
+            async def progress(count: int) -> None:
+                nonlocal resharding
+                if count >= 300 and resharding is None:
+                    resharding = asyncio.create_task(
+                        asyncio.to_thread(
+                            _reshard, seed, ids[source_port], ids[target.port], slot + 1
+                        )
+                    )
+
+            created, failed = await _create_while(manager, 1500, progress)
+            assert resharding is not None
+            await resharding
+            assert owner(private_cluster, slot)[0] == target.port  # the slot moved
+            await _all_done_once(manager, fleet, created)
+        assert failed == 0
+    finally:
+        fleet.stop_all()
+
+
+def _node_id(node: RedisServer) -> str:
+    client = redis.Redis.from_url(node.url)
+    try:
+        node_id: bytes = client.execute_command("CLUSTER", "MYID")  # type: ignore[no-untyped-call]
+        return node_id.decode()
+    finally:
+        client.close()
+
+
+def _reshard(seed: RedisServer, source: str, target: str, slots: int) -> None:
+    """``redis-cli --cluster reshard``: move the source's first ``slots`` slots to target."""
+    subprocess.run(
+        [
+            "redis-cli",
+            "--cluster",
+            "reshard",
+            f"127.0.0.1:{seed.port}",
+            "--cluster-from",
+            source,
+            "--cluster-to",
+            target,
+            "--cluster-slots",
+            str(slots),
+            "--cluster-yes",
+            "--cluster-pipeline",
+            "10",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=120,
+    )
