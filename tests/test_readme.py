@@ -36,7 +36,10 @@ def test_the_usage_example_runs(redis_server: RedisServer, tmp_path: Path) -> No
 
 def test_the_worker_example_is_real_code() -> None:
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     namespace: dict[str, object] = {}
     exec(compile(blocks[1], "README.md", "exec"), namespace)  # defines the handler only
     assert callable(namespace["handler"])
+    # The cluster example names a remote host: compiled, never run.
+    compile(blocks[2], "README.md", "exec")
+    assert "from_url(" in blocks[2] and "wait_replicas=1" in blocks[2]
