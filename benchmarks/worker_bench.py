@@ -155,9 +155,13 @@ async def pickup(url: str, m: int, concurrency: int, log: Path) -> list[float]:
 
 async def _cleanup(manager: RedisTaskManager) -> None:
     keys = [k async for k in manager.client.scan_iter(match=manager.keyspace.pattern(), count=1000)]
-    # One key per call: a cluster cannot delete keys of different slots together.
-    for i in range(0, len(keys), 500):
-        await asyncio.gather(*(manager.client.delete(key) for key in keys[i : i + 500]))
+    # A partition's keys share one hash tag, hence one slot: unlink them together.
+    by_tag: dict[bytes, list[bytes]] = {}
+    for key in keys:
+        by_tag.setdefault(key[: key.index(b"}") + 1], []).append(key)
+    for group in by_tag.values():
+        for i in range(0, len(group), 1000):
+            await manager.client.unlink(*group[i : i + 1000])
 
 
 async def measure(url: str, args: argparse.Namespace, log: Path) -> dict[str, Any]:

@@ -65,6 +65,7 @@ def start_redis_server(
     if binary is None:
         raise RuntimeError("redis-server not found: install it (`make test` does)")
     port = port or free_port()
+    directory.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(  # noqa: S603 - a fixed binary with our own arguments
         [
             binary,
