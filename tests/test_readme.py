@@ -42,4 +42,5 @@ def test_the_worker_example_is_real_code() -> None:
     assert callable(namespace["handler"])
     # The cluster example names a remote host: compiled, never run.
     compile(blocks[2], "README.md", "exec")
-    assert "from_url(" in blocks[2] and "wait_replicas=1" in blocks[2]
+    assert "from_url(" in blocks[2]
+    assert "wait_replicas=1" in blocks[2]
