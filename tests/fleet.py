@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from redis_tasks import RedisTaskManager, TaskRequestContext
+from redis_tasks import RedisTaskManager, TaskRequestContext, TaskStatus
 
 from .helpers import ALICE, ORIGIN, wait_until
 
@@ -161,3 +161,26 @@ def finishes(workers: list[WorkerProcess]) -> Counter[str]:
 def completions(workers: list[WorkerProcess]) -> Counter[str]:
     """How often each task was recorded completed by any worker."""
     return Counter(e["task_id"] for w in workers for e in w.events() if e.get("event") in COMPLETED)
+
+
+async def all_completed_once(
+    manager: RedisTaskManager, workers: list[WorkerProcess], created: list[str], within: float = 180
+) -> None:
+    """Every task in ``created`` is found and ends completed, and no worker recorded
+    any of them completed twice."""
+
+    async def finished() -> bool:
+        for task_id in created:
+            task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+            assert task is not None, "a task whose create returned was lost"
+            if not task.is_terminal:
+                return False
+        return True
+
+    await wait_until(finished, within=within, what="every created task to end")
+    for task_id in created:
+        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+        assert task is not None
+        assert task.status is TaskStatus.COMPLETED
+    done = await recorded(workers, set(created))
+    assert max(done.values()) == 1  # no task was recorded completed twice

@@ -21,13 +21,12 @@ from redis_tasks import (
     RedisTasksError,
     ReplicationError,
     TaskRequestContext,
-    TaskStatus,
 )
 from redis_tasks._keys import KeySpace
 from redis_tasks.testing import RedisCluster, RedisServer, start_redis_cluster, wait_failover
 
-from .fleet import Fleet, recorded
-from .helpers import ALICE, ORIGIN, wait_until
+from .fleet import Fleet, all_completed_once
+from .helpers import ALICE, ORIGIN
 
 
 def owner(
@@ -202,24 +201,6 @@ async def _create_while(
     return created, failed
 
 
-async def _all_done_once(manager: RedisTaskManager, fleet: Fleet, created: list[str]) -> None:
-    async def finished() -> bool:
-        for task_id in created:
-            task = await manager.find_task(TaskRequestContext(ALICE, task_id))
-            assert task is not None, "a task whose create returned was lost"
-            if not task.is_terminal:
-                return False
-        return True
-
-    await wait_until(finished, within=180, what="every created task to end")
-    for task_id in created:
-        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
-        assert task is not None
-        assert task.status is TaskStatus.COMPLETED
-    done = await recorded(fleet.workers, set(created))
-    assert max(done.values()) == 1  # no task was recorded completed twice
-
-
 @pytest.mark.slow
 async def test_a_primary_killed_mid_run_loses_no_task_with_wait_replicas(
     private_cluster: RedisCluster, prefix: str, tmp_path: Path
@@ -245,7 +226,7 @@ async def test_a_primary_killed_mid_run_loses_no_task_with_wait_replicas(
             created, failed = await _create_while(manager, 2000, progress)
             assert killed
             await asyncio.to_thread(wait_failover, private_cluster, victim)
-            await _all_done_once(manager, fleet, created)
+            await all_completed_once(manager, fleet.workers, created)
         assert len(created) + failed == 2000
         assert len(created) > 1000
         print(f"failover run: {len(created)} creates returned, {failed} refused")
@@ -286,7 +267,7 @@ async def test_a_partitions_slot_migrating_mid_run_loses_no_task(
             assert resharding is not None
             await resharding
             assert owner(private_cluster, slot)[0] == target.port  # the slot moved
-            await _all_done_once(manager, fleet, created)
+            await all_completed_once(manager, fleet.workers, created)
         assert failed == 0
     finally:
         fleet.stop_all()
