@@ -135,3 +135,13 @@ async def expect_each_raises(
         except error:
             continue
         raise AssertionError(f"{name} did not raise {error.__name__}")
+
+
+async def reaches(manager: Any, task_id: str, status: Any, who: RequestContext = ALICE) -> Any:
+    """Wait until ``task_id`` has ``status``; return that snapshot."""
+
+    async def there() -> Any:
+        task = await manager.find_task(TaskRequestContext(who, task_id))
+        return task if task is not None and task.status is status else None
+
+    return await wait_until(there, what=f"status {status}")

@@ -27,7 +27,7 @@ from redis_tasks import (
 from redis_tasks._keys import WORK_GROUP
 
 from .conftest import Backend
-from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, wait_until
+from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, reaches, wait_until
 
 Handler = Any
 
@@ -53,14 +53,6 @@ async def settled(manager: RedisTaskManager, task_id: str, within: float = 15.0)
         return task if task is not None and task.is_terminal else None
 
     return await wait_until(terminal, within=within, what="a terminal task")
-
-
-async def status_is(manager: RedisTaskManager, task_id: str, status: TaskStatus) -> None:
-    async def reached() -> bool:
-        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
-        return task is not None and task.status is status
-
-    await wait_until(reached, what=f"status {status.value}")
 
 
 async def create(manager: RedisTaskManager, payload: bytes = b"", **options: Any) -> str:
@@ -239,7 +231,7 @@ async def test_input_round_trip_resumes_the_handler_with_the_answers(
 
     task_id = await create(m)
     async with running(m, handler, input_poll_interval=timedelta(seconds=30)):
-        await status_is(m, task_id, TaskStatus.INPUT_REQUIRED)
+        await reaches(m, task_id, TaskStatus.INPUT_REQUIRED)
         await m.update_task(TaskUpdateContext(ALICE, task_id, {"name": ELICIT_ANSWER}))
         task = await settled(m, task_id, within=10)  # the event hint wakes it, not the poll
     assert task.result == {"hello": "Luca"}

@@ -39,7 +39,7 @@ from .fleet import (
     recorded,
     terminal,
 )
-from .helpers import ALICE, ELICIT_ANSWER, ROOTS_ANSWER, wait_until
+from .helpers import ALICE, ELICIT_ANSWER, ROOTS_ANSWER, reaches, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -152,11 +152,7 @@ async def test_a_task_killed_while_waiting_for_input_replays_to_the_recorded_ans
     task_id = await create(manager, mode="ask")
     started = await next_start(control, fleet)
 
-    async def asking() -> bool:
-        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
-        return task is not None and task.status is TaskStatus.INPUT_REQUIRED
-
-    await wait_until(asking)
+    await reaches(manager, task_id, TaskStatus.INPUT_REQUIRED)
     # The client answers one question through another process (this one)...
     await manager.update_task(TaskUpdateContext(ALICE, task_id, {"name": ELICIT_ANSWER}))
     first.signal(signal.SIGKILL)  # ...and the worker dies before the second answer.
@@ -183,11 +179,7 @@ async def test_input_round_trip_across_processes(
     task_id = await create(manager, mode="ask")
     started = await next_start(control, fleet)
 
-    async def asking() -> Any:
-        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
-        return task if task is not None and task.status is TaskStatus.INPUT_REQUIRED else None
-
-    task = await wait_until(asking)
+    task = await reaches(manager, task_id, TaskStatus.INPUT_REQUIRED)
     assert set(task.input_requests) == {"name", "dirs"}
     assert task.status_message == "waiting for you"
     await manager.update_task(
@@ -337,12 +329,7 @@ async def test_worker_logs_never_contain_task_data(
     answer = {"action": "accept", "content": {"name": secret}}
     roots = {"roots": [{"uri": f"file:///{secret}"}]}
     for task_id in ids:
-
-        async def asking(task_id: str = task_id) -> bool:
-            task = await manager.find_task(TaskRequestContext(ALICE, task_id))
-            return task is not None and task.status is TaskStatus.INPUT_REQUIRED
-
-        await wait_until(asking)
+        await reaches(manager, task_id, TaskStatus.INPUT_REQUIRED)
         await manager.update_task(
             TaskUpdateContext(ALICE, task_id, {"name": answer, "dirs": roots})
         )
