@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from redis_tasks import RedisTaskManager, RequestContext, TaskOrigin, TaskRequestContext
+from redis_tasks import RedisTaskManager, RequestContext, Task, TaskOrigin, TaskRequestContext
 from redis_tasks.testing import start_redis_cluster, start_redis_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,14 +76,19 @@ def start_worker(url: str, prefix: str, handler: str, concurrency: int, log: Pat
     )
 
 
+async def until_terminal(manager: RedisTaskManager, task_id: str, every: float) -> Task:
+    """Poll ``task_id`` every ``every`` seconds until it is terminal."""
+    while True:
+        task = await manager.find_task(TaskRequestContext(WHO, task_id))
+        if task is not None and task.is_terminal:
+            return task
+        await asyncio.sleep(every)
+
+
 async def wait_idle(manager: RedisTaskManager) -> None:
     """Until a probe task completes: the worker is up and reading."""
     probe = await manager.create_task(WHO, ORIGIN)
-    while True:
-        task = await manager.find_task(TaskRequestContext(WHO, probe.task_id))
-        if task is not None and task.is_terminal:
-            return
-        await asyncio.sleep(0.01)
+    await until_terminal(manager, probe.task_id, 0.01)
 
 
 async def backlog(manager: RedisTaskManager) -> int:
@@ -138,11 +143,7 @@ async def pickup(url: str, m: int, concurrency: int, log: Path) -> list[float]:
             for i in range(m):
                 before = time.time()
                 task = await manager.create_task(WHO, ORIGIN)
-                while True:
-                    found = await manager.find_task(TaskRequestContext(WHO, task.task_id))
-                    if found is not None and found.is_terminal:
-                        break
-                    await asyncio.sleep(0.002)
+                found = await until_terminal(manager, task.task_id, 0.002)
                 assert found.result is not None
                 latencies.append((found.result["started"] - before) * 1000)
                 progress("pickup", i + 1, m)
