@@ -1,0 +1,294 @@
+"""``TasksExtension``: the ``io.modelcontextprotocol/tasks`` extension for ``MCPServer``.
+
+Serves ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` from a task manager and
+turns calls of the application's task-enabled tools into durable tasks run by a
+worker fleet. Every server process can answer for every task: all state is in the
+manager. ``tasks/result`` and ``tasks/list`` are not served (``-32601``), as
+SEP-2663 requires.
+
+Error boundary: the manager's exceptions become JSON-RPC errors here, and only
+here. Unknown, expired and unauthorized tasks give one ``-32602`` body; bad input
+gives ``-32602`` with a message naming no data; anything else gives ``-32603``
+and a log line that names the exception type, never its text or any task data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolRequestParams
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from redis_tasks._errors import RedisTasksError, TaskNotFoundError, ValidationError
+from redis_tasks._limits import Limits
+from redis_tasks._manager import TaskManager
+from redis_tasks._models import RequestContext, TaskRequestContext, TaskUpdateContext
+
+from ._auth import Authorizer, PrincipalAuthorizer
+from ._subscriptions import TaskSubscriptions
+from ._tool_call import ToolCall
+from ._wire import (
+    EXTENSION_ID,
+    CancelTaskParams,
+    GetTaskParams,
+    UpdateTaskParams,
+    created_result,
+    declares_extension,
+    get_result,
+    internal_error,
+    invalid_params,
+    missing_capability,
+    task_not_found,
+)
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.tools import Tool
+
+__all__ = ["PayloadFactory", "TaskSupport", "TasksExtension"]
+
+logger = logging.getLogger("redis_tasks.mcp")
+
+T = TypeVar("T")
+
+#: Builds the task's work payload from the call (default: empty).
+PayloadFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], bytes]
+
+
+class TaskSupport(enum.StrEnum):
+    """How a tool takes part in tasks."""
+
+    #: A task when the client declared the extension, an inline call otherwise.
+    OPTIONAL = "optional"
+    #: Always a task; a client without the extension gets ``-32021``.
+    REQUIRED = "required"
+
+
+def _find_tool(server: MCPServer[Any], name: str) -> Tool | None:
+    # MCPServer has no public lookup of a registered tool's argument model; the
+    # private tool manager is pinned by the ``mcp<3`` requirement and a test.
+    return server._tool_manager.get_tool(name)
+
+
+class TasksExtension(Extension):
+    """Durable, multi-node MCP tasks (SEP-2663) for an ``MCPServer``, on a task manager.
+
+    ``tools`` names the task-enabled tools (a mapping gives each a
+    :class:`TaskSupport`, a plain iterable makes them all ``OPTIONAL``). A
+    ``tools/call`` of one of them from a client that declared the extension
+    creates a task (origin: the tool name, the validated arguments, the endpoint
+    and the client's capabilities; payload: ``payload(params, ctx)``), enqueued
+    for the workers, and answers ``CreateTaskResult`` once the task is durable.
+    Run the tools in workers with :func:`~redis_tasks.mcp.tool_handler`.
+
+    Pass ``lifespan=tasks.lifespan`` to ``MCPServer``: it enters the manager, binds
+    the extension to the server (to validate arguments before a task is created)
+    and runs the ``notifications/tasks`` fan-out. ``authorizer`` decides the
+    binding of each request (default :class:`PrincipalAuthorizer`); ``ttl`` and
+    ``poll_interval`` apply to every created task (default: the manager's).
+    """
+
+    identifier = EXTENSION_ID
+
+    def __init__(
+        self,
+        manager: TaskManager,
+        *,
+        tools: Mapping[str, TaskSupport] | Iterable[str] = (),
+        authorizer: Authorizer | None = None,
+        payload: PayloadFactory | None = None,
+        ttl: timedelta | None = None,
+        poll_interval: timedelta | None = None,
+    ) -> None:
+        if isinstance(tools, Mapping):
+            self._tools = {str(name): TaskSupport(mode) for name, mode in tools.items()}
+        else:
+            self._tools = dict.fromkeys(map(str, tools), TaskSupport.OPTIONAL)
+        self._manager = manager
+        self._authorizer: Authorizer = authorizer or PrincipalAuthorizer()
+        self._payload = payload
+        self._ttl = ttl
+        self._poll_interval = poll_interval
+        limits = getattr(manager, "limits", None)
+        self._limits = limits if isinstance(limits, Limits) else Limits()
+        self._server: MCPServer[Any] | None = None
+        self._subscriptions = TaskSubscriptions(manager, self._authorize)
+
+    @property
+    def manager(self) -> TaskManager:
+        """The task manager every request goes to."""
+        return self._manager
+
+    @property
+    def subscriptions(self) -> TaskSubscriptions:
+        """The ``notifications/tasks`` fan-out (pass it as ``MCPServer(subscriptions=...)``)."""
+        return self._subscriptions
+
+    def task_support(self, tool: str) -> TaskSupport | None:
+        """How ``tool`` takes part in tasks, or ``None`` when it always runs inline."""
+        return self._tools.get(tool)
+
+    def bind(self, server: MCPServer[Any]) -> None:
+        """Serve ``server`` (``lifespan`` does this for you).
+
+        Validates task-enabled calls with ``server``'s tools and installs the
+        ``subscriptions/listen`` middleware for ``taskIds`` on it.
+        """
+        self._server = server
+        if self._subscriptions not in server.middleware:
+            server.middleware.append(self._subscriptions)
+
+    @asynccontextmanager
+    async def lifespan(self, server: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:
+        """An ``MCPServer`` lifespan: binds, enters the manager, runs the fan-out."""
+        self.bind(server)
+        async with self._manager, self._subscriptions.running():
+            yield {}
+
+    # -- extension contributions ---------------------------------------------------
+
+    def methods(self) -> list[MethodBinding]:
+        """``tasks/get``, ``tasks/update`` and ``tasks/cancel``, on 2026-era versions only."""
+        versions = frozenset(MODERN_PROTOCOL_VERSIONS)
+        return [
+            MethodBinding("tasks/get", GetTaskParams, self._get, versions),
+            MethodBinding("tasks/update", UpdateTaskParams, self._update, versions),
+            MethodBinding("tasks/cancel", CancelTaskParams, self._cancel, versions),
+        ]
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+    ) -> HandlerResult:
+        """Create a task for a task-enabled tool; pass every other call through."""
+        support = self._tools.get(params.name)
+        if support is None:
+            return await call_next(ctx)
+        if not declares_extension(ctx):
+            if support is TaskSupport.REQUIRED:
+                raise missing_capability()
+            return await call_next(ctx)
+        arguments = params.arguments or {}
+        if not self._valid_arguments(params.name, arguments):
+            # The inline path reports the failure exactly as the SDK does, and
+            # never reaches the tool body because validation fails there too.
+            return await call_next(ctx)
+        request = self._authorize(ctx)
+        capabilities = ctx.session.client_capabilities
+        call = ToolCall(
+            tool=params.name,
+            arguments=arguments,
+            endpoint=request.endpoint,
+            client_capabilities=(
+                capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+                if capabilities is not None
+                else None
+            ),
+        )
+        payload = self._payload(params, ctx) if self._payload is not None else b""
+        task = await self._guard(
+            lambda: self._manager.create_task(
+                request,
+                call.to_origin(self._limits),
+                payload=payload,
+                ttl=self._ttl,
+                poll_interval=self._poll_interval,
+            ),
+            refused="Tool arguments exceed the task limits",
+        )
+        return created_result(task)
+
+    # -- tasks/* --------------------------------------------------------------------
+
+    async def _get(
+        self, ctx: ServerRequestContext[Any, Any], params: GetTaskParams
+    ) -> dict[str, Any]:
+        request = self._checked(ctx)
+        task = await self._guard(
+            lambda: self._manager.find_task(TaskRequestContext(request, params.task_id))
+        )
+        if task is None:
+            raise task_not_found()
+        return get_result(task)
+
+    async def _update(
+        self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams
+    ) -> dict[str, Any]:
+        request = self._checked(ctx)
+        update = TaskUpdateContext(request, params.task_id, params.input_responses)
+        await self._guard(
+            lambda: self._manager.update_task(update), refused="Input responses refused"
+        )
+        return {"resultType": "complete"}
+
+    async def _cancel(
+        self, ctx: ServerRequestContext[Any, Any], params: CancelTaskParams
+    ) -> dict[str, Any]:
+        request = self._checked(ctx)
+        await self._guard(
+            lambda: self._manager.request_cancellation(TaskRequestContext(request, params.task_id))
+        )
+        return {"resultType": "complete"}
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _checked(self, ctx: ServerRequestContext[Any, Any]) -> RequestContext:
+        if not declares_extension(ctx):
+            raise missing_capability()
+        return self._authorize(ctx)
+
+    def _authorize(self, ctx: ServerRequestContext[Any, Any]) -> RequestContext:
+        try:
+            request = self._authorizer(ctx)
+        except MCPError:
+            raise
+        except Exception as exc:
+            logger.error("authorizer failed: %s", type(exc).__name__)
+            raise internal_error() from None
+        if not isinstance(request, RequestContext):
+            logger.error("authorizer returned %s, not a RequestContext", type(request).__name__)
+            raise internal_error()
+        return request
+
+    def _valid_arguments(self, name: str, arguments: dict[str, Any]) -> bool:
+        if self._server is None:
+            logger.error("TasksExtension is not bound: pass lifespan=tasks.lifespan to MCPServer")
+            raise internal_error()
+        tool = _find_tool(self._server, name)
+        if tool is None:
+            return False
+        try:
+            tool.fn_metadata.validate_arguments(arguments)
+        except Exception:
+            return False
+        return True
+
+    async def _guard(self, call: Callable[[], Awaitable[T]], refused: str | None = None) -> T:
+        """Run one manager call; map its failures to JSON-RPC errors, disclosing nothing."""
+        try:
+            async with asyncio.timeout(None):
+                return await call()
+        except TaskNotFoundError:
+            raise task_not_found() from None
+        except ValidationError:
+            raise invalid_params(refused or "Invalid task request") from None
+        except RedisTasksError as exc:
+            logger.error("task manager failed: %s", type(exc).__name__)
+            raise internal_error() from None
+        except Exception as exc:
+            logger.error("task manager failed unexpectedly: %s", type(exc).__name__)
+            raise internal_error() from None
+
+    def __repr__(self) -> str:
+        return f"TasksExtension(tools={sorted(self._tools)!r})"

@@ -1,0 +1,252 @@
+"""``tool_handler``: run a task-enabled MCP tool inside a worker, as the client called it.
+
+The worker has no connection to the client, so the tool gets a session whose
+back-channel is the task itself: an ``elicitation/create``,
+``sampling/createMessage`` or ``roots/list`` request the tool sends (through
+``ctx.elicit``, ``ctx.session.create_message``, ``ctx.session.list_roots`` or a
+``Resolve`` dependency) becomes an ``input_required`` round, answered by the client
+through ``tasks/update``. A tool that returns an ``InputRequiredResult`` itself
+(the multi-round-trip style) gets the same treatment, and is called again with the
+answers. Progress reports become the task's status message.
+
+Request keys are numbered in the order the tool asks (``elicit-1``,
+``sample-2``, ...), so a tool re-run after a crash asks the same questions under
+the same keys and gets the recorded answers back at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+from mcp.server.connection import Connection
+from mcp.server.context import ServerRequestContext
+from mcp.server.mcpserver.context import Context
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.session import ServerSession
+from mcp.shared.dispatcher import CallOptions
+from mcp.shared.exceptions import MCPError
+from mcp.shared.transport_context import TransportContext
+from mcp_types import (
+    METHOD_NOT_FOUND,
+    CallToolResult,
+    ClientCapabilities,
+    InputRequiredResult,
+    InputResponseRequestParams,
+    TextContent,
+)
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
+from pydantic import ValidationError as PydanticValidationError
+
+from redis_tasks._errors import ValidationError
+from redis_tasks._execution import Handler, TaskExecution, TaskFailed
+from redis_tasks._models import INPUT_METHODS, InputRequest, JsonRpcError
+
+from ._tool_call import ToolCall
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+__all__ = ["tool_handler"]
+
+#: How a request key names its method.
+_KEY_STEMS: Final[dict[str, str]] = {
+    "elicitation/create": "elicit",
+    "sampling/createMessage": "sample",
+    "roots/list": "roots",
+}
+
+#: A tool returning ``InputRequiredResult`` this many times in one run is looping.
+MAX_INPUT_ROUNDS: Final = 64
+
+
+class _TaskChannel:
+    """The back-channel of a tool run by a worker: its requests become input rounds.
+
+    Satisfies the SDK's ``DispatchContext`` and ``Outbound`` protocols, so the
+    SDK's own session helpers (elicit, create_message, list_roots) work unchanged.
+    """
+
+    def __init__(self, execution: TaskExecution) -> None:
+        self._execution = execution
+        self._asked = 0
+        self._cancel = anyio.Event()
+        self._transport = TransportContext(kind="redis-tasks", can_send_request=True)
+
+    @property
+    def transport(self) -> TransportContext:
+        return self._transport
+
+    @property
+    def can_send_request(self) -> bool:
+        return True
+
+    @property
+    def request_id(self) -> str:
+        return self._execution.task_id
+
+    @property
+    def message_metadata(self) -> None:
+        return None
+
+    @property
+    def cancel_requested(self) -> anyio.Event:
+        return self._cancel
+
+    async def send_raw_request(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> dict[str, Any]:
+        if method == "ping":
+            return {}
+        if method not in INPUT_METHODS:
+            raise MCPError(METHOD_NOT_FOUND, f"{method} cannot be sent from a task")
+        self._asked += 1
+        key = f"{_KEY_STEMS[method]}-{self._asked}"
+        request = InputRequest.model_validate({"method": method, "params": dict(params or {})})
+        answers = await self._execution.request_input({key: request})
+        answer: dict[str, Any] = answers[key]
+        return answer
+
+    async def ask_round(self, requests: Mapping[str, InputRequest]) -> dict[str, Any]:
+        """One ``InputRequiredResult`` round: every request must be answered."""
+        return await self._execution.request_input(requests)
+
+    async def notify(
+        self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
+    ) -> None:
+        # Log and list-changed notifications have no task-side audience (SEP-2663
+        # carries none on tasks), so they are dropped, like on a closed stream.
+        return None
+
+    async def progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        if message is None:
+            message = f"{progress:g}/{total:g}" if total is not None else f"{progress:g}"
+        await self._execution.report(message)
+
+
+def _capabilities(declared: Mapping[str, Any] | None) -> ClientCapabilities | None:
+    if declared is None:
+        return None
+    try:
+        return ClientCapabilities.model_validate(declared, by_name=False)
+    except PydanticValidationError:
+        return None
+
+
+def _round_requests(result: InputRequiredResult) -> dict[str, InputRequest]:
+    requests: dict[str, InputRequest] = {}
+    for key, request in (result.input_requests or {}).items():
+        wire = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+        requests[key] = InputRequest.model_validate(
+            {"method": wire["method"], "params": wire.get("params") or {}}
+        )
+    return requests
+
+
+def _tool_error_result(exc: ToolError) -> dict[str, Any]:
+    # What the SDK answers inline for an anticipated tool failure: a completed
+    # call with ``isError`` (SEP-2663 keeps such a task ``completed``).
+    result = CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+class _ToolRun:
+    """One execution of one tool call, with its synthetic request context."""
+
+    def __init__(
+        self, server: MCPServer[Any], execution: TaskExecution, lifespan_context: Any
+    ) -> None:
+        self._server = server
+        self._call = ToolCall.from_origin(execution.origin)
+        self._channel = _TaskChannel(execution)
+        connection = Connection(self._channel, protocol_version=LATEST_HANDSHAKE_VERSION)
+        connection.client_capabilities = _capabilities(self._call.client_capabilities)
+        connection.initialized.set()
+        # The handshake-era version makes the SDK send server-to-client requests
+        # through the channel (which turns them into rounds) instead of asking
+        # for a multi-round-trip reply only the original HTTP exchange could carry.
+        self._request_context: ServerRequestContext[Any, Any] = ServerRequestContext(
+            session=ServerSession(self._channel, connection),
+            lifespan_context=lifespan_context,
+            protocol_version=LATEST_HANDSHAKE_VERSION,
+            method="tools/call",
+            params={"name": self._call.tool, "arguments": dict(self._call.arguments)},
+            request_id=execution.task_id,
+        )
+
+    async def run(self) -> dict[str, Any]:
+        params: InputResponseRequestParams | None = None
+        for _ in range(MAX_INPUT_ROUNDS):
+            context: Context[Any, Any] = Context(
+                request_context=self._request_context, mcp_server=self._server, input_params=params
+            )
+            result = await self._server.call_tool(
+                self._call.tool, dict(self._call.arguments), context
+            )
+            if not isinstance(result, InputRequiredResult):
+                return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            answers = await self._channel.ask_round(_round_requests(result))
+            params = InputResponseRequestParams.model_validate(
+                {"inputResponses": answers or None, "requestState": result.request_state},
+                by_name=False,
+            )
+        raise RuntimeError(f"the tool asked for input more than {MAX_INPUT_ROUNDS} times")
+
+    def cancel_requested(self) -> None:
+        self._channel.cancel_requested.set()
+
+
+def tool_handler(server: MCPServer[Any], *, lifespan_context: Any = None) -> Handler:
+    """A :class:`~redis_tasks.Worker` handler that runs ``server``'s tools for tasks.
+
+    Give it the same ``MCPServer`` the HTTP servers serve (import the
+    application module in the worker): the task's origin names the tool and
+    holds its arguments. Outcomes follow SEP-2663: the tool's ``CallToolResult``
+    completes the task (``isError: true`` included, and so does an anticipated
+    ``ToolError``); an ``MCPError`` raised by the tool fails it with that JSON-RPC
+    error; any other exception fails it with a generic internal error (the worker
+    logs where, never what). A cancellation request cancels the running tool.
+    ``lifespan_context`` is what tools see as ``ctx.request_context.lifespan_context``.
+    """
+    lifespan = {} if lifespan_context is None else lifespan_context
+
+    async def run_tool(execution: TaskExecution) -> dict[str, Any]:
+        try:
+            run = _ToolRun(server, execution, lifespan)
+        except ValidationError as exc:
+            raise TaskFailed(JsonRpcError(code=-32603, message="Internal error")) from exc
+        tool = asyncio.ensure_future(run.run())
+        cancelled = asyncio.ensure_future(execution.cancelled.wait())
+        try:
+            await asyncio.wait({tool, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+            if not tool.done():
+                # Cancellation is cooperative: the tool may still finish (then its
+                # result wins) or swallow the cancellation.
+                run.cancel_requested()
+                tool.cancel()
+            return await _outcome(tool)
+        finally:
+            cancelled.cancel()
+            if not tool.done():
+                tool.cancel()
+
+    return run_tool
+
+
+async def _outcome(tool: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return await tool
+    except MCPError as exc:
+        raise TaskFailed(
+            JsonRpcError(code=exc.error.code, message=exc.error.message, data=exc.error.data)
+        ) from exc
+    except UnexpectedToolError:
+        # A crash: the worker fails the task with a generic internal error and
+        # logs only where it happened, never the exception's text.
+        raise
+    except ToolError as exc:
+        return _tool_error_result(exc)
