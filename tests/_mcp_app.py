@@ -23,7 +23,6 @@ from redis_tasks import RedisTaskManager
 from redis_tasks.mcp import TasksExtension, TaskSupport, tool_handler
 
 #: A value planted in arguments, answers and errors: it must never reach a log line.
-SECRET = "s3cr3t-marker-7f1e"
 TOKENS = ("alice", "bob")
 
 

@@ -53,7 +53,7 @@ ROOTS_ANSWER = {"roots": [{"uri": "file:///home/user/project", "name": "project"
 
 
 async def wait_until(
-    condition: Callable[[], Awaitable[T]], *, within: float = 10.0, what: str = "condition"
+    condition: Callable[[], Awaitable[T | None]], *, within: float = 10.0, what: str = "condition"
 ) -> T:
     """Poll ``condition`` until it returns a truthy value; fail after ``within`` seconds.
 

@@ -1,0 +1,344 @@
+"""End to end: the tasks extension over streamable HTTP, two servers, one worker, one Redis.
+
+A task is created on server A and read, answered and cancelled on server B; the
+worker is a separate ``redis-tasks worker`` process running the application's
+tools. Wire shapes are checked against SEP-2663's examples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp.client.extension import NotificationBinding
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    NotificationParams,
+    Request,
+    RequestParams,
+    SubscriptionsListenResult,
+)
+from pydantic import ConfigDict
+
+from redis_tasks.mcp import CreatedTask, TasksClient, cancel_task, get_task, update_task
+from redis_tasks.testing import RedisServer
+
+from .helpers import wait_until
+from .mcp_stack import SECRET, McpStack, until_status
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z$")
+A, B = 0, 1
+
+
+@pytest.fixture(scope="module")
+def stack(redis_server: RedisServer) -> Iterator[McpStack]:
+    """Servers A and B and a worker, under a prefix of this module's own."""
+    with tempfile.TemporaryDirectory(prefix="redis-tasks-mcp-") as directory:
+        stack = McpStack(redis_server.url, f"m{uuid.uuid4().hex[:10]}", Path(directory))
+        try:
+            stack.start()
+            yield stack
+        finally:
+            stack.stop()
+
+
+def check_task_shape(task: dict[str, Any], result_type: str) -> None:
+    """The SEP-2663 Task fields every rendering carries."""
+    assert task["resultType"] == result_type
+    assert isinstance(task["taskId"], str)
+    assert task["status"] in {"working", "input_required", "completed", "failed", "cancelled"}
+    assert ISO.match(task["createdAt"]), task["createdAt"]
+    assert ISO.match(task["lastUpdatedAt"]), task["lastUpdatedAt"]
+    assert task["lastUpdatedAt"] >= task["createdAt"]
+    assert task["ttlMs"] is None or (isinstance(task["ttlMs"], int) and task["ttlMs"] > 0)
+    assert isinstance(task["pollIntervalMs"], int)
+    assert task["pollIntervalMs"] > 0
+    assert ("inputRequests" in task) == (task["status"] == "input_required")
+    assert ("result" in task) == (task["status"] == "completed")
+    assert ("error" in task) == (task["status"] == "failed")
+
+
+async def create(stack: McpStack, server: int, tool: str, arguments: dict[str, Any]) -> str:
+    """Call a task tool on ``server``; check the CreateTaskResult on the raw wire."""
+    reply = await stack.rpc(server, "tools/call", {"name": tool, "arguments": arguments})
+    created = reply["result"]
+    check_task_shape(created, "task")
+    assert created["status"] == "working"
+    task_id: str = created["taskId"]
+    return task_id
+
+
+async def test_create_on_a_elicit_and_roots_answered_on_b(stack: McpStack) -> None:
+    async with stack.client(A) as a, stack.client(B) as b:
+        created = await a.session.call_tool("greet", {"greeting": "Hi"}, allow_claimed=True)
+        assert isinstance(created, CreatedTask)
+        task_id = created.task_id
+        # Durable before the reply: the other server finds it at once.
+        first = await get_task(b.session, task_id)
+        check_task_shape(first, "complete")
+        assert first["taskId"] == task_id
+
+        asking = await until_status(b, task_id, "input_required")
+        check_task_shape(asking, "complete")
+        assert list(asking["inputRequests"]) == ["elicit-1"]
+        request = asking["inputRequests"]["elicit-1"]
+        assert request["method"] == "elicitation/create"
+        assert request["params"]["message"] == "What is your name?"
+        assert request["params"]["requestedSchema"]["properties"]["name"]["type"] == "string"
+
+        ack = await update_task(
+            b.session, task_id, {"elicit-1": {"action": "accept", "content": {"name": "Luca"}}}
+        )
+        assert ack["resultType"] == "complete"
+        assert set(ack) <= {"resultType", "_meta"}
+
+        async def roots_asked() -> dict[str, Any] | None:
+            task = await get_task(a.session, task_id)
+            return task if "roots-2" in task.get("inputRequests", {}) else None
+
+        roots = await wait_until(roots_asked, within=30, what="the roots request")
+        assert roots["inputRequests"]["roots-2"] == {"method": "roots/list", "params": {}}
+        await update_task(a.session, task_id, {"roots-2": {"roots": [{"uri": "file:///w"}]}})
+
+        done = await until_status(b, task_id, "completed")
+        check_task_shape(done, "complete")
+        assert done["result"]["content"] == [{"type": "text", "text": "Hi, Luca! (1 roots)"}]
+        assert done["result"]["isError"] is False
+
+
+async def test_transparent_client_resolves_the_task(stack: McpStack) -> None:
+    async def answer(key: str, request: dict[str, Any]) -> dict[str, Any]:
+        if request["method"] == "elicitation/create":
+            return {"action": "accept", "content": {"name": "Ada"}}
+        return {"roots": []}
+
+    async with stack.client(B, extensions=[TasksClient(answer, max_poll=0.05)]) as b:
+        result = await b.call_tool("greet", {"greeting": "Hello"})
+    assert result.content[0].text == "Hello, Ada! (0 roots)"  # type: ignore[union-attr]
+
+
+async def test_another_principal_gets_the_unknown_task_body(stack: McpStack) -> None:
+    task_id = await create(stack, A, "add", {"a": 1, "b": 2})
+    owner = await stack.rpc(B, "tasks/get", {"taskId": task_id})
+    assert owner["result"]["taskId"] == task_id
+    unknown_id = task_id[:-4] + ("AAAA" if not task_id.endswith("AAAA") else "BBBB")
+    for method, extra in (
+        ("tasks/get", {}),
+        ("tasks/cancel", {}),
+        ("tasks/update", {"inputResponses": {"k": {"action": "cancel"}}}),
+    ):
+        bodies = [
+            await stack.rpc(B, method, {"taskId": task_id, **extra}, token="bob"),
+            await stack.rpc(B, method, {"taskId": unknown_id, **extra}, token="bob"),
+            await stack.rpc(B, method, {"taskId": unknown_id, **extra}),
+            await stack.rpc(B, method, {"taskId": "no{such}:id\r\n", **extra}),
+        ]
+        expected = {
+            "jsonrpc": "2.0",
+            "id": 7,
+            "error": {"code": -32602, "message": "Failed to retrieve task: Task not found"},
+        }
+        assert bodies == [expected] * 4, method
+    # Bob's attempts changed nothing: the owner still sees the task, uncancelled.
+    async with stack.client(A) as a:
+        final = await until_status(a, task_id, "completed")
+    assert final["result"]["structuredContent"] == {"result": 3}
+
+
+async def test_cancel_on_b_stops_the_running_tool(stack: McpStack) -> None:
+    task_id = await create(stack, A, "hold", {})
+    async with stack.client(B) as b:
+
+        async def holding() -> bool:
+            task = await get_task(b.session, task_id)
+            return task.get("statusMessage") == "holding"
+
+        await wait_until(holding, within=30, what="the tool to report progress")
+        ack = await cancel_task(b.session, task_id)
+        assert ack["resultType"] == "complete"
+        final = await until_status(b, task_id, "cancelled")
+        check_task_shape(final, "complete")
+        # Cancelling a terminal task is acknowledged again.
+        assert (await cancel_task(b.session, task_id))["resultType"] == "complete"
+
+
+async def test_a_crashing_tool_fails_with_a_generic_error_and_logs_no_secret(
+    stack: McpStack,
+) -> None:
+    task_id = await create(stack, A, "crash", {"secret": SECRET})
+    async with stack.client(B) as b:
+        final = await until_status(b, task_id, "failed")
+    check_task_shape(final, "complete")
+    assert final["error"] == {"code": -32603, "message": "Internal error"}
+
+    def logged_failure() -> bool:
+        return task_id in stack.log_text() and "handler_error" in stack.log_text()
+
+    await wait_until(lambda: asyncio.sleep(0, logged_failure()), within=10, what="the log")
+    assert SECRET not in stack.log_text()
+
+
+async def test_a_tool_raising_a_jsonrpc_error_fails_with_it(stack: McpStack) -> None:
+    task_id = await create(stack, B, "refuse", {})
+    async with stack.client(A) as a:
+        final = await until_status(a, task_id, "failed")
+    assert final["error"] == {
+        "code": -32001,
+        "message": "Quota exceeded",
+        "data": {"retryAfterMs": 1000},
+    }
+
+
+async def test_a_tool_error_is_a_completed_task_with_is_error(stack: McpStack) -> None:
+    task_id = await create(stack, A, "tool_error", {})
+    async with stack.client(B) as b:
+        final = await until_status(b, task_id, "completed")
+    assert final["result"]["isError"] is True
+    assert "the input file is empty" in final["result"]["content"][0]["text"]
+
+
+async def test_sampling_round_trip(stack: McpStack) -> None:
+    task_id = await create(stack, A, "ask_model", {"question": "2+2?"})
+    async with stack.client(B) as b:
+        asking = await until_status(b, task_id, "input_required")
+        request = asking["inputRequests"]["sample-1"]
+        assert request["method"] == "sampling/createMessage"
+        assert request["params"]["maxTokens"] == 10
+        # A wrong variant is ignored; the right one is taken.
+        await update_task(b.session, task_id, {"sample-1": {"action": "accept"}})
+        assert (await get_task(b.session, task_id))["status"] == "input_required"
+        answer = {"role": "assistant", "content": {"type": "text", "text": "4"}, "model": "m"}
+        await update_task(b.session, task_id, {"sample-1": answer})
+        final = await until_status(b, task_id, "completed")
+    assert final["result"]["content"][0]["text"] == "model said: 4"
+
+
+async def test_a_multi_round_trip_tool_is_resumed_with_answers(stack: McpStack) -> None:
+    task_id = await create(stack, A, "multi_round", {})
+    async with stack.client(B) as b:
+        asking = await until_status(b, task_id, "input_required")
+        assert asking["inputRequests"]["color"]["method"] == "elicitation/create"
+        await update_task(
+            b.session, task_id, {"color": {"action": "accept", "content": {"c": "red"}}}
+        )
+        final = await until_status(b, task_id, "completed")
+    assert final["result"]["content"][0]["text"] == "colour red after round-1"
+
+
+async def test_methods_the_extension_does_not_serve(stack: McpStack) -> None:
+    task_id = await create(stack, A, "add", {"a": 2, "b": 2})
+    for method in ("tasks/result", "tasks/list"):
+        reply = await stack.rpc(B, method, {"taskId": task_id})
+        assert reply["error"]["code"] == -32601, method
+
+
+async def test_a_client_without_the_extension(stack: McpStack) -> None:
+    async with stack.client(A, extensions=[]) as plain:
+        # An optional task tool runs inline.
+        inline = await plain.call_tool("add", {"a": 20, "b": 22})
+        assert inline.structured_content == {"result": 42}
+        # A required one is refused with the capability it needs.
+        with pytest.raises(MCPError) as refused:
+            await plain.call_tool("hold", {})
+        assert refused.value.code == -32021
+        assert refused.value.data == {
+            "requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+        }
+        with pytest.raises(MCPError) as get_refused:
+            await get_task(plain.session, "0.AAAAAAAAAAAAAAAAAAAAAAAA")
+        assert get_refused.value.code == -32021
+
+
+async def test_invalid_arguments_are_answered_inline_and_store_nothing(
+    stack: McpStack, redis_server: RedisServer
+) -> None:
+    from redis.asyncio import Redis
+
+    async with Redis.from_url(redis_server.url) as redis:
+        before = len([k async for k in redis.scan_iter(match=f"{{{stack.prefix}:*:task:*")])
+        reply = await stack.rpc(A, "tools/call", {"name": "add", "arguments": {"a": "x"}})
+        after = len([k async for k in redis.scan_iter(match=f"{{{stack.prefix}:*:task:*")])
+    assert reply["result"]["isError"] is True
+    assert reply["result"]["resultType"] == "complete"
+    assert after == before
+
+
+class _ListenParams(RequestParams):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Listen(Request[_ListenParams, str]):
+    method: str = "subscriptions/listen"
+
+
+class _TaskNote(NotificationParams):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Collector(TasksClient):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[dict[str, Any]] = []
+
+    def notifications(self) -> list[NotificationBinding[Any]]:
+        return [
+            NotificationBinding(
+                method="notifications/tasks", params_type=_TaskNote, handler=self._on
+            )
+        ]
+
+    async def _on(self, params: _TaskNote) -> None:
+        self.seen.append(params.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+async def test_task_notifications_carry_what_tasks_get_returns(stack: McpStack) -> None:
+    task_id = await create(stack, A, "greet", {"greeting": "Hey"})
+    collector = _Collector()
+    async with stack.client(B, extensions=[collector]) as b, stack.client(B, token="bob") as bob:
+        params = _ListenParams.model_validate({"notifications": {"taskIds": [task_id]}})
+        listen = asyncio.ensure_future(
+            b.session.send_request(_Listen(params=params), SubscriptionsListenResult)
+        )
+        # Another principal subscribing to the same task is agreed nothing.
+        bob_params = _ListenParams.model_validate({"notifications": {"taskIds": [task_id]}})
+        bob_listen = await bob.session.send_request(
+            _Listen(params=bob_params), SubscriptionsListenResult
+        )
+        assert bob_listen is not None
+
+        async def asked() -> dict[str, Any] | None:
+            for note in collector.seen:
+                if note["status"] == "input_required":
+                    return note
+            return None
+
+        note = await wait_until(asked, within=30, what="an input_required notification")
+        current = await get_task(b.session, task_id)
+        if current["status"] == "input_required":
+            expected = {k: v for k, v in current.items() if k not in {"resultType", "_meta"}}
+            assert {k: v for k, v in note.items() if k != "_meta"} == expected
+        await update_task(
+            b.session, task_id, {"elicit-1": {"action": "accept", "content": {"name": "Sam"}}}
+        )
+
+        async def roots_note() -> bool:
+            return any("roots-2" in n.get("inputRequests", {}) for n in collector.seen)
+
+        await wait_until(roots_note, within=30, what="the roots round notification")
+        await update_task(b.session, task_id, {"roots-2": {"roots": []}})
+        ended = await asyncio.wait_for(listen, timeout=30)
+        assert ended is not None
+        final = await get_task(b.session, task_id)
+    last = collector.seen[-1]
+    assert last["status"] == "completed"
+    assert {k: v for k, v in last.items() if k != "_meta"} == {
+        k: v for k, v in final.items() if k not in {"resultType", "_meta"}
+    }
