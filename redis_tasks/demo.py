@@ -1,17 +1,18 @@
-"""The ``redis-tasks demo``: the task manager and a two-process worker fleet at work.
+"""The ``redis-tasks demo``: MCP tasks across two server processes and two workers.
 
-It creates a few tasks the way an MCP server would, starts two worker processes
-(``redis-tasks worker redis_tasks.demo:handler``), answers a task's input request
-and cancels another as a client would, and shows a live status table until every
-task is terminal. It runs on ``--redis-url`` / ``REDIS_URL`` when given, else on an
-embedded Redis (fakeredis) served on a free loopback port so that the worker
-processes can reach it.
+Two MCP server processes (uvicorn, ``redis_tasks.demo_app:app``) and two worker
+processes (``redis-tasks worker redis_tasks.demo_app:handler``) share one Redis.
+A client, alice, calls five slow tools on server A and gets task handles back;
+then, on server B, she polls them, answers one task's elicitation and cancels
+another, while bob (another principal) cannot see her tasks. A live status table
+runs until every task is terminal. It runs on ``--redis-url`` / ``REDIS_URL`` when
+given, else on an embedded Redis (fakeredis) served on a free loopback port so
+that every process can reach it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import socket
@@ -23,36 +24,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
-from ._execution import TaskExecution, TaskFailed
-from ._models import (
-    InputRequest,
-    JsonRpcError,
-    RequestContext,
-    Task,
-    TaskRequestContext,
-    TaskUpdateContext,
-)
-from ._origin import TaskOrigin
 from ._redis import RedisTaskManager
-from ._status import TaskStatus
 
-__all__ = ["handler", "main", "run_demo"]
+__all__ = ["EXPECTED", "main", "run_demo"]
 
-ALICE = RequestContext("/mcp", "alice")
-BOB = RequestContext("/mcp", "bob")
-STEP = 0.25  # seconds per unit of simulated work
-
-#: name -> (what the handler does, how many steps of work)
-JOBS: dict[str, tuple[str, int]] = {
-    "greet": ("ask", 2),
-    "report": ("work", 6),
-    "export": ("until_cancelled", 0),
-    "audit": ("fail", 3),
-    "index": ("work", 8),
-}
+#: The tools alice calls, and how each task ends.
 EXPECTED = {
     "greet": "completed",
     "report": "completed",
@@ -60,47 +38,6 @@ EXPECTED = {
     "audit": "failed",
     "index": "completed",
 }
-
-
-async def handler(execution: TaskExecution) -> dict[str, Any]:
-    """The demo's task handler (runs in the worker processes)."""
-    job = json.loads(execution.payload)
-    kind, steps = job["kind"], job["steps"]
-    for step in range(steps):
-        await execution.report(f"step {step + 1} of {steps}")
-        await asyncio.sleep(STEP)
-    if kind == "ask":
-        answers = await execution.request_input(
-            {
-                "name": InputRequest(
-                    method="elicitation/create",
-                    params={
-                        "mode": "form",
-                        "message": "Please enter your name.",
-                        "requestedSchema": {
-                            "type": "object",
-                            "properties": {"name": {"type": "string"}},
-                        },
-                    },
-                )
-            },
-            "waiting for your name",
-        )
-        name = answers["name"].get("content", {}).get("name", "stranger")
-        return {"content": [{"type": "text", "text": f"Hello, {name}!"}], "isError": False}
-    if kind == "until_cancelled":
-        beat = 0
-        while not execution.cancelled.is_set():
-            beat += 1
-            await execution.report(f"exporting, batch {beat}")
-            try:
-                await asyncio.wait_for(execution.cancelled.wait(), STEP * 2)
-            except TimeoutError:
-                continue
-        raise asyncio.CancelledError  # honour the client's cancellation
-    if kind == "fail":
-        raise TaskFailed(JsonRpcError(code=-32603, message="audit source unavailable"))
-    return {"content": [{"type": "text", "text": f"{steps} steps done"}], "isError": False}
 
 
 def _free_port() -> int:
@@ -131,34 +68,72 @@ def _embedded_redis() -> Iterator[str]:
         server.server_close()
 
 
-def _start_workers(url: str, prefix: str, log_dir: str) -> list[subprocess.Popen[bytes]]:
-    workers = []
-    for n in range(2):
-        log = open(os.path.join(log_dir, f"worker-{n}.log"), "wb")  # noqa: SIM115
-        workers.append(
-            subprocess.Popen(  # noqa: S603 - our own interpreter and module, fixed arguments
-                [
-                    sys.executable,
-                    "-m",
-                    "redis_tasks",
-                    "worker",
-                    "redis_tasks.demo:handler",
-                    "--redis-url",
-                    url,
-                    "--prefix",
-                    prefix,
-                    "--concurrency",
-                    "4",
-                    "--lease",
-                    "5",
-                    "--name",
-                    f"demo-worker-{n}",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
+def _spawn(argv: list[str], env: dict[str, str], log_path: str) -> subprocess.Popen[bytes]:
+    log = open(log_path, "wb")  # noqa: SIM115 - the child owns it for its lifetime
+    return subprocess.Popen(  # noqa: S603 - our own interpreter and modules, fixed arguments
+        [sys.executable, *argv], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+
+
+def _start_fleet(
+    url: str, prefix: str, log_dir: str
+) -> tuple[list[int], list[subprocess.Popen[bytes]]]:
+    """Servers A and B (uvicorn) and two workers; returns the server ports and every process."""
+    env = {**os.environ, "RT_DEMO_REDIS_URL": url, "RT_DEMO_PREFIX": prefix}
+    ports = [_free_port(), _free_port()]
+    processes = [
+        _spawn(
+            [
+                "-m",
+                "uvicorn",
+                "redis_tasks.demo_app:app",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            env,
+            os.path.join(log_dir, f"server-{name}.log"),
         )
-    return workers
+        for name, port in zip("ab", ports, strict=True)
+    ]
+    processes += [
+        _spawn(
+            [
+                "-m",
+                "redis_tasks",
+                "worker",
+                "redis_tasks.demo_app:handler",
+                "--redis-url",
+                url,
+                "--prefix",
+                prefix,
+                "--concurrency",
+                "4",
+                "--lease",
+                "5",
+                "--name",
+                f"demo-worker-{n}",
+            ],
+            env,
+            os.path.join(log_dir, f"worker-{n}.log"),
+        )
+        for n in range(2)
+    ]
+    return ports, processes
+
+
+def _wait_listening(port: int, process: subprocess.Popen[bytes], within: float = 60) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the MCP server on port {port} exited ({process.returncode})")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)  # poll interval while the server starts
+    raise TimeoutError(f"the MCP server on port {port} did not start within {within} s")
 
 
 def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
@@ -198,18 +173,18 @@ class _Table:
         self.last = rows
 
 
-def _row(name: str, task: Task | None) -> str:
+def _row(name: str, task: dict[str, Any] | None) -> str:
     if task is None:
         return f"  {name:7} {'-':16}"
-    wire = task.to_wire()
-    detail = wire.get("statusMessage", "")
-    if task.status is TaskStatus.COMPLETED:
-        detail = wire["result"]["content"][0]["text"]
-    elif task.status is TaskStatus.FAILED:
-        detail = f"error {wire['error']['code']}: {wire['error']['message']}"
-    elif task.status is TaskStatus.INPUT_REQUIRED:
-        detail = f"asks: {next(iter(wire['inputRequests'].values()))['params']['message']}"
-    return f"  {name:7} {task.status.value:16} {detail}"
+    status = task["status"]
+    detail = task.get("statusMessage", "")
+    if status == "completed":
+        detail = task["result"]["content"][0]["text"]
+    elif status == "failed":
+        detail = f"error {task['error']['code']}: {task['error']['message']}"
+    elif status == "input_required":
+        detail = f"asks: {next(iter(task['inputRequests'].values()))['params']['message']}"
+    return f"  {name:7} {status:16} {detail}"
 
 
 async def run_demo(
@@ -251,57 +226,81 @@ async def _story(
     out: Callable[[str], None],
     live: bool,
 ) -> dict[str, str]:
-    ids: dict[str, str] = {}
-    for name, (kind, steps) in JOBS.items():
-        origin = TaskOrigin.from_persisted_state({"tool": name, "arguments": {}})
-        task = await manager.create_task(
-            ALICE,
-            origin,
-            payload=json.dumps({"kind": kind, "steps": steps}).encode(),
-            ttl=timedelta(minutes=10),
-        )
-        ids[name] = task.task_id
-    out(f"  created {len(ids)} tasks for alice; starting 2 worker processes (logs in {log_dir})")
-    bob_sees = await manager.find_task(TaskRequestContext(BOB, ids["greet"]))
-    out(f"  bob asks for alice's greet task: {'not found' if bob_sees is None else 'FOUND'}")
-    workers = _start_workers(url, prefix, log_dir)
+    try:
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared.exceptions import MCPError
+
+        from .mcp import TasksClient, cancel_task, get_task, update_task
+    except ImportError:
+        raise SystemExit("the demo needs the 'mcp' extra: pip install 'redis-tasks[mcp]'") from None
+
+    ports, processes = _start_fleet(url, prefix, log_dir)
+    finals: dict[str, str] = {}
+    try:
+        for port, process in zip(ports, processes, strict=False):
+            _wait_listening(port, process)
+        out(f"  servers A and B on ports {ports[0]} and {ports[1]}, 2 workers (logs in {log_dir})")
+
+        def client(port: int, token: str) -> Client:
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+            endpoint = f"http://127.0.0.1:{port}/mcp"
+            return Client(
+                streamable_http_client(endpoint, http_client=http), extensions=[TasksClient()]
+            )
+
+        async with (
+            client(ports[0], "alice") as on_a,
+            client(ports[1], "alice") as on_b,
+            client(ports[1], "bob") as bob,
+        ):
+            ids: dict[str, str] = {}
+            for name in EXPECTED:
+                created: Any = await on_a.session.call_tool(name, {}, allow_claimed=True)
+                ids[name] = created.task_id
+            out(f"  alice called {len(ids)} tools on server A: each answered with a task")
+            try:
+                await get_task(bob.session, ids["greet"])
+                out("  bob asks server B for alice's greet task: FOUND")
+            except MCPError as exc:
+                out(f"  bob asks server B for alice's greet task: not found ({exc.code})")
+            out("  alice polls server B:")
+            finals = await _poll(on_b, ids, out, live, get_task, update_task, cancel_task)
+    finally:
+        _stop_workers(processes)
+    return finals
+
+
+async def _poll(
+    client: Any,
+    ids: dict[str, str],
+    out: Callable[[str], None],
+    live: bool,
+    get_task: Any,
+    update_task: Any,
+    cancel_task: Any,
+) -> dict[str, str]:
     table = _Table(out, live)
     answered = cancelled = False
     deadline = time.monotonic() + 60
-    finals: dict[str, str] = {}
-    try:
-        while time.monotonic() < deadline:
-            tasks = {
-                n: await manager.find_task(TaskRequestContext(ALICE, t)) for n, t in ids.items()
-            }
-            table.show([_row(n, t) for n, t in tasks.items()])
-            greet, export = tasks["greet"], tasks["export"]
-            if not answered and greet and greet.status is TaskStatus.INPUT_REQUIRED:
-                await manager.update_task(
-                    TaskUpdateContext(
-                        ALICE,
-                        ids["greet"],
-                        {"name": {"action": "accept", "content": {"name": "Ada"}}},
-                    )
-                )
-                answered = True
-            if (
-                not cancelled
-                and export
-                and export.status_message
-                and "batch 3" in export.status_message
-            ):
-                await manager.request_cancellation(TaskRequestContext(ALICE, ids["export"]))
-                cancelled = True
-            if all(t is not None and t.is_terminal for t in tasks.values()):
-                finals = {n: t.status.value for n, t in tasks.items() if t is not None}
-                break
-            await asyncio.sleep(0.1)
-    finally:
-        _stop_workers(workers)
-    if answered:
-        out("  the client answered greet's question (name: Ada) and cancelled export")
-    return finals
+    while time.monotonic() < deadline:
+        tasks = {name: await get_task(client.session, task_id) for name, task_id in ids.items()}
+        table.show([_row(name, task) for name, task in tasks.items()])
+        greet, export = tasks["greet"], tasks["export"]
+        if not answered and greet["status"] == "input_required":
+            key = next(iter(greet["inputRequests"]))
+            answer = {"action": "accept", "content": {"name": "Ada"}}
+            await update_task(client.session, ids["greet"], {key: answer})
+            answered = True
+        if not cancelled and "batch 3" in export.get("statusMessage", ""):
+            await cancel_task(client.session, ids["export"])
+            cancelled = True
+        if all(task["status"] in ("completed", "failed", "cancelled") for task in tasks.values()):
+            out("  on server B, alice answered greet's question (name: Ada) and cancelled export")
+            return {name: task["status"] for name, task in tasks.items()}
+        await asyncio.sleep(0.1)
+    return {}
 
 
 def main(url: str | None = None) -> int:

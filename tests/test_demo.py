@@ -15,7 +15,7 @@ async def test_demo_on_the_embedded_default() -> None:
     lines: list[str] = []
     assert await run_demo(None, lines.append) == EXPECTED
     assert "embedded" in lines[0]
-    assert any("bob asks for alice's greet task: not found" in line for line in lines)
+    assert any("bob asks server B for alice's greet task: not found" in line for line in lines)
     assert any(
         "input_required" in line and "asks: Please enter your name." in line for line in lines
     )
