@@ -36,7 +36,7 @@ def test_the_usage_example_runs(redis_server: RedisServer, tmp_path: Path) -> No
 
 def test_the_worker_example_is_real_code() -> None:
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     namespace: dict[str, object] = {}
     exec(compile(blocks[1], "README.md", "exec"), namespace)  # defines the handler only
     assert callable(namespace["handler"])
@@ -44,3 +44,14 @@ def test_the_worker_example_is_real_code() -> None:
     compile(blocks[2], "README.md", "exec")
     assert "from_url(" in blocks[2]
     assert "wait_replicas=1" in blocks[2]
+
+
+def test_the_mcp_example_builds_a_server_and_a_worker_handler() -> None:
+    from mcp.server.mcpserver import MCPServer
+
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    namespace: dict[str, object] = {}
+    exec(compile(blocks[3], "README.md", "exec"), namespace)  # builds; connects to nothing
+    assert isinstance(namespace["server"], MCPServer)
+    assert callable(namespace["handler"])
+    assert callable(namespace["app"])
