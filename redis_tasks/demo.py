@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ._redis import RedisTaskManager
+from .testing import free_port, wait_listening
 
 __all__ = ["EXPECTED", "main", "run_demo"]
 
@@ -40,13 +40,6 @@ EXPECTED = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def _embedded_redis() -> Iterator[str]:
     """An in-process Redis (fakeredis with Lua) served on a free loopback port."""
@@ -57,7 +50,7 @@ def _embedded_redis() -> Iterator[str]:
             "the embedded Redis needs the 'embedded' extra: pip install 'redis-tasks[embedded]'"
             " (or set REDIS_URL)"
         ) from None
-    port = _free_port()
+    port = free_port()
     server = TcpFakeServer(("127.0.0.1", port))
     thread = threading.Thread(target=server.serve_forever, name="embedded-redis", daemon=True)
     thread.start()
@@ -80,7 +73,7 @@ def _start_fleet(
 ) -> tuple[list[int], list[subprocess.Popen[bytes]]]:
     """Servers A and B (uvicorn) and two workers; returns the server ports and every process."""
     env = {**os.environ, "RT_DEMO_REDIS_URL": url, "RT_DEMO_PREFIX": prefix}
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     processes = [
         _spawn(
             [
@@ -121,19 +114,6 @@ def _start_fleet(
         for n in range(2)
     ]
     return ports, processes
-
-
-def _wait_listening(port: int, process: subprocess.Popen[bytes], within: float = 60) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the MCP server on port {port} exited ({process.returncode})")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)  # poll interval while the server starts
-    raise TimeoutError(f"the MCP server on port {port} did not start within {within} s")
 
 
 def _stop_workers(workers: list[subprocess.Popen[bytes]]) -> None:
@@ -240,7 +220,7 @@ async def _story(
     finals: dict[str, str] = {}
     try:
         for port, process in zip(ports, processes, strict=False):
-            _wait_listening(port, process)
+            wait_listening(port, process)
         out(f"  servers A and B on ports {ports[0]} and {ports[1]}, 2 workers (logs in {log_dir})")
 
         def client(port: int, token: str) -> Client:

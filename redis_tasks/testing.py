@@ -26,6 +26,7 @@ __all__ = [
     "start_redis_server",
     "wait_cluster_ok",
     "wait_failover",
+    "wait_listening",
 ]
 
 
@@ -51,6 +52,24 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def wait_listening(port: int, process: subprocess.Popen[bytes], within: float = 60) -> None:
+    """Return once something accepts connections on 127.0.0.1:``port``.
+
+    Raises ``RuntimeError`` if ``process`` (the one expected to listen) exits first,
+    ``TimeoutError`` after ``within`` seconds.
+    """
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the process for port {port} exited ({process.returncode})")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)  # poll interval of this condition wait
+    raise TimeoutError(f"nothing listened on port {port} within {within} s")
 
 
 def start_redis_server(

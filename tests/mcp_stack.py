@@ -8,10 +8,8 @@ The servers serve ``tests._mcp_app:app`` and the worker runs
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,7 +22,7 @@ from mcp.client.extension import ClientExtension
 from mcp.client.streamable_http import streamable_http_client
 
 from redis_tasks.mcp import TasksClient, get_task
-from redis_tasks.testing import free_port
+from redis_tasks.testing import free_port, wait_listening
 
 from .helpers import wait_until
 
@@ -32,19 +30,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Planted in a tool's arguments and exception text: it must never reach a log line.
 SECRET = "s3cr3t-marker-7f1e"
-
-
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], within: float = 60) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"process on port {port} exited with {process.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)  # poll interval of this condition wait, as in wait_until
-    raise TimeoutError(f"nothing listened on port {port} within {within} s")
 
 
 @dataclass
@@ -81,7 +66,7 @@ class McpStack:
                 ["-m", "uvicorn", "tests._mcp_app:app", "--host", "127.0.0.1", "--port", str(port)],
             )
             self.ports.append(port)
-            _wait_for_port(port, process)
+            wait_listening(port, process)
         self._spawn(
             "worker",
             [
