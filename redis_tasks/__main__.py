@@ -22,9 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     from ._cli_worker import add_worker_command, run_worker
 
     add_worker_command(commands)
+    from ._bench._cli import add_bench_command, run_bench
+
+    add_bench_command(commands)
     args = parser.parse_args(argv)
     if args.command == "worker":
         return run_worker(args)
+    if args.command == "bench":
+        return run_bench(args)
     if args.command == "demo":
         from .demo import main as demo_main
 

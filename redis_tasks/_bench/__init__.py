@@ -1,0 +1,6 @@
+"""``redis-tasks bench``: load tests of redis-tasks, and of peer queues side by side.
+
+The scenarios live in :mod:`._scenarios`, the processes they drive in
+:mod:`._systems` (redis-tasks itself, or a peer's adapter in its own virtualenv,
+speaking :mod:`._protocol`), and the command line in :mod:`._cli`.
+"""

@@ -1,0 +1,181 @@
+"""Turning a run's results into a table, the targets' verdicts, and a PNG plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["plot", "ratios", "table"]
+
+OURS: Final = "redis-tasks"
+
+
+def _best_peer(systems: dict[str, Any], key: str, *, highest: bool) -> tuple[str, float] | None:
+    """The peer with the highest (or lowest) ``key`` figure, and that figure."""
+    figures = [(name, _figure(result, key)) for name, result in systems.items() if name != OURS]
+    known = [(name, value) for name, value in figures if value is not None]
+    if not known:
+        return None
+    return (max if highest else min)(known, key=lambda item: item[1])
+
+
+def _figure(result: dict[str, Any], key: str) -> float | None:
+    if key == "drain":
+        drain = result.get("drain", {}).get("1")
+        return None if drain is None else float(drain["rate"])
+    pickup = result.get("pickup")
+    return None if pickup is None else float(pickup[key])
+
+
+def ratios(results: dict[str, Any]) -> dict[str, Any]:
+    """Our figures over each peer's, and the issue's targets with pass/fail."""
+    systems: dict[str, Any] = results.get("systems", {})
+    ours = systems.get(OURS, {})
+    out: dict[str, Any] = {"per_peer": {}, "targets": {}}
+    for name, result in systems.items():
+        if name == OURS:
+            continue
+        row: dict[str, float] = {}
+        our_drain, their_drain = _figure(ours, "drain"), _figure(result, "drain")
+        if our_drain and their_drain:
+            row["drain"] = round(our_drain / their_drain, 2)
+        for key in ("p50", "p99"):
+            our_lat, their_lat = _figure(ours, key), _figure(result, key)
+            if our_lat and their_lat:
+                # Above 1 means we are faster (their latency over ours).
+                row[f"pickup_{key}"] = round(their_lat / our_lat, 2)
+        out["per_peer"][name] = row
+    best_drain = _best_peer(systems, "drain", highest=True)
+    our_drain = _figure(ours, "drain")
+    if best_drain and our_drain:
+        out["targets"]["drain_3x_best_peer"] = {
+            "best_peer": best_drain[0],
+            "ratio": round(our_drain / best_drain[1], 2),
+            "met": our_drain >= 3 * best_drain[1],
+        }
+    best_p50 = _best_peer(systems, "p50", highest=False)
+    our_p99 = _figure(ours, "p99")
+    if best_p50 and our_p99:
+        out["targets"]["pickup_p99_below_best_peer_p50"] = {
+            "best_peer": best_p50[0],
+            "ours_p99_ms": our_p99,
+            "peer_p50_ms": best_p50[1],
+            "met": our_p99 < best_p50[1],
+        }
+    find, limit = results.get("find"), results.get("limit", {}).get("find")
+    if find and limit:
+        share = find["rate"] / limit["rate"]
+        out["targets"]["find_25pct_of_redis_benchmark"] = {
+            "fraction": round(share, 3),
+            "met": share >= 0.25,
+        }
+    return out
+
+
+def table(results: dict[str, Any]) -> str:
+    """The run as aligned text: one row per system, then our own scenarios."""
+    lines: list[str] = []
+    env = results["environment"]
+    settings = results["settings"]
+    lines.append(
+        f"Redis {env['redis_version']} ({env['redis_mode']}), {env['cpus']} CPUs, "
+        f"Python {env['python']}; no-op jobs, worker concurrency {settings['concurrency']}"
+    )
+    systems: dict[str, Any] = results.get("systems", {})
+    counts = sorted({int(w) for r in systems.values() for w in r.get("drain", {})})
+    if systems:
+        head = f"{'system':14}" + "".join(f"{f'drain/s w={w}':>15}" for w in counts)
+        head += f"{'pickup p50/p99 ms':>20}{'cmds/job':>10}"
+        lines += ["", head]
+        for name, result in systems.items():
+            drain = result.get("drain", {})
+            cells = "".join(
+                f"{drain[str(w)]['rate'] if str(w) in drain else '-':>15}" for w in counts
+            )
+            pickup = result.get("pickup")
+            lat = f"{pickup['p50']:.2f} / {pickup['p99']:.2f}" if pickup else "-"
+            first = drain.get(str(counts[0])) if counts else None
+            per_job = first["commands_per_job"] if first else "-"
+            lines.append(f"{name:14}{cells}{lat:>20}{per_job:>10}")
+        lines.append(
+            f"(drain: {settings['tasks']} jobs, median of {settings['rounds']} rounds; "
+            f"pickup: {settings['pickups']} jobs one at a time)"
+        )
+    if "lifecycle" in results:
+        for workers, row in results["lifecycle"].items():
+            lines.append(
+                f"lifecycle w={workers}: {row['rate']} tasks/s with {row['clients']} clients; "
+                f"create-to-terminal p50 {row['p50']} / p99 {row['p99']} / "
+                f"p99.9 {row['p99.9']} ms"
+            )
+    if "find" in results:
+        row = results["find"]
+        lines.append(
+            f"find: {row['rate']} ops/s from {row['pollers']} pollers; "
+            f"p50 {row['p50']} / p99 {row['p99']} ms"
+        )
+    if "notify" in results:
+        row = results["notify"]
+        lines.append(f"notify: change to subscriber p50 {row['p50']} / p99 {row['p99']} ms")
+    if "limit" in results:
+        row = results["limit"]
+        lines.append(
+            f"limit (redis-benchmark, {row['clients']} clients, EVALSHA): "
+            f"create {row['create']['rate']}/s, find {row['find']['rate']}/s"
+        )
+    verdicts = results.get("ratios", {})
+    for name, row in verdicts.get("per_peer", {}).items():
+        parts = [f"{key} {value}x" for key, value in row.items()]
+        lines.append(f"ours vs {name}: {', '.join(parts) if parts else '-'}")
+    for name, target in verdicts.get("targets", {}).items():
+        details = ", ".join(f"{k} {v}" for k, v in target.items() if k != "met")
+        lines.append(f"target {name}: {'met' if target['met'] else 'NOT met'} ({details})")
+    return "\n".join(lines)
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Write a PNG: drain throughput by worker count, and pickup latency percentiles.
+
+    Needs matplotlib (``pip install 'redis-tasks[bench]'``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    systems: dict[str, Any] = results.get("systems", {})
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for name, result in systems.items():
+        drain = result.get("drain", {})
+        if not drain:
+            continue
+        workers = sorted(int(w) for w in drain)
+        rates = [drain[str(w)]["rate"] for w in workers]
+        left.plot(workers, rates, marker="o", linewidth=2.5 if name == OURS else 1.2, label=name)
+    left.set_xlabel("worker processes")
+    left.set_ylabel("jobs/s (drain, median)")
+    left.set_title(f"Drain throughput, concurrency {results['settings']['concurrency']}")
+    left.set_ylim(bottom=0)
+    left.grid(alpha=0.3)
+    left.legend()
+    names = [n for n, r in systems.items() if r.get("pickup")]
+    positions = range(len(names))
+    width = 0.38
+    p50 = [systems[n]["pickup"]["p50"] for n in names]
+    p99 = [systems[n]["pickup"]["p99"] for n in names]
+    right.bar([i - width / 2 for i in positions], p50, width, label="p50")
+    right.bar([i + width / 2 for i in positions], p99, width, label="p99")
+    right.set_xticks(list(positions), names, rotation=20)
+    right.set_yscale("log")
+    right.set_ylabel("ms (log scale)")
+    right.set_title("Idle pickup latency (enqueue to handler start)")
+    right.grid(alpha=0.3, axis="y")
+    right.legend()
+    env = results["environment"]
+    figure.suptitle(
+        f"redis-tasks bench: Redis {env['redis_version']} {env['redis_mode']}, "
+        f"{env['cpus']} CPUs, {results['date']}"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
