@@ -19,6 +19,7 @@ Record fields (short names keep Redis memory and script arguments small)::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -286,11 +287,26 @@ def decode_answers(pairs: Sequence[bytes]) -> dict[str, Any]:
     return {pairs[i].decode("utf-8"): unpack(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 
 
+# Origins this small are remembered after decoding: a task polled again and again
+# is decoded once. The bound keeps the cache under about 8 MiB.
+_CACHED_ORIGIN_BYTES: Final = 4096
+
+
 def decode_origin(stored: bytes) -> TaskOrigin:
     """The origin stored at create, exactly (its bounds were checked then)."""
+    if len(stored) <= _CACHED_ORIGIN_BYTES:
+        return _decode_small_origin(stored)
+    return _decode_origin(stored)
+
+
+def _decode_origin(stored: bytes) -> TaskOrigin:
     return TaskOrigin.from_persisted_string(
         stored.decode("utf-8"), max_bytes=len(stored), max_depth=10_000
     )
+
+
+# TaskOrigin is immutable, so one decoded instance may be shared by every Task.
+_decode_small_origin: Final = functools.lru_cache(maxsize=1024)(_decode_origin)
 
 
 def decode_task(task_id: str, fields: Sequence[bytes | None], requests: Sequence[bytes]) -> Task:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +25,7 @@ from redis_tasks import (
     TaskUpdateContext,
 )
 from redis_tasks._keys import KeySpace
+from redis_tasks._pipeline import AutoPipeline
 from redis_tasks._scripts import SPECS, _check_header, lua_dir, scripts
 from redis_tasks.testing import RedisServer
 
@@ -221,21 +222,31 @@ async def test_a_hung_redis_raises_backend_error_within_the_timeout(
 
 
 class LoseNextReply:
-    """Wraps a client's EVALSHA: the script runs, then the connection "breaks"."""
+    """Wraps the manager's auto-pipeline: the script runs, then the connection "breaks"."""
 
-    def __init__(self, client: Redis) -> None:
-        self.client = client
-        self.real = client.evalsha
+    def __init__(self, pipeline: AutoPipeline) -> None:
+        self.real = pipeline.call
         self.armed = False
         self.lost = 0
 
-    async def evalsha(self, *args: Any) -> Any:
-        reply = await self.real(*args)
-        if self.armed:
-            self.armed = False
-            self.lost += 1
-            raise RedisConnectionError("Connection closed by server.")
-        return reply
+    def call(self, command: Sequence[Any]) -> asyncio.Future[Any]:
+        reply = self.real(command)
+        if not self.armed:
+            return reply
+        self.armed = False
+        self.lost += 1
+        lost: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def relay(done: asyncio.Future[Any]) -> None:
+            if done.cancelled():
+                lost.cancel()
+            else:
+                error = done.exception()
+                # Redis ran the script; the caller sees a broken connection instead.
+                lost.set_exception(error or RedisConnectionError("Connection closed by server."))
+
+        reply.add_done_callback(relay)
+        return lost
 
 
 async def test_every_script_is_safe_to_retry_after_a_lost_reply(
@@ -244,8 +255,10 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
     m = standalone_backend.manager
     client = standalone_backend.client
     assert isinstance(client, Redis)
-    flaky = LoseNextReply(client)
-    monkeypatch.setattr(client, "evalsha", flaky.evalsha)
+    pipeline = m._runner._pipeline
+    assert pipeline is not None
+    flaky = LoseNextReply(pipeline)
+    monkeypatch.setattr(pipeline, "call", flaky.call)
     events = EventLog()
     m.event_publisher.subscribe(events)
     await m.event_publisher.wait_ready()

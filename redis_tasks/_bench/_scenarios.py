@@ -338,12 +338,16 @@ class Bench:
         out, _ = await process.communicate()
         if process.returncode != 0:
             raise RuntimeError(f"redis-benchmark exited {process.returncode}")
-        rows = list(csv.DictReader(out.decode().splitlines()))
-        if not rows or "rps" not in rows[-1]:
+        lines = out.decode().strip().splitlines()
+        if len(lines) < 2:
             raise RuntimeError("redis-benchmark printed no CSV result")
-        row = rows[-1]
+        # The test name quotes the command unescaped (our JSON origin has quotes), so
+        # read the numeric columns from the right of the last row.
+        names = next(csv.reader([lines[0]]))[1:]
+        values = lines[-1].rsplit(",", len(names))[1:]
+        row = dict(zip(names, (float(v.strip('"')) for v in values), strict=True))
         return {
-            "rate": round(float(row["rps"])),
-            "p50": float(row["p50_latency_ms"]),
-            "p99": float(row["p99_latency_ms"]),
+            "rate": round(row["rps"]),
+            "p50": row["p50_latency_ms"],
+            "p99": row["p99_latency_ms"],
         }

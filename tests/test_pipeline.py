@@ -1,0 +1,120 @@
+"""Auto-pipelining: calls of one loop turn share a write; each keeps its own reply and error."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+
+from redis_tasks._pipeline import MAX_BATCH, AutoPipeline, pack
+from redis_tasks.testing import RedisServer
+
+
+class CountingPool(BlockingConnectionPool):
+    """Counts connection checkouts: one per pipeline write."""
+
+    checkouts = 0
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        self.checkouts += 1
+        return await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture
+async def client(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    pool = CountingPool.from_url(redis_server.url, max_connections=8)
+    redis = Redis.from_pool(pool)
+    yield redis
+    await redis.aclose()
+
+
+def test_pack_writes_resp_for_our_three_argument_types() -> None:
+    packed = pack([("SET", b"k\x00", 5), ("GET", "ключ")])
+    key = "ключ".encode()
+    assert packed == (
+        b"*3\r\n$3\r\nSET\r\n$2\r\nk\x00\r\n$1\r\n5\r\n"
+        b"*2\r\n$3\r\nGET\r\n$" + str(len(key)).encode() + b"\r\n" + key + b"\r\n"
+    )
+    for bad in (1.5, None, True, bytearray(b"x")):
+        with pytest.raises(TypeError):
+            pack([("SET", "k", bad)])
+
+
+async def test_calls_of_one_turn_share_one_write_and_get_their_own_replies(
+    client: Redis, prefix: str
+) -> None:
+    pipeline = AutoPipeline(client, timeout=5)
+    replies = await asyncio.gather(
+        *(pipeline.call(("ECHO", f"{prefix}-{i}")) for i in range(MAX_BATCH))
+    )
+    assert replies == [f"{prefix}-{i}".encode() for i in range(MAX_BATCH)]
+    pool = client.connection_pool
+    assert isinstance(pool, CountingPool)
+    assert pool.checkouts == 1
+    # A turn larger than a batch is split.
+    await asyncio.gather(*(pipeline.call(("PING",)) for _ in range(MAX_BATCH + 1)))
+    assert pool.checkouts == 3
+
+
+async def test_an_error_reply_fails_only_its_own_call(client: Redis, prefix: str) -> None:
+    pipeline = AutoPipeline(client, timeout=5)
+    results = await asyncio.gather(
+        pipeline.call(("SET", f"{prefix}:a", "1")),
+        pipeline.call(("EVALSHA", "0" * 40, 0)),
+        pipeline.call(("GET", f"{prefix}:a")),
+        return_exceptions=True,
+    )
+    assert results[0] == b"OK"  # raw replies: no redis-py response callbacks
+    assert isinstance(results[1], NoScriptError)
+    assert results[2] == b"1"
+    await client.delete(f"{prefix}:a")
+
+
+async def test_a_broken_connection_fails_every_call_without_a_reply(
+    client: Redis, prefix: str
+) -> None:
+    pipeline = AutoPipeline(client, timeout=5)
+    # QUIT is answered, then the server closes the connection under the rest.
+    results = await asyncio.gather(
+        pipeline.call(("QUIT",)),
+        pipeline.call(("ECHO", prefix)),
+        pipeline.call(("PING",)),
+        return_exceptions=True,
+    )
+    assert results[0] == b"OK"
+    assert all(isinstance(r, RedisConnectionError) for r in results[1:]), results
+    # The pool is usable again: the broken connection was dropped, not reused.
+    assert await pipeline.call(("ECHO", "again")) == b"again"
+
+
+async def test_a_hung_server_fails_the_batch_within_the_timeout(
+    client: Redis, redis_server: RedisServer
+) -> None:
+    pipeline = AutoPipeline(client, timeout=0.3)
+    pauser = Redis.from_url(redis_server.url)
+    await pauser.client_pause(1500, all=True)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        results = await asyncio.gather(
+            pipeline.call(("PING",)), pipeline.call(("PING",)), return_exceptions=True
+        )
+        assert all(isinstance(r, TimeoutError) for r in results), results
+        assert loop.time() - started < 1.2
+    finally:
+        await pauser.client_unpause()
+        await pauser.aclose()
+
+
+async def test_a_call_cancelled_before_its_turn_ends_is_never_sent(
+    client: Redis, prefix: str
+) -> None:
+    pipeline = AutoPipeline(client, timeout=5)
+    withdrawn = pipeline.call(("SET", f"{prefix}:w", "1"))
+    withdrawn.cancel()
+    assert await pipeline.call(("EXISTS", f"{prefix}:w")) == 0
