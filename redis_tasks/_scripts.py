@@ -276,7 +276,9 @@ class ScriptRunner:
     async def _call(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
         try:
             if self._pipeline is not None:
-                return await self._pipeline.call(("EVALSHA", script.sha, len(keys), *keys, *args))
+                return await self._pipeline.execute(
+                    ("EVALSHA", script.sha, len(keys), *keys, *args)
+                )
             return await self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
             # A restart, failover or SCRIPT FLUSH emptied the cache; EVAL runs

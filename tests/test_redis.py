@@ -225,28 +225,18 @@ class LoseNextReply:
     """Wraps the manager's auto-pipeline: the script runs, then the connection "breaks"."""
 
     def __init__(self, pipeline: AutoPipeline) -> None:
-        self.real = pipeline.call
+        self.real = pipeline.execute
         self.armed = False
         self.lost = 0
 
-    def call(self, command: Sequence[Any]) -> asyncio.Future[Any]:
-        reply = self.real(command)
-        if not self.armed:
-            return reply
-        self.armed = False
-        self.lost += 1
-        lost: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        def relay(done: asyncio.Future[Any]) -> None:
-            if done.cancelled():
-                lost.cancel()
-            else:
-                error = done.exception()
-                # Redis ran the script; the caller sees a broken connection instead.
-                lost.set_exception(error or RedisConnectionError("Connection closed by server."))
-
-        reply.add_done_callback(relay)
-        return lost
+    async def execute(self, command: Sequence[Any]) -> Any:
+        reply = await self.real(command)
+        if self.armed:
+            self.armed = False
+            self.lost += 1
+            # Redis ran the script; the caller sees a broken connection instead.
+            raise RedisConnectionError("Connection closed by server.")
+        return reply
 
 
 async def test_every_script_is_safe_to_retry_after_a_lost_reply(
@@ -258,7 +248,7 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
     pipeline = m._runner._pipeline
     assert pipeline is not None
     flaky = LoseNextReply(pipeline)
-    monkeypatch.setattr(pipeline, "call", flaky.call)
+    monkeypatch.setattr(pipeline, "execute", flaky.execute)
     events = EventLog()
     m.event_publisher.subscribe(events)
     await m.event_publisher.wait_ready()
