@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
 
-.PHONY: demo test lint typecheck unit redis-server clean
+.PHONY: demo test lint typecheck unit redis-server clean bench bench-peers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,5 +40,22 @@ typecheck: $(VENV)/.installed-dev
 test: redis-server lint typecheck
 	$(BIN)/pytest
 
+## bench-peers: the peer queues' own virtualenv, for `redis-tasks bench --peers`
+# --no-deps: the file pins the whole resolved set; arq 0.28 declares redis<6,
+# which no other peer accepts, and runs on the pinned redis-py all the same.
+PEERS_VENV := benchmarks/.venv-peers
+$(PEERS_VENV)/.installed: benchmarks/requirements-peers.txt
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/pip install -q --no-deps -r benchmarks/requirements-peers.txt
+	touch $@
+
+bench-peers: $(PEERS_VENV)/.installed
+
+## bench: every scenario, the peers side by side; JSON and a PNG plot in benchmarks/
+bench: redis-server $(VENV)/.installed-dev bench-peers
+	$(BIN)/redis-tasks bench --peers all --workers 1,2,4 \
+	  --json benchmarks/results.json --plot benchmarks/results.png
+
 clean:
-	rm -rf $(VENV) dist build .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(PEERS_VENV) dist build .mypy_cache .ruff_cache .pytest_cache .hypothesis

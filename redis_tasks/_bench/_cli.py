@@ -67,6 +67,11 @@ def add_bench_command(commands: Any) -> None:
         help="Redis or Redis Cluster to load (default: $REDIS_URL, else a private "
         "redis-server on a free loopback port)",
     )
+    bench.add_argument(
+        "--start-cluster",
+        action="store_true",
+        help="load a private 3-primary, 3-replica Redis Cluster on loopback instead",
+    )
     defaults = Settings()
     sizes = bench.add_argument_group("sizes")
     sizes.add_argument("--tasks", type=_positive, default=defaults.tasks, help="drain: jobs")
@@ -215,11 +220,14 @@ def run_bench(args: argparse.Namespace) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="redis-tasks-bench-") as scratch:
         log_path = Path(scratch) / "bench.log"
-        server = None
-        url = args.redis_url
-        if not url:
-            from redis_tasks.testing import start_redis_server
+        from redis_tasks.testing import start_redis_cluster, start_redis_server
 
+        server: Any = None
+        url = args.redis_url
+        if args.start_cluster:
+            server = start_redis_cluster(Path(scratch) / "cluster")
+            url = server.url
+        elif not url:
             server = start_redis_server(Path(scratch) / "redis")
             url = server.url
         try:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
@@ -25,8 +25,8 @@ class RedisAddress:
     host: str
     port: int
     username: str | None
-    password: str | None
-    tls: bool
+    password: str | None = field(repr=False)
+    tls: bool = False
 
     @classmethod
     def parse(cls, url: str) -> RedisAddress:

@@ -1,0 +1,244 @@
+"""``redis-tasks bench``: every scenario runs for real (tiny sizes) and reports what it measured."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from redis_tasks._bench._cli import SCENARIOS
+from redis_tasks._bench._probe import RedisAddress
+from redis_tasks._bench._progress import Progress, percentile
+from redis_tasks._bench._report import plot, ratios, table
+from redis_tasks._bench._scenarios import Bench, Settings
+from redis_tasks._bench._systems import AdapterError, AdapterProcess, System, ours, peer
+from redis_tasks.testing import RedisServer
+
+pytestmark = pytest.mark.slow
+
+TINY = Settings(
+    tasks=300,
+    concurrency=8,
+    workers=(1, 2),
+    rounds=1,
+    pickups=5,
+    lifecycle_tasks=60,
+    clients=4,
+    pollers=4,
+    find_ops=200,
+    notifies=5,
+    limit_requests=500,
+)
+
+
+def bench_keys(server: RedisServer) -> set[bytes]:
+    client = redis.Redis.from_url(server.url)
+    try:
+        return set(client.scan_iter(match="{bench-*", count=1000))
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def log() -> io.BytesIO:
+    return io.BytesIO()
+
+
+async def test_drain_and_pickup_measure_our_workers_and_leave_no_keys(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    before = bench_keys(redis_server)
+    with (tmp_path / "log").open("wb") as log:
+        bench = Bench(redis_server.url, TINY, Progress(quiet=True), log)
+        rate, calls = await bench.drain(ours(), 2, "drain")
+        pickup = await bench.pickup(ours())
+    assert rate > 0
+    # Every job: one create and one claim and one finish script at least.
+    assert calls["evalsha"] >= 3 * TINY.tasks
+    assert pickup["samples"] == TINY.pickups
+    assert 0 < pickup["p50"] <= pickup["p99"]
+    assert bench_keys(redis_server) == before
+
+
+async def test_our_own_scenarios_measure_and_leave_no_keys(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    before = bench_keys(redis_server)
+    with (tmp_path / "log").open("wb") as log:
+        bench = Bench(redis_server.url, TINY, Progress(quiet=True), log)
+        lifecycle = await bench.lifecycle(1)
+        find = await bench.find()
+        notify = await bench.notify()
+        limit = await bench.limit()
+    assert lifecycle["rate"] > 0
+    assert lifecycle["p50"] <= lifecycle["p99"] <= lifecycle["p99.9"]
+    assert find["rate"] > 0
+    assert find["pollers"] == TINY.pollers
+    assert notify["samples"] == TINY.notifies
+    assert notify["p50"] > 0
+    assert limit["create"]["rate"] > 0
+    assert limit["find"]["rate"] > 0
+    assert bench_keys(redis_server) == before
+
+
+async def test_a_worker_that_dies_is_reported_not_waited_for(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    broken = System("broken", (sys.executable, "-c", "import sys; sys.exit(3)"))
+    with (tmp_path / "log").open("wb") as log:
+        process = await AdapterProcess.start(broken, ("worker",), log, "broken worker")
+        with pytest.raises(AdapterError, match="exited"):
+            await process.ask("report", "seen ", within=30)
+
+
+def test_the_command_line_prints_json_without_the_url(redis_server: RedisServer) -> None:
+    url = redis_server.url
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "drain", "pickup", "find",
+         "--redis-url", url, "--tasks", "200", "--rounds", "1", "--pickups", "3",
+         "--workers", "1", "--pollers", "4", "--find-ops", "100", "--json", "-", "--quiet"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert set(results["systems"]) == {"redis-tasks"}
+    assert results["systems"]["redis-tasks"]["drain"]["1"]["rate"] > 0
+    assert results["environment"]["redis_mode"] == "standalone"
+    assert url not in done.stdout
+    assert str(redis_server.port) not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bench", "nonsense"], "unknown scenario"),
+        (["bench", "--peers", "celery"], "unknown peer"),
+        (["bench", "--peers", "saq", "--peers-python", "/nonexistent/python"], "no "),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_reason(argv: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_counts_must_be_positive() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "--workers", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "counts must be >= 1" in done.stderr
+
+
+def test_peers_need_their_adapter_and_interpreter(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no adapter"):
+        peer("saq", Path(sys.executable), tmp_path)
+    (tmp_path / "peer_saq.py").write_text("")
+    with pytest.raises(FileNotFoundError, match="interpreter"):
+        peer("saq", tmp_path / "python", tmp_path)
+    assert peer("saq", Path(sys.executable), tmp_path).name == "saq"
+    with pytest.raises(ValueError, match="unknown peer"):
+        peer("celery", Path(sys.executable), tmp_path)
+
+
+def test_redis_addresses_for_redis_benchmark() -> None:
+    plain = RedisAddress.parse("redis://127.0.0.1:7001/0")
+    assert (plain.host, plain.port, plain.password, plain.tls) == ("127.0.0.1", 7001, None, False)
+    secured = RedisAddress.parse("rediss://svc:p%40ss@cache.internal:6380")
+    assert (secured.username, secured.password, secured.tls) == ("svc", "p@ss", True)
+    assert "p@ss" not in repr(secured)
+    with pytest.raises(ValueError, match="redis://"):
+        RedisAddress.parse("unix:///tmp/redis.sock")
+
+
+def test_percentiles_take_the_nearest_rank() -> None:
+    samples = [float(i) for i in range(1, 101)]
+    assert percentile(samples, 0.5) == 51.0
+    assert percentile(samples, 0.99) == 99.0
+    assert percentile([3.0], 0.999) == 3.0
+    with pytest.raises(ValueError, match="no samples"):
+        percentile([], 0.5)
+
+
+def results(ours_drain: int, ours_p99: float, find: int) -> dict[str, Any]:
+    return {
+        "date": "2026-11-30",
+        "environment": {
+            "redis_version": "7.0.15",
+            "redis_mode": "standalone",
+            "cpus": 2,
+            "python": "3.11.7",
+            "machine": "x86_64",
+        },
+        "settings": {"concurrency": 32, "tasks": 1000, "rounds": 3, "pickups": 100},
+        "systems": {
+            "redis-tasks": {
+                "drain": {
+                    "1": {"rate": ours_drain, "commands_per_job": 20.1},
+                    "2": {"rate": ours_drain + 500, "commands_per_job": 20.3},
+                },
+                "pickup": {"p50": 1.0, "p99": ours_p99},
+            },
+            "fastq": {
+                "drain": {"1": {"rate": 1000, "commands_per_job": 2.0}},
+                "pickup": {"p50": 1.5, "p99": 3.0},
+            },
+            "slowq": {
+                "drain": {"1": {"rate": 400, "commands_per_job": 30.0}},
+                "pickup": {"p50": 8.0, "p99": 12.0},
+            },
+        },
+        "find": {"rate": find, "p50": 1.0, "p99": 2.0, "pollers": 64},
+        "limit": {
+            "create": {"rate": 20_000, "p50": 1.0, "p99": 2.0},
+            "find": {"rate": 40_000, "p50": 1.0, "p99": 2.0},
+            "clients": 64,
+        },
+    }
+
+
+def test_ratios_judge_each_target_against_the_best_peer() -> None:
+    met = ratios(results(ours_drain=3000, ours_p99=1.4, find=10_000))
+    assert met["per_peer"]["fastq"] == {"drain": 3.0, "pickup_p50": 1.5, "pickup_p99": 2.14}
+    assert met["targets"]["drain_3x_best_peer"] == {
+        "best_peer": "fastq",
+        "ratio": 3.0,
+        "met": True,
+    }
+    assert met["targets"]["pickup_p99_below_best_peer_p50"]["met"] is True
+    assert met["targets"]["find_25pct_of_redis_benchmark"] == {"fraction": 0.25, "met": True}
+    missed = ratios(results(ours_drain=2999, ours_p99=1.5, find=9_999))
+    assert not any(target["met"] for target in missed["targets"].values())
+
+
+def test_the_table_and_the_plot(tmp_path: Path) -> None:
+    run = results(ours_drain=3000, ours_p99=1.4, find=10_000)
+    run["ratios"] = ratios(run)
+    text = table(run)
+    assert "redis-tasks" in text
+    assert "fastq" in text
+    assert "slowq" in text
+    assert "target drain_3x_best_peer: met" in text
+    path = tmp_path / "bench.png"
+    plot(run, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_scenarios_are_the_documented_ones() -> None:
+    assert SCENARIOS == ("limit", "drain", "pickup", "lifecycle", "find", "notify")
