@@ -62,6 +62,17 @@ _SETTLED: dict[int, ClaimOutcome] = {
 }
 
 
+def _claim(reply: list[Any]) -> Claim:
+    """A claim script's reply (see ``lua/claim.lua``) as a :class:`Claim`."""
+    code = reply[0]
+    if code in _SETTLED:
+        return Claim(_SETTLED[code])
+    if code != ReturnCode.OK:
+        raise error_for(code)
+    origin = decode_origin(reply[3])
+    return Claim(ClaimOutcome.RUN, int(reply[1]), int(reply[2]), origin, bytes(reply[4]))
+
+
 class RedisTaskManager:
     """The task manager on Redis: standalone, Redis Cluster, Valkey; TLS via ``rediss://``.
 
@@ -518,13 +529,43 @@ class RedisTaskManager:
                 self._events_maxlen,
             ),
         )
-        code = reply[0]
-        if code in _SETTLED:
-            return Claim(_SETTLED[code])
-        if code != ReturnCode.OK:
-            raise error_for(code)
-        origin = decode_origin(reply[3])
-        return Claim(ClaimOutcome.RUN, int(reply[1]), int(reply[2]), origin, bytes(reply[4]))
+        return _claim(reply)
+
+    async def claim_next(
+        self,
+        partition: int,
+        *,
+        consumer: str,
+        count: int,
+        lease: timedelta,
+        max_attempts: int,
+    ) -> list[tuple[str, str, Claim]]:
+        """One ``claim_next`` script call: read up to ``count`` new entries of
+        ``partition``'s work stream for ``consumer`` and claim each.
+
+        Returns ``(entry_id, task_id, claim)`` per entry read; an entry that names
+        no task was dropped and comes back as ``("...", "", Claim(EXPIRED))``.
+        """
+        keys = self._keys
+        reply = await self._runner.run_raw(
+            "claim_next",
+            (keys.work(partition), keys.events(partition)),
+            (
+                keys.tag(partition),
+                consumer,
+                count,
+                _lease_ms(lease),
+                max_attempts,
+                self._poison_error,
+                self._events_maxlen,
+            ),
+        )
+        if reply[0] != ReturnCode.OK:
+            raise error_for(reply[0])
+        return [
+            (bytes(reply[i]).decode(), bytes(reply[i + 1]).decode(), _claim(reply[i + 2]))
+            for i in range(1, len(reply), 3)
+        ]
 
     async def renew_lease(
         self, task_id: str, *, fence: int, consumer: str, lease: timedelta

@@ -33,7 +33,7 @@ from ._status import TERMINAL_STATUSES
 
 __all__ = ["SPECS", "Script", "ScriptRunner", "lua_dir", "scripts"]
 
-_INCLUDES: Final = ("common",)
+_INCLUDES: Final = ("common", "claim")
 # Failures after which the same call may simply be made again: a broken
 # connection, a slot that moved, or the cluster client's connection state torn
 # down under it during a topology change (AttributeError inside redis-py).
@@ -113,6 +113,18 @@ SPECS: Final[dict[str, Spec]] = {
             "task_id",
             "entry_id",
             "consumer",
+            "lease_ms",
+            "max_attempts",
+            "poison_error",
+            "events_maxlen",
+        ),
+    ),
+    "claim_next": Spec(
+        ("work", "events"),
+        (
+            "tag",
+            "consumer",
+            "count",
             "lease_ms",
             "max_attempts",
             "poison_error",

@@ -45,7 +45,7 @@ from ._errors import (
 from ._execution import Handler, TaskExecution, TaskFailed
 from ._ids import parse_task_id
 from ._keys import WORK_GROUP
-from ._lease import INTERNAL_ERROR, ClaimOutcome
+from ._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from ._models import JsonRpcError
 from ._redis import RedisTaskManager
 
@@ -327,47 +327,76 @@ class Worker:
             if not await self._slots.wait_free():
                 return
             if backlog:
-                # The partition has more: read a batch without blocking, for
-                # slots reserved up front (the read returns at once, so the
-                # reservation holds no capacity idle).
+                # The partition has more: read and claim a batch in one script
+                # call, for slots reserved up front (the call returns at once, so
+                # the reservation holds no capacity idle).
                 reserved = self._slots.take_up_to(self.read_batch)
                 if reserved == 0:
                     continue
-                count, block = reserved, None
-            else:
-                # Idle: block for one entry without reserving a slot, so every
-                # partition is watched while idle partitions hold no capacity.
-                reserved, count, block = 0, 1, self._block_ms
+                backlog, backoff = await self._claim_batch(partition, reserved, backoff)
+                continue
+            # Idle: block for one entry without reserving a slot, so every
+            # partition is watched while idle partitions hold no capacity.
             try:
                 async with asyncio.timeout(self._block_ms / 1000 + self.manager.timeout):
                     reply: Any = await client.xreadgroup(
-                        WORK_GROUP, self.name, {stream: ">"}, count=count, block=block
+                        WORK_GROUP, self.name, {stream: ">"}, count=1, block=self._block_ms
                     )
             except ResponseError as exc:
-                self._slots.give(reserved)
                 if "NOGROUP" in str(exc):  # the server lost the group (flush, no persistence)
                     await self._recreate_group(partition)
                     continue
                 backoff = await self._backoff("read", backoff)
                 continue
             except CLIENT_ERRORS:
-                self._slots.give(reserved)
                 backoff = await self._backoff("read", backoff)
                 continue
-            except BaseException:
-                self._slots.give(reserved)
-                raise
             backoff = 0.05
             entries = reply[0][1] if reply else []
             backlog = bool(entries)
-            self._slots.give(reserved - min(reserved, len(entries)))
-            for n, (entry_id, fields) in enumerate(entries):
-                if n < reserved or self._slots.take_up_to(1):
+            for entry_id, fields in entries:
+                if self._slots.take_up_to(1):
                     self._start(partition, entry_id, fields)
                 else:
                     # Other partitions filled the slots while this read was blocked:
                     # hand the entry straight back rather than hold it.
                     self._spawn(self._requeue(partition, entry_id, fields))
+
+    async def _claim_batch(
+        self, partition: int, reserved: int, backoff: float
+    ) -> tuple[bool, float]:
+        """Claim up to ``reserved`` new entries of ``partition`` and start their runs.
+
+        Returns whether entries were read (the partition may have more) and the
+        next read backoff.
+        """
+        try:
+            claimed = await self.manager.claim_next(
+                partition,
+                consumer=self.name,
+                count=reserved,
+                lease=self.lease,
+                max_attempts=self.max_attempts,
+            )
+        except RedisTasksError as exc:
+            self._slots.give(reserved)
+            if isinstance(exc.__cause__, ResponseError) and "NOGROUP" in str(exc.__cause__):
+                await self._recreate_group(partition)
+                return False, backoff
+            # Entries the script read before its reply was lost stay pending with
+            # us and are reclaimed after a lease, like any claim that failed.
+            return False, await self._backoff("read", backoff)
+        started = 0
+        for _, task_id, claim in claimed:
+            run = self._admit(partition, task_id, claim, reclaimed=False)
+            if run is not None:
+                started += 1
+                task = asyncio.ensure_future(self._run_claimed(run))
+                run.supervisor = task
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        self._slots.give(reserved - started)
+        return bool(claimed), 0.05
 
     async def _recreate_group(self, partition: int) -> None:
         try:
@@ -515,30 +544,46 @@ class Worker:
         self, partition: int, entry_id: str, task_id: str, reclaimed: bool
     ) -> None:
         try:
-            run = await self._claim(partition, entry_id, task_id, reclaimed)
+            claim = await self._claim(entry_id, task_id)
+            run = self._admit(partition, task_id, claim, reclaimed)
             if run is None:
                 return
             run.supervisor = asyncio.current_task()
-            self._runs.add(run)
-            # A task handed back and claimed again by this worker has two runs
-            # for a while; hints and lookups go to the newest.
-            self._latest[task_id] = run
-            try:
-                await self._supervise(run)
-            finally:
-                self._runs.discard(run)
-                if self._latest.get(task_id) is run:
-                    del self._latest[task_id]
+            await self._supervise_and_forget(run)
         finally:
             self._slots.give()
 
-    async def _claim(
-        self, partition: int, entry_id: str, task_id: str, reclaimed: bool
-    ) -> _Run | None:
+    async def _run_claimed(self, run: _Run) -> None:
+        """Run a task ``claim_next`` claimed (its slot was taken by the reader)."""
+        try:
+            await self._supervise_and_forget(run)
+        except Exception as exc:
+            # Never die silently: the lease runs out and the task is run again.
+            _log(
+                logging.ERROR,
+                "internal error running a task",
+                "internal_error",
+                task_id=run.execution.task_id,
+                error=type(exc).__name__,
+                where=_frames(exc),
+            )
+        finally:
+            self._slots.give()
+
+    async def _supervise_and_forget(self, run: _Run) -> None:
+        task_id = run.execution.task_id
+        try:
+            await self._supervise(run)
+        finally:
+            self._runs.discard(run)
+            if self._latest.get(task_id) is run:
+                del self._latest[task_id]
+
+    async def _claim(self, entry_id: str, task_id: str) -> Claim | None:
         self._claiming += 1
         self._claims_settled.clear()
         try:
-            claim = await self.manager.claim_task(
+            return await self.manager.claim_task(
                 task_id,
                 entry_id,
                 consumer=self.name,
@@ -559,6 +604,13 @@ class Worker:
             self._claiming -= 1
             if self._claiming == 0:
                 self._claims_settled.set()
+
+    def _admit(
+        self, partition: int, task_id: str, claim: Claim | None, reclaimed: bool
+    ) -> _Run | None:
+        """A run for ``claim``, registered at once (so a shutdown sees it), or ``None``."""
+        if claim is None:
+            return None
         if claim.outcome is not ClaimOutcome.RUN:
             level = logging.WARNING if claim.outcome is ClaimOutcome.POISONED else logging.INFO
             _log(
@@ -579,7 +631,12 @@ class Worker:
             fence=claim.fence,
             input_poll=self._input_poll,
         )
-        return _Run(execution, partition, time.monotonic() + self.lease.total_seconds())
+        run = _Run(execution, partition, time.monotonic() + self.lease.total_seconds())
+        self._runs.add(run)
+        # A task handed back and claimed again by this worker has two runs
+        # for a while; hints and lookups go to the newest.
+        self._latest[task_id] = run
+        return run
 
     async def _supervise(self, run: _Run) -> None:
         execution = run.execution

@@ -55,9 +55,10 @@ def test_every_script_has_a_header_matching_its_python_contract() -> None:
         assert scripts[name].sha
         assert "RC_OK" in scripts[name].source
         # Every KEYS and ARGV slot is bound to a named local (or KEYS handed whole
-        # to terminate(), whose parameter order the header documents).
+        # to terminate() or claim_entry(), whose parameter order the header documents).
+        whole = "terminate(KEYS" in source or "claim_entry(KEYS" in source
         for n in range(1, len(spec.keys) + 1):
-            assert f"= KEYS[{n}]" in source or "terminate(KEYS" in source, (name, n)
+            assert f"= KEYS[{n}]" in source or whole, (name, n)
         for n in range(1, len(spec.argv) + 1):
             assert f"ARGV[{n}]" in source, (name, n)
 

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from redis_tasks import (
+    ClaimOutcome,
     InputRequest,
     JsonRpcError,
+    LeaseLostError,
     RedisTaskManager,
     TaskExecution,
     TaskFailed,
@@ -443,3 +445,57 @@ async def test_requeue_puts_an_unclaimed_entry_back_at_the_tail(redis_backend: B
     assert claim.attempt == 1  # never claimed before: nothing counted
     await m.complete_task(task_id, {"ok": True}, fence=claim.fence)
     assert await client.xlen(stream) == 0
+
+
+async def test_claim_next_reads_and_claims_a_batch_in_one_call(redis_backend: Backend) -> None:
+    m = redis_backend.manager
+    client = m.client
+    lease = timedelta(seconds=30)
+    # Tasks of one partition, in creation order: created until five share one.
+    by_partition: dict[int, list[str]] = {}
+    while max((len(ids) for ids in by_partition.values()), default=0) < 5:
+        task_id = await create(m, payload=b"job")
+        by_partition.setdefault(int(task_id.split(".")[0]), []).append(task_id)
+    partition, ids = max(by_partition.items(), key=lambda item: len(item[1]))
+    ids = ids[:5]
+    stream = m.keyspace.work(partition)
+    # Make three of them interesting: cancelled before any claim, expired (its
+    # record gone), and an entry that is not ours at all.
+    await m.request_cancellation(TaskRequestContext(ALICE, ids[1]))
+    await client.delete(m.keyspace.task(partition, ids[2]).task)
+    await client.xadd(stream, {"t": "no}{such:task"})
+    await client.xadd(stream, {"other": "field"})
+    before = await client.xlen(stream)
+
+    claimed = await m.claim_next(partition, consumer="w1", count=50, lease=lease, max_attempts=3)
+    by_task = {task_id: claim for _, task_id, claim in claimed if task_id}
+    outcomes = {task_id: claim.outcome for task_id, claim in by_task.items()}
+    entries_of_this_test = {t: o for t, o in outcomes.items() if t in ids}
+    assert entries_of_this_test == {
+        ids[0]: ClaimOutcome.RUN,
+        ids[1]: ClaimOutcome.CANCELLED,
+        ids[2]: ClaimOutcome.EXPIRED,
+        ids[3]: ClaimOutcome.RUN,
+        ids[4]: ClaimOutcome.RUN,
+    }
+    foreign = [claim for _, task_id, claim in claimed if not task_id]
+    assert [claim.outcome for claim in foreign] == [ClaimOutcome.EXPIRED] * 2
+    run = by_task[ids[0]]
+    assert (run.attempt, run.payload, run.origin) == (1, b"job", ORIGIN)
+    assert run.fence > 0
+    # Settled and foreign entries are gone from the stream; claimed ones stay pending.
+    assert await client.xlen(stream) == before - 4
+    assert (await client.xpending(stream, WORK_GROUP))["pending"] == len(
+        [c for c in by_task.values() if c.outcome is ClaimOutcome.RUN]
+    )
+    cancelled = await m.find_task(TaskRequestContext(ALICE, ids[1]))
+    assert cancelled is not None
+    assert cancelled.status is TaskStatus.CANCELLED
+    # Nothing new to read; the claimed lease is ours and fences our writes.
+    assert await m.claim_next(partition, consumer="w2", count=50, lease=lease, max_attempts=3) == []
+    with pytest.raises(LeaseLostError):
+        await m.complete_task(ids[0], {"ok": True}, fence=run.fence - 1)
+    await m.complete_task(ids[0], {"ok": True}, fence=run.fence)
+    done = await m.find_task(TaskRequestContext(ALICE, ids[0]))
+    assert done is not None
+    assert done.status is TaskStatus.COMPLETED

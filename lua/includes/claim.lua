@@ -1,0 +1,47 @@
+
+-- The claim of one work entry, shared by claim (an entry the worker read or
+-- reclaimed) and claim_next (entries read inside the script). See claim.lua's
+-- header for the outcomes.
+-- keys: {task, requests, issued, answers, journal, work, events}
+local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
+                           poison_error, events_maxlen)
+  local task_key = keys[1]
+  local work_key = keys[6]
+  local t = redis.call('HMGET', task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo')
+  local status = t[1]
+  if not status then
+    drop_entry(work_key, entry_id)
+    return {RC_NOT_FOUND}
+  end
+  if TERMINAL[status] then
+    drop_entry(work_key, entry_id)
+    return {RC_TERMINAL}
+  end
+  local now = now_ms()
+  if t[5] and tonumber(t[5]) > now then
+    if t[10] == consumer and t[7] == entry_id then
+      return {RC_OK, tonumber(t[2]), tonumber(t[3]), t[8], t[9] or ''}
+    end
+    return {RC_LEASE_HELD}
+  end
+  local entry = t[7] or entry_id
+  if t[4] == '1' then
+    terminate(keys, task_id, entry, t[6], 'cancelled', nil, '', '', events_maxlen)
+    return {RC_CANCELLED}
+  end
+  local attempt = (tonumber(t[3]) or 0) + 1
+  if attempt > max_attempts then
+    terminate(keys, task_id, entry, t[6], 'failed', nil, 'er', poison_error, events_maxlen)
+    return {RC_POISONED}
+  end
+  -- Two workers claiming in the same millisecond (one of them on a promoted
+  -- replica that lost the other's claim) still get different fences.
+  local tiebreak = 0
+  for i = 1, #consumer do
+    tiebreak = (tiebreak * 31 + string.byte(consumer, i)) % 1024
+  end
+  local fence = math.max((tonumber(t[2]) or 0) + 1, now * 1024 + tiebreak)
+  redis.call('HSET', task_key, 'fn', int_text(fence), 'at', int_text(attempt),
+    'lo', consumer, 'ld', int_text(now + lease_ms))
+  return {RC_OK, fence, attempt, t[8], t[9] or ''}
+end
