@@ -254,27 +254,34 @@ class ScriptRunner:
         return reply
 
     async def run_raw(
-        self, name: str, keys: Sequence[str], args: Sequence[Arg], *, durable: bool = False
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        *,
+        durable: bool = False,
+        batch: bool = True,
     ) -> list[Any]:
         """Run script ``name`` and return its reply, whatever its code.
 
         A broken connection (the server restarted, or killed our client) is
         retried once on a fresh one: every script is written to be safe to run
-        again after a reply was lost.
+        again after a reply was lost. ``batch=False`` sends the call on a
+        connection of its own at once instead of with the auto-pipeline's next
+        batch: for a call that others wait on (a worker's batch claim).
         """
         script = scripts[name]
-        waits = durable and self.wait_replicas
-        call = self._call_and_wait if waits else self._call
+        waits = durable and self.wait_replicas > 0
         # An auto-pipelined call is bounded by its batch's deadline; saving a timer
         # per call matters at tens of thousands of calls a second.
-        bounded = self._pipeline is not None and not waits
+        bounded = self._pipeline is not None and batch and not waits
         try:
             async with contextlib.nullcontext() if bounded else asyncio.timeout(self.timeout):
                 try:
-                    reply = await call(script, keys, args)
+                    reply = await self._attempt(script, keys, args, waits, batch)
                 except _RETRY_ONCE:
                     # A broken connection, or a slot that moved under a WAIT call.
-                    reply = await call(script, keys, args)
+                    reply = await self._attempt(script, keys, args, waits, batch)
         except TimeoutError as exc:
             raise BackendError("Redis call timed out") from exc
         except RedisTasksError:
@@ -285,9 +292,18 @@ class ScriptRunner:
             raise InternalError("unexpected script reply")
         return reply
 
-    async def _call(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+    async def _attempt(
+        self, script: Script, keys: Sequence[str], args: Sequence[Arg], waits: bool, batch: bool
+    ) -> Any:
+        if waits:
+            return await self._call_and_wait(script, keys, args)
+        return await self._call(script, keys, args, batch)
+
+    async def _call(
+        self, script: Script, keys: Sequence[str], args: Sequence[Arg], batch: bool = True
+    ) -> Any:
         try:
-            if self._pipeline is not None:
+            if self._pipeline is not None and batch:
                 return await self._pipeline.execute(
                     ("EVALSHA", script.sha, len(keys), *keys, *args)
                 )

@@ -124,6 +124,7 @@ class _Run:
     wake: asyncio.Future[None] | None = None
     renewing: bool = False
     finishing: bool = False  # the outcome is being written: no more renewals
+    holds_slot: bool = True  # until the handler is done (see Worker._release_slot)
 
 
 class Worker:
@@ -543,6 +544,7 @@ class Worker:
     async def _claim_and_run_unguarded(
         self, partition: int, entry_id: str, task_id: str, reclaimed: bool
     ) -> None:
+        run = None
         try:
             claim = await self._claim(entry_id, task_id)
             run = self._admit(partition, task_id, claim, reclaimed)
@@ -551,7 +553,10 @@ class Worker:
             run.supervisor = asyncio.current_task()
             await self._supervise_and_forget(run)
         finally:
-            self._slots.give()
+            if run is None:
+                self._slots.give()
+            else:
+                self._release_slot(run)
 
     async def _run_claimed(self, run: _Run) -> None:
         """Run a task ``claim_next`` claimed (its slot was taken by the reader)."""
@@ -568,6 +573,19 @@ class Worker:
                 where=_frames(exc),
             )
         finally:
+            self._release_slot(run)
+
+    def _release_slot(self, run: _Run) -> None:
+        """Give ``run``'s handler slot back, once.
+
+        This happens as soon as the handler is done, before its outcome is
+        written: ``concurrency`` bounds handlers, and a write in flight is no
+        handler. The next task starts one round trip sooner, which is what a
+        worker waiting on Redis latency (not CPU) needs; writes in flight stay
+        bounded, since every task needs a claim (from the same Redis) first.
+        """
+        if run.holds_slot:
+            run.holds_slot = False
             self._slots.give()
 
     async def _supervise_and_forget(self, run: _Run) -> None:
@@ -720,6 +738,7 @@ class Worker:
 
     async def _finish(self, run: _Run, how: str, outcome: Any) -> None:
         run.finishing = True
+        self._release_slot(run)
         execution = run.execution
         fields = {
             "task_id": execution.task_id,
