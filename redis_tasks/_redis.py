@@ -528,6 +528,9 @@ class RedisTaskManager:
                 self._poison_error,
                 self._events_maxlen,
             ),
+            # A worker claims one entry at a time only when it was idle (or
+            # reclaims): the task's start waits on this call, so it goes at once.
+            batch=False,
         )
         return _claim(reply)
 
