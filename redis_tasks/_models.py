@@ -197,6 +197,14 @@ class Task(BaseModel):
 
     @model_validator(mode="after")
     def _status_fits_payload(self) -> Task:
+        return self.check_invariants()
+
+    def check_invariants(self) -> Task:
+        """Raise ``ValueError`` unless the snapshot keeps the class invariants; ``self``.
+
+        Construction runs this; code that builds a task with ``model_construct``
+        from values already in form must call it itself.
+        """
         if self.last_updated_at < self.created_at:
             raise ValueError("last_updated_at must not precede created_at")
         status = self.status

@@ -32,6 +32,7 @@ from ._errors import InternalError, LimitExceededError, ValidationError
 from ._json import canonical, pack, unpack, utf8_size
 from ._limits import Limits
 from ._models import (
+    _TASK_ID_FORBIDDEN,
     INPUT_METHODS,
     InputMethod,
     InputRequest,
@@ -319,7 +320,19 @@ def decode_task(task_id: str, fields: Sequence[bytes | None], requests: Sequence
         st, sm, ca, ua, ttl, pi, origin, result, error, metadata = fields
         if st is None or origin is None:
             raise ValueError("incomplete record")
-        return Task(
+        if _TASK_ID_FORBIDDEN.search(task_id):
+            raise ValueError("task_id must not contain CR or LF")
+        result_value = None if result is None else unpack(result)
+        metadata_value = unpack(metadata) if metadata else {}
+        if not isinstance(result_value, dict | None) or not isinstance(metadata_value, dict):
+            raise TypeError("result and metadata must be JSON objects")
+        # Every field value below is built by a decoder of this module, so it has
+        # the type and form the model's field validators would check (aware UTC
+        # instants, whole positive milliseconds, validated input requests and
+        # error); what depends on the stored data as a whole is checked by the
+        # model's own invariant check. Skipping the rest halves the cost of a
+        # snapshot, which every tasks/get pays.
+        task = Task.model_construct(
             task_id=task_id,
             status=TaskStatus(st.decode()),
             status_message=_text(sm),
@@ -329,10 +342,11 @@ def decode_task(task_id: str, fields: Sequence[bytes | None], requests: Sequence
             poll_interval=_duration(pi),
             origin=decode_origin(origin),
             input_requests=decode_requests(requests),
-            result=None if result is None else unpack(result),
+            result=result_value,
             error=None if error is None else JsonRpcError.model_validate(unpack(error)),
-            metadata=unpack(metadata) if metadata else {},
+            metadata=metadata_value,
         )
+        return task.check_invariants()
     except (
         ValueError,
         KeyError,
