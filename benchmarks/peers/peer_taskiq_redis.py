@@ -12,6 +12,8 @@ Settings changed from the defaults, and why:
   starts first, delivers entries added before it existed instead of skipping them, so that a
   job enqueued while the worker is still starting up is not lost. It changes nothing after.
 * ``queue_name=QUEUE`` (the stream key).
+* ``socket_timeout=None`` (redis-py's default before 8.0), as for BullMQ and SAQ: see
+  ``_make_broker``.
 
 Kept at their defaults: acknowledgement after the task finished and its (absent) result was
 handled (``ack_type=WHEN_SAVED``), XREADGROUP blocking 2 s (a new entry wakes it at once),
@@ -52,7 +54,10 @@ async def noop(stamp: float | None) -> None:
 
 def _make_broker(url: str, queue: str) -> tuple[RedisStreamBroker, _NoopTask]:
     """A stream broker on ``queue`` with the no-op task registered on it."""
-    broker = RedisStreamBroker(url, queue_name=queue, consumer_id="0")
+    # socket_timeout=None: redis-py's default before 8.0. With 8.x's 5 s, the
+    # blocking XREADGROUP of a worker frozen (SIGSTOP) longer than that while the
+    # harness enqueues times out on resume, and the receiver dies.
+    broker = RedisStreamBroker(url, queue_name=queue, consumer_id="0", socket_timeout=None)
     task = broker.register_task(noop, task_name=TASK_NAME)
     return broker, task
 

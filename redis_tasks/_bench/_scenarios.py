@@ -104,6 +104,9 @@ class Bench:
                 procs.append(proc)
             await self._warm(client, procs)
             yield client, procs
+            # Workers first: a worker still reading while its queue is deleted
+            # would only recreate what the clean removes.
+            await asyncio.gather(*(p.stop() for p in procs))
             await client.ask("clean")
         finally:
             await asyncio.gather(*(p.stop() for p in started), return_exceptions=True)
