@@ -56,9 +56,12 @@ async def test_drain_and_pickup_measure_our_workers_and_leave_no_keys(
     before = bench_keys(redis_server)
     with (tmp_path / "log").open("wb") as log:
         bench = Bench(redis_server.url, TINY, Progress(quiet=True), log)
-        rate, calls = await bench.drain(ours(), 2, "drain")
+        rate, calls, usage = await bench.drain(ours(), 2, "drain")
         pickup = await bench.pickup(ours())
     assert rate > 0
+    assert usage["worker_us_per_job"] > 0
+    assert usage["redis_us_per_job"] > 0
+    assert usage["worker_cores"] > 0
     # Every job: a create and a finish script, and a claim (alone or in a batch).
     assert calls["evalsha"] >= 2 * TINY.tasks
     assert calls["hset"] >= 3 * TINY.tasks

@@ -163,7 +163,7 @@ async def _run(
 
 async def _drains(bench: Bench, systems: list[System], out: dict[str, Any]) -> None:
     """Every system's drain rounds, interleaved, so drift on the machine hits all alike."""
-    samples: dict[tuple[str, int], list[tuple[float, dict[str, int]]]] = {}
+    samples: dict[tuple[str, int], list[tuple[float, dict[str, int], dict[str, float]]]] = {}
     failed: set[str] = set()
     for round_ in range(bench.settings.rounds):
         for system in systems:
@@ -181,15 +181,17 @@ async def _drains(bench: Bench, systems: list[System], out: dict[str, Any]) -> N
                 bench.progress.note(f"{label}: {sample[0]:.0f} jobs/s")
     n = bench.settings.tasks
     for (name, workers), rounds in samples.items():
-        rates = [rate for rate, _ in rounds]
-        middle = sorted(rounds, key=lambda sample: sample[0])[len(rounds) // 2][1]
+        rates = [rate for rate, _, _ in rounds]
+        # Counts and CPU of the median round: they belong to the rate reported.
+        _, calls, usage = sorted(rounds, key=lambda sample: sample[0])[len(rounds) // 2]
         out[name].setdefault("drain", {})[str(workers)] = {
             "rate": round(statistics.median(rates)),
             "rounds": [round(rate) for rate in rates],
-            "commands_per_job": round(sum(middle.values()) / n, 1),
+            "commands_per_job": round(sum(calls.values()) / n, 1),
             "commands": {
-                cmd: round(calls / n, 2) for cmd, calls in sorted(middle.items()) if calls >= n / 20
+                cmd: round(count / n, 2) for cmd, count in sorted(calls.items()) if count >= n / 20
             },
+            **usage,
         }
 
 

@@ -100,6 +100,13 @@ class Probe:
                     totals[name] = totals.get(name, 0) + int(fields["calls"])
         return totals
 
+    async def cpu_seconds(self) -> float:
+        """CPU seconds (user and system) the primaries' server processes have used."""
+        return sum(
+            float(reply["used_cpu_user"]) + float(reply["used_cpu_sys"])
+            for reply in await self._each_primary("INFO", "cpu")
+        )
+
     async def version(self) -> str:
         """The server's ``redis_version``."""
         reply = (await self._each_primary("INFO", "server"))[0]

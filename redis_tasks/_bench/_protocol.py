@@ -15,7 +15,8 @@ stdin/stdout, one command or event per line:
     after each, or ``error <type>``.
 ``worker URL QUEUE CONCURRENCY``
     runs the worker. ``reset`` zeroes its job count (answer ``ok``); ``report``
-    answers ``seen <jobs since reset> <unix time the last of them started>``;
+    answers ``seen <jobs since reset> <unix time the last of them started> <CPU
+    seconds this process has used>``;
     ``expect N`` answers ``expecting`` and prints ``done <unix time>`` when the
     N-th job since has started. For every job that carries a stamp it prints
     ``lat <ms>`` (handler start minus stamp). If the worker stops on an error
@@ -125,7 +126,7 @@ async def _worker(adapter: Adapter, url: str, queue: str, concurrency: int) -> N
                 expected, seen, last = 0, 0, 0.0
                 _say("ok")
             elif command == "report":
-                _say(f"seen {seen} {last:.6f}")
+                _say(f"seen {seen} {last:.6f} {time.process_time():.6f}")
             else:
                 _say(f"error unknown-command:{command}")
     finally:

@@ -85,7 +85,7 @@ def table(results: dict[str, Any]) -> str:
     counts = sorted({int(w) for r in systems.values() for w in r.get("drain", {})})
     if systems:
         head = f"{'system':14}" + "".join(f"{f'drain/s w={w}':>15}" for w in counts)
-        head += f"{'pickup p50/p99 ms':>20}{'cmds/job':>10}"
+        head += f"{'pickup p50/p99 ms':>20}{'cmds/job':>10}{'CPU us/job wrk+redis':>22}"
         lines += ["", head]
         for name, result in systems.items():
             drain = result.get("drain", {})
@@ -96,7 +96,12 @@ def table(results: dict[str, Any]) -> str:
             lat = f"{pickup['p50']:.2f} / {pickup['p99']:.2f}" if pickup else "-"
             first = drain.get(str(counts[0])) if counts else None
             per_job = first["commands_per_job"] if first else "-"
-            lines.append(f"{name:14}{cells}{lat:>20}{per_job:>10}")
+            cpu = (
+                f"{first['worker_us_per_job']} + {first['redis_us_per_job']}"
+                if first and "worker_us_per_job" in first
+                else "-"
+            )
+            lines.append(f"{name:14}{cells}{lat:>20}{per_job:>10}{cpu:>22}")
         lines.append(
             f"(drain: {settings['tasks']} jobs, median of {settings['rounds']} rounds; "
             f"pickup: {settings['pickups']} jobs one at a time)"

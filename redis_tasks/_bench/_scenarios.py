@@ -115,11 +115,11 @@ class Bench:
         """Until every worker has run a job: all are connected and reading."""
         warm: set[int] = set()
         for _ in range(_WARM_TRIES):
-            before = [count for count, _ in [await p.report() for p in procs]]
+            before = [count for count, _, _ in [await p.report() for p in procs]]
             await client.ask("enqueue 1")
             deadline = time.monotonic() + 60
             while True:
-                now = [count for count, _ in [await p.report() for p in procs]]
+                now = [count for count, _, _ in [await p.report() for p in procs]]
                 if sum(now) > sum(before):
                     break
                 if time.monotonic() > deadline:
@@ -132,11 +132,15 @@ class Bench:
 
     # -- any system --------------------------------------------------------------
 
-    async def drain(self, system: System, workers: int, label: str) -> tuple[float, dict[str, int]]:
+    async def drain(
+        self, system: System, workers: int, label: str
+    ) -> tuple[float, dict[str, int], dict[str, float]]:
         """One round: N jobs enqueued while the workers are stopped, then drained.
 
-        Returns jobs/s (from the resume until the last job started) and the calls
-        per command Redis ran for enqueueing and draining them.
+        Returns jobs/s (from the resume until the last job started), the calls per
+        command Redis ran for enqueueing and draining them, and where the CPU went
+        while draining: microseconds per job in the workers and in Redis, and how
+        many cores each kept busy.
         """
         n = self.settings.tasks
         async with (
@@ -145,25 +149,39 @@ class Bench:
         ):
             for proc in procs:
                 await proc.ask("reset")
+            cpu_before = sum([(await proc.report())[2] for proc in procs])
+            for proc in procs:
                 proc.pause()
             await probe.reset_stats()
             for start in range(0, n, _ENQUEUE_CHUNK):
                 await client.ask(f"enqueue {min(_ENQUEUE_CHUNK, n - start)}")
                 self.progress.update(f"{label} enqueue", min(n, start + _ENQUEUE_CHUNK), n)
+            redis_before = await probe.cpu_seconds()
             started = time.time()
             for proc in procs:
                 proc.resume()
             while True:
                 reports = [await p.report() for p in procs]
-                seen = sum(count for count, _ in reports)
+                seen = sum(count for count, _, _ in reports)
                 self.progress.update(label, min(seen, n), n)
                 if seen >= n:
                     break
                 await asyncio.sleep(_REPORT_EVERY)
-            finished = max(last for _, last in reports)
+            redis_after = await probe.cpu_seconds()
+            finished = max(last for _, last, _ in reports)
+            worker_cpu = sum(cpu for _, _, cpu in reports) - cpu_before
+            # The last poll came up to one report interval after the last job.
+            span = max(finished - started, 1e-6)
+            polled = max(time.time() - started, span)
             await asyncio.sleep(_SETTLE)
             calls = await probe.command_calls()
-        return n / (finished - started), calls
+        usage = {
+            "worker_us_per_job": round(worker_cpu / n * 1e6),
+            "redis_us_per_job": round((redis_after - redis_before) / n * 1e6),
+            "worker_cores": round(worker_cpu / polled, 2),
+            "redis_cores": round((redis_after - redis_before) / polled, 2),
+        }
+        return n / span, calls, usage
 
     async def pickup(self, system: System) -> dict[str, Any]:
         """An idle worker; M jobs enqueued one at a time: enqueue-to-start latency."""

@@ -107,10 +107,10 @@ class AdapterProcess:
         await self.send(command)
         return await self.read_until(*(replies or ("ok",)), within=within)
 
-    async def report(self) -> tuple[int, float]:
-        """A worker's jobs since ``reset`` and when the last of them started."""
-        _, count, last = (await self.ask("report", "seen ")).split()
-        return int(count), float(last)
+    async def report(self) -> tuple[int, float, float]:
+        """A worker's jobs since ``reset``, when the last of them started, its CPU seconds."""
+        _, count, last, cpu = (await self.ask("report", "seen ")).split()
+        return int(count), float(last), float(cpu)
 
     async def wait_latency(self, within: float = 30.0) -> float:
         """The next ``lat`` line's value, in ms."""
