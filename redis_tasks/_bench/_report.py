@@ -157,6 +157,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
         workers = sorted(int(w) for w in drain)
         rates = [drain[str(w)]["rate"] for w in workers]
         left.plot(workers, rates, marker="o", linewidth=2.5 if name == OURS else 1.2, label=name)
+    counts = sorted({int(w) for r in systems.values() for w in r.get("drain", {})})
+    left.set_xticks(counts)
     left.set_xlabel("worker processes")
     left.set_ylabel("jobs/s (drain, median)")
     left.set_title(f"Drain throughput, concurrency {results['settings']['concurrency']}")
@@ -168,11 +170,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
     width = 0.38
     p50 = [systems[n]["pickup"]["p50"] for n in names]
     p99 = [systems[n]["pickup"]["p99"] for n in names]
-    right.bar([i - width / 2 for i in positions], p50, width, label="p50")
-    right.bar([i + width / 2 for i in positions], p99, width, label="p99")
+    for offset, values, label in ((-width / 2, p50, "p50"), (width / 2, p99, "p99")):
+        bars = right.bar([i + offset for i in positions], values, width, label=label)
+        right.bar_label(bars, fmt="%.1f", fontsize=8)
     right.set_xticks(list(positions), names, rotation=20)
-    right.set_yscale("log")
-    right.set_ylabel("ms (log scale)")
+    right.set_ylabel("ms")
     right.set_title("Idle pickup latency (enqueue to handler start)")
     right.grid(alpha=0.3, axis="y")
     right.legend()
