@@ -6,11 +6,14 @@ import argparse
 import os
 import sys
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run ``redis-tasks <command>``."""
+def build_parser() -> argparse.ArgumentParser:
+    from ._bench._cli import add_bench_command
+    from ._cli_worker import add_worker_command
+
+    """The ``redis-tasks`` argument parser, every sub-command included."""
     parser = argparse.ArgumentParser(prog="redis-tasks", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run a short scripted demo of the task manager")
@@ -19,13 +22,18 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="Redis to use (default: $REDIS_URL, else an embedded in-process Redis)",
     )
-    from ._cli_worker import add_worker_command, run_worker
-
     add_worker_command(commands)
-    from ._bench._cli import add_bench_command, run_bench
-
     add_bench_command(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``redis-tasks <command>``."""
+    parser = build_parser()
     args = parser.parse_args(argv)
+    from ._bench._cli import run_bench
+    from ._cli_worker import run_worker
+
     if args.command == "worker":
         return run_worker(args)
     if args.command == "bench":

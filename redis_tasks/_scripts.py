@@ -337,7 +337,11 @@ class ScriptRunner:
                 reply, acked = await self._send_with_wait(connection, script, keys, args)
             finally:
                 await pool.release(connection)
-        if acked < self.wait_replicas:
+        # Only a script that answered OK wrote something for the replicas to confirm.
+        # Any other answer (a stale fence, a terminal task) changed nothing: it must
+        # reach the caller as what it is, not as an unconfirmed write.
+        wrote = isinstance(reply, list) and bool(reply) and reply[0] == ReturnCode.OK
+        if wrote and acked < self.wait_replicas:
             raise ReplicationError(
                 f"only {acked} of {self.wait_replicas} replicas confirmed the write in time"
             )

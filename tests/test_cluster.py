@@ -10,6 +10,7 @@ import tempfile
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ import pytest
 import redis
 
 from redis_tasks import (
+    LeaseLostError,
     RedisTaskManager,
     RedisTasksError,
     ReplicationError,
     TaskRequestContext,
+    TaskStatus,
 )
 from redis_tasks._keys import KeySpace
 from redis_tasks.testing import RedisCluster, RedisServer, start_redis_cluster, wait_failover
@@ -305,3 +308,33 @@ def _reshard(seed: RedisServer, source: str, target: str, slots: int) -> None:
         stderr=subprocess.PIPE,
         timeout=120,
     )
+
+
+async def test_a_refused_write_is_reported_as_refused_not_as_unconfirmed(
+    redis_cluster: RedisCluster, redis_server: RedisServer, prefix: str
+) -> None:
+    """A fenced write refused for a stale fence changed nothing: it raises
+    LeaseLostError even though the replicas cannot confirm anything after it."""
+    for url, replicas in ((redis_cluster.url, 2), (redis_server.url, 1)):
+        async with (
+            RedisTaskManager.from_url(url, prefix=prefix) as plain,
+            RedisTaskManager.from_url(
+                url, prefix=prefix, wait_replicas=replicas, wait_timeout=0.1
+            ) as waiting,
+        ):
+            task = await plain.create_task(ALICE, ORIGIN)
+            claimed = await plain.claim_next(
+                int(task.task_id.split(".")[0]),
+                consumer="w",
+                count=100,
+                lease=timedelta(seconds=30),
+                max_attempts=3,
+            )
+            (claim,) = [c for _, task_id, c in claimed if task_id == task.task_id]
+            with pytest.raises(LeaseLostError):
+                await waiting.complete_task(task.task_id, {"ok": 1}, fence=claim.fence - 1)
+            with pytest.raises(ReplicationError):  # the real write: applied, unconfirmed
+                await waiting.complete_task(task.task_id, {"ok": 1}, fence=claim.fence)
+            found = await plain.find_task(TaskRequestContext(ALICE, task.task_id))
+            assert found is not None
+            assert found.status is TaskStatus.COMPLETED

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from redis_tasks._bench._cli import SCENARIOS
 from redis_tasks.testing import RedisServer
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
@@ -55,3 +56,24 @@ def test_the_mcp_example_builds_a_server_and_a_worker_handler() -> None:
     assert isinstance(namespace["server"], MCPServer)
     assert callable(namespace["handler"])
     assert callable(namespace["app"])
+
+
+def test_every_documented_bench_command_parses() -> None:
+    """``redis-tasks bench`` lines in both READMEs use only real scenarios and options."""
+    from redis_tasks.__main__ import build_parser
+
+    benchmarks = (Path(__file__).resolve().parent.parent / "benchmarks" / "README.md").read_text()
+    lines = [
+        line.split("#")[0].split("&&")[-1].strip()
+        for text in (README, benchmarks)
+        for block in re.findall(r"```sh\n(.*?)```", text, re.S)
+        for line in block.replace("\\\n", " ").splitlines()
+        if "redis-tasks bench" in line
+    ]
+    assert len(lines) >= 4
+    parser = build_parser()
+    for line in lines:
+        argv = line.split("redis-tasks", 1)[1].split()
+        args = parser.parse_args(argv)
+        assert args.command == "bench"
+        assert set(args.scenarios) <= set(SCENARIOS), line

@@ -223,21 +223,28 @@ async def test_a_hung_redis_raises_backend_error_within_the_timeout(
 
 
 class LoseNextReply:
-    """Wraps the manager's auto-pipeline: the script runs, then the connection "breaks"."""
+    """Wraps both ways a script call leaves (the auto-pipeline, and a direct EVALSHA
+    for calls that skip batching): the script runs, then the connection "breaks"."""
 
-    def __init__(self, pipeline: AutoPipeline) -> None:
-        self.real = pipeline.execute
+    def __init__(self, pipeline: AutoPipeline, client: Redis) -> None:
+        self.pipelined = pipeline.execute
+        self.direct = client.evalsha
         self.armed = False
         self.lost = 0
 
-    async def execute(self, command: Sequence[Any]) -> Any:
-        reply = await self.real(command)
+    def _lose(self, reply: Any) -> Any:
         if self.armed:
             self.armed = False
             self.lost += 1
             # Redis ran the script; the caller sees a broken connection instead.
             raise RedisConnectionError("Connection closed by server.")
         return reply
+
+    async def execute(self, command: Sequence[Any]) -> Any:
+        return self._lose(await self.pipelined(command))
+
+    async def evalsha(self, *args: Any) -> Any:
+        return self._lose(await self.direct(*args))
 
 
 async def test_every_script_is_safe_to_retry_after_a_lost_reply(
@@ -248,8 +255,9 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
     assert isinstance(client, Redis)
     pipeline = m._runner._pipeline
     assert pipeline is not None
-    flaky = LoseNextReply(pipeline)
+    flaky = LoseNextReply(pipeline, client)
     monkeypatch.setattr(pipeline, "execute", flaky.execute)
+    monkeypatch.setattr(client, "evalsha", flaky.evalsha)
     events = EventLog()
     m.event_publisher.subscribe(events)
     await m.event_publisher.wait_ready()
