@@ -24,7 +24,7 @@ import secrets
 import socket
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
@@ -392,7 +392,7 @@ class Worker:
             run = self._admit(partition, task_id, claim, reclaimed=False)
             if run is not None:
                 started += 1
-                task = asyncio.ensure_future(self._run_claimed(run))
+                task = asyncio.ensure_future(self._guarded(task_id, self._run_claimed(run)))
                 run.supervisor = task
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -494,7 +494,11 @@ class Worker:
             self._slots.give()
             self._spawn(self._drop_foreign(partition, entry_id))
             return
-        self._spawn(self._claim_and_run(partition, entry_id.decode(), task_id, reclaimed))
+        self._spawn(
+            self._guarded(
+                task_id, self._claim_and_run(partition, entry_id.decode(), task_id, reclaimed)
+            )
+        )
 
     async def _requeue(self, partition: int, entry_id: bytes, fields: dict[bytes, bytes]) -> None:
         task_id = fields.get(b"t", b"").decode("utf-8", "replace")
@@ -525,11 +529,10 @@ class Worker:
         except CLIENT_ERRORS:
             return
 
-    async def _claim_and_run(
-        self, partition: int, entry_id: str, task_id: str, reclaimed: bool
-    ) -> None:
+    async def _guarded(self, task_id: str, work: Awaitable[None]) -> None:
+        """Await ``work`` (one task's run); an unexpected error is logged, not raised."""
         try:
-            await self._claim_and_run_unguarded(partition, entry_id, task_id, reclaimed)
+            await work
         except Exception as exc:
             # Never die silently: the lease runs out and the task is run again.
             _log(
@@ -541,7 +544,7 @@ class Worker:
                 where=_frames(exc),
             )
 
-    async def _claim_and_run_unguarded(
+    async def _claim_and_run(
         self, partition: int, entry_id: str, task_id: str, reclaimed: bool
     ) -> None:
         run = None
@@ -562,16 +565,6 @@ class Worker:
         """Run a task ``claim_next`` claimed (its slot was taken by the reader)."""
         try:
             await self._supervise_and_forget(run)
-        except Exception as exc:
-            # Never die silently: the lease runs out and the task is run again.
-            _log(
-                logging.ERROR,
-                "internal error running a task",
-                "internal_error",
-                task_id=run.execution.task_id,
-                error=type(exc).__name__,
-                where=_frames(exc),
-            )
         finally:
             self._release_slot(run)
 
