@@ -239,7 +239,44 @@ class RedisTaskManager:
             except CLIENT_ERRORS as exc:
                 raise BackendError("could not reach the Redis Cluster") from exc
         await self.ensure_work_groups(range(self._partitions), load_scripts=True)
+        await self._warn_if_evicting()
         return self
+
+    async def _warn_if_evicting(self) -> None:
+        """Log a warning when Redis may evict keys: an evicted task is a lost task.
+
+        Best effort: a server that refuses ``CONFIG GET`` (a restricted ACL user, a
+        managed service) is not asked again and nothing is logged.
+        """
+        try:
+            async with asyncio.timeout(self._timeout):
+                if isinstance(self._client, RedisCluster):
+                    replies: Any = await self._client.config_get(
+                        "maxmemory-policy", target_nodes=RedisCluster.PRIMARIES
+                    )
+                    configs = list(replies.values()) if isinstance(replies, dict) else [replies]
+                    # One node's answer is the dict itself when only one primary exists.
+                    if configs and not isinstance(configs[0], dict):
+                        configs = [replies]
+                else:
+                    configs = [await self._client.config_get("maxmemory-policy")]
+        except (*CLIENT_ERRORS, TimeoutError):
+            return
+        policies = set()
+        for config in configs:
+            for name, value in config.items():
+                name = name.decode() if isinstance(name, bytes) else name
+                value = value.decode() if isinstance(value, bytes) else value
+                if name == "maxmemory-policy":
+                    policies.add(str(value))
+        evicting = sorted(policies - {"noeviction"})
+        if evicting:
+            logger.warning(
+                "Redis maxmemory-policy is %s, not noeviction: under memory pressure Redis "
+                "may evict task keys, and an evicted task is lost. Set noeviction.",
+                "/".join(evicting),
+                extra={"event": "eviction_policy", "policy": "/".join(evicting)},
+            )
 
     def _use(self, client: Client) -> None:
         self._client = client

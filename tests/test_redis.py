@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +29,7 @@ from redis_tasks import (
 from redis_tasks._keys import KeySpace
 from redis_tasks._pipeline import AutoPipeline
 from redis_tasks._scripts import SPECS, _check_header, lua_dir, scripts
-from redis_tasks.testing import RedisServer
+from redis_tasks.testing import RedisServer, start_redis_server
 
 from .conftest import Backend
 from .helpers import ALICE, BOB, ELICIT, ELICIT_ANSWER, ORIGIN, OTHER_ENDPOINT, EventLog
@@ -301,3 +303,23 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
     await events.wait_for(marker.task_id, 1)
     # Each change happened once: create, input, answer, intent, working, complete.
     assert events.count(task.task_id) == 6
+
+
+async def test_an_evicting_maxmemory_policy_is_warned_about_at_start(
+    tmp_path: Path, redis_server: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    evicting = start_redis_server(tmp_path, "--maxmemory-policy", "allkeys-lru")
+    try:
+        with caplog.at_level(logging.WARNING, logger="redis_tasks"):
+            async with RedisTaskManager.from_url(evicting.url, prefix=prefix):
+                pass
+        (warning,) = [r for r in caplog.records if getattr(r, "event", "") == "eviction_policy"]
+        assert "allkeys-lru" in warning.getMessage()
+        assert "noeviction" in warning.getMessage()
+    finally:
+        evicting.stop()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="redis_tasks"):
+        async with RedisTaskManager.from_url(redis_server.url, prefix=prefix):
+            pass
+    assert not [r for r in caplog.records if getattr(r, "event", "") == "eviction_policy"]
