@@ -22,11 +22,11 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-embedded
 	$(BIN)/redis-tasks demo
 
-## redis-server: Debian's redis-server, which the tests start on free loopback ports
+## redis-server: Debian's redis-server (and openssl, for the TLS tests' certificates)
 redis-server:
-	@command -v redis-server >/dev/null 2>&1 || { \
+	@{ command -v redis-server && command -v openssl; } >/dev/null 2>&1 || { \
 	  $(SUDO) apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q redis-server; }
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q redis-server openssl; }
 	@redis-server --version
 
 lint: $(VENV)/.installed-dev
