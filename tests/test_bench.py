@@ -246,3 +246,21 @@ def test_the_table_and_the_plot(tmp_path: Path) -> None:
 
 def test_the_scenarios_are_the_documented_ones() -> None:
     assert SCENARIOS == ("limit", "drain", "pickup", "lifecycle", "find", "notify")
+
+
+def test_the_side_channel_script_s_ks_test() -> None:
+    from benchmarks.timing_side_channel import ks_two_sample
+
+    same = [float(i % 97) for i in range(2000)]
+    assert ks_two_sample(same, list(reversed(same))) == (0.0, 1.0)
+    d, p = ks_two_sample([float(i) for i in range(500)], [float(i) + 1000 for i in range(500)])
+    assert d == 1.0
+    assert p < 1e-100
+    # A shift of a tenth of the spread over 2,000 samples each is detected (D ~ 0.1)...
+    d, p = ks_two_sample([i / 2000 for i in range(2000)], [i / 2000 + 0.1 for i in range(2000)])
+    assert abs(d - 0.1) < 0.002
+    assert p < 0.01
+    # ...and interleaved halves of one sample are not.
+    values = [(i * 7919) % 10007 / 10007 for i in range(4000)]
+    d, p = ks_two_sample(values[::2], values[1::2])
+    assert p > 0.5
