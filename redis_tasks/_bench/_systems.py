@@ -61,6 +61,11 @@ class AdapterProcess:
         self.latencies: list[float] = []  # ``lat`` lines seen so far, in ms
         self._stopped = False
 
+    @property
+    def pid(self) -> int:
+        """The adapter process's ID."""
+        return self._process.pid
+
     @classmethod
     async def start(
         cls, system: System, mode: Sequence[str], log: IO[bytes], label: str
