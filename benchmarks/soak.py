@@ -122,11 +122,16 @@ async def soak(url: str, args: argparse.Namespace) -> dict[str, Any]:
                 await delete_prefix(manager)
         finally:
             await asyncio.gather(*(w.stop() for w in workers), return_exceptions=True)
-    return verdict(samples, args, created, polled, seen_events)
+    return verdict(samples, args, created, polled, seen_events, manager.partitions)
 
 
 def verdict(
-    samples: list[dict[str, Any]], args: argparse.Namespace, created: int, polled: int, events: int
+    samples: list[dict[str, Any]],
+    args: argparse.Namespace,
+    created: int,
+    polled: int,
+    events: int,
+    partitions: int,
 ) -> dict[str, Any]:
     third = max(1, len(samples) // 3)
     middle, last = samples[third : 2 * third], samples[2 * third :]
@@ -139,7 +144,7 @@ def verdict(
     workers = len(samples[0]["worker_rss_kib"])
     memory_growth = growth(lambda s: s["used_memory"])
     rss_growth = [growth(lambda s, i=i: s["worker_rss_kib"][i]) for i in range(workers)]
-    bound = args.events_maxlen * 16 * 1.2 + args.rate * 2  # MAXLEN ~ trims in whole nodes
+    bound = args.events_maxlen * partitions * 1.2 + args.rate * 2  # MAXLEN ~ trims in whole nodes
     return {
         "minutes": args.minutes,
         "rate": args.rate,

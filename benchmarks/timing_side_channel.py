@@ -30,6 +30,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from redis_tasks import RedisTaskManager, RequestContext, TaskOrigin, TaskRequestContext
+from redis_tasks._bench._adapter import delete_prefix
 from redis_tasks._bench._progress import Progress, percentile
 from redis_tasks._ids import new_task_id
 from redis_tasks.testing import start_redis_server
@@ -104,9 +105,7 @@ async def measure(url: str, samples: int, tasks: int, origin_bytes: int) -> dict
                     raise AssertionError("bob found alice's task")
             if (i + 1) % 500 == 0 or i + 1 == samples:
                 progress.update("find_task pairs", i + 1, samples)
-        for task in created:
-            keys = manager.keyspace.task(int(task.task_id.split(".")[0]), task.task_id)
-            await manager.client.delete(keys.task)
+        await delete_prefix(manager)
     d, p = ks_two_sample(timings["unknown"], timings["unauthorized"])
     return {
         "samples": samples,

@@ -178,13 +178,6 @@ class Task(BaseModel):
     error: JsonRpcError | None = Field(default=None, repr=False)
     metadata: dict[str, Any] = Field(default_factory=dict, repr=False)
 
-    @field_validator("task_id")
-    @classmethod
-    def _id_has_no_line_breaks(cls, value: str) -> str:
-        if _TASK_ID_FORBIDDEN.search(value):
-            raise ValueError("task_id must not contain CR or LF")
-        return value
-
     @field_validator("created_at", "last_updated_at")
     @classmethod
     def _aware_utc(cls, value: datetime, info: Any) -> datetime:
@@ -205,6 +198,8 @@ class Task(BaseModel):
         Construction runs this; code that builds a task with ``model_construct``
         from values already in form must call it itself.
         """
+        if _TASK_ID_FORBIDDEN.search(self.task_id):
+            raise ValueError("task_id must not contain CR or LF")
         if self.last_updated_at < self.created_at:
             raise ValueError("last_updated_at must not precede created_at")
         status = self.status

@@ -80,20 +80,14 @@ class AutoPipeline:
         # asyncio keeps only weak references to tasks: these keep the sends alive.
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def execute(self, command: Sequence[Any]) -> Any:
-        """Send ``command`` with the next batch and return its reply (errors are raised).
-
-        Even a lone call waits for the end of the loop turn (and one more for its
-        send to start): writing it at once from the caller's task was measured to
-        cost 15 to 20 % of a worker's throughput, because every wave of callers
-        woken together then paid for two writes instead of one.
-        """
-        return await self.call(command)
-
     def call(self, command: Sequence[Any]) -> asyncio.Future[Any]:
         """Queue ``command``; the future gets its reply (or its error reply as exception).
 
         Cancelling the future before the batch is written withdraws the command.
+        Even a lone call waits for the end of the loop turn (and one more for its
+        send to start): writing it at once from the caller's task was measured to
+        cost 15 to 20 % of a worker's throughput, because every wave of callers
+        woken together then paid for two writes instead of one.
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()

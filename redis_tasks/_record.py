@@ -32,7 +32,6 @@ from ._errors import InternalError, LimitExceededError, ValidationError
 from ._json import canonical, pack, unpack, utf8_size
 from ._limits import Limits
 from ._models import (
-    _TASK_ID_FORBIDDEN,
     INPUT_METHODS,
     InputMethod,
     InputRequest,
@@ -320,8 +319,6 @@ def decode_task(task_id: str, fields: Sequence[bytes | None], requests: Sequence
         st, sm, ca, ua, ttl, pi, origin, result, error, metadata = fields
         if st is None or origin is None:
             raise ValueError("incomplete record")
-        if _TASK_ID_FORBIDDEN.search(task_id):
-            raise ValueError("task_id must not contain CR or LF")
         result_value = None if result is None else unpack(result)
         metadata_value = unpack(metadata) if metadata else {}
         if not isinstance(result_value, dict | None) or not isinstance(metadata_value, dict):

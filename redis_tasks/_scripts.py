@@ -304,9 +304,7 @@ class ScriptRunner:
     ) -> Any:
         try:
             if self._pipeline is not None and batch:
-                return await self._pipeline.execute(
-                    ("EVALSHA", script.sha, len(keys), *keys, *args)
-                )
+                return await self._pipeline.call(("EVALSHA", script.sha, len(keys), *keys, *args))
             return await self.client.evalsha(script.sha, len(keys), *keys, *args)
         except NoScriptError:
             # A restart, failover or SCRIPT FLUSH emptied the cache; EVAL runs

@@ -229,7 +229,7 @@ class LoseNextReply:
     for calls that skip batching): the script runs, then the connection "breaks"."""
 
     def __init__(self, pipeline: AutoPipeline, client: Redis) -> None:
-        self.pipelined = pipeline.execute
+        self.pipelined = pipeline.call
         self.direct = client.evalsha
         self.armed = False
         self.lost = 0
@@ -242,7 +242,7 @@ class LoseNextReply:
             raise RedisConnectionError("Connection closed by server.")
         return reply
 
-    async def execute(self, command: Sequence[Any]) -> Any:
+    async def call(self, command: Sequence[Any]) -> Any:
         return self._lose(await self.pipelined(command))
 
     async def evalsha(self, *args: Any) -> Any:
@@ -258,7 +258,7 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
     pipeline = m._runner._pipeline
     assert pipeline is not None
     flaky = LoseNextReply(pipeline, client)
-    monkeypatch.setattr(pipeline, "execute", flaky.execute)
+    monkeypatch.setattr(pipeline, "call", flaky.call)
     monkeypatch.setattr(client, "evalsha", flaky.evalsha)
     events = EventLog()
     m.event_publisher.subscribe(events)
