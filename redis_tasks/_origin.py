@@ -74,6 +74,10 @@ class TaskOrigin:
         """Build an origin from a JSON object; its persisted string is the canonical form."""
         if not isinstance(state, Mapping):
             raise ValidationError("origin must be a JSON object")
+        # Check before copying: deepcopy recurses without bound, so a hostile
+        # 100,000-deep state must be refused by the depth check first. The copy is
+        # checked again, since the caller's objects may change under us.
+        check_json(dict(state), max_depth=max_depth, what="origin", exact_numbers=True)
         owned = copy.deepcopy(dict(state))
         check_json(owned, max_depth=max_depth, what="origin", exact_numbers=True)
         text = canonical(owned)

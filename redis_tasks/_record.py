@@ -126,8 +126,10 @@ class Encoder:
         """The fence argument: empty when unfenced."""
         if fence is None:
             return b""
-        if not isinstance(fence, int) or isinstance(fence, bool) or fence < 0:
-            raise ValidationError("fence must be a non-negative int")
+        # Fences come from HINCRBY, so a valid one fits a signed 64-bit integer;
+        # bounding it also keeps str() off a 10,000-digit int (a ValueError).
+        if not isinstance(fence, int) or isinstance(fence, bool) or not 0 <= fence < 2**63:
+            raise ValidationError("fence must be an int in [0, 2**63)")
         return str(fence).encode()
 
     def ttl_ms(self, ttl: object) -> int:

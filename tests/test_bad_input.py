@@ -222,37 +222,26 @@ async def test_bad_input_raises_a_typed_error_and_stores_nothing(small: Backend,
     assert task.task_id not in message
 
 
-@pytest.mark.parametrize(
-    "task_id",
-    [
-        "",
-        "nope",
-        "1.short",
-        "1." + "A" * 24 + "\r\n",
-        "1." + "A" * 23 + "\x00",
-        "1." + "A" * 23 + "{",
-        "1.A*AAAAAAAAAAAAAAAAAAAAAA",
-        "16384." + "A" * 24,
-        "1:" + "A" * 24,
-        "x" * 1_000_000,
-        "1." + "\udcff" * 24,
-        "\uff11." + "A" * 24,
-    ],
-    ids=[
-        "empty",
-        "word",
-        "short",
-        "crlf",
-        "nul",
-        "brace",
-        "glob",
-        "partition-over",
-        "colon",
-        "1MB",
-        "surrogate",
-        "fullwidth-digit",
-    ],
-)
+#: Task IDs that are not ours: each is "not found", whatever it holds.
+MALFORMED_IDS: dict[str, str] = {
+    "empty": "",
+    "word": "nope",
+    "short": "1.short",
+    "crlf": "1." + "A" * 24 + "\r\n",
+    "nul": "1." + "A" * 23 + "\x00",
+    "brace": "1." + "A" * 23 + "{",
+    "glob": "1.A*AAAAAAAAAAAAAAAAAAAAAA",
+    "partition-over": "16384." + "A" * 24,
+    "colon": "1:" + "A" * 24,
+    "1MB": "x" * 1_000_000,
+    "surrogate": "1." + "\udcff" * 24,
+    "fullwidth-digit": "\uff11." + "A" * 24,
+    "hash-tag": "{rt:1}." + "A" * 24,
+    "key-suffix": "1." + "A" * 24 + ":req",
+}
+
+
+@pytest.mark.parametrize("task_id", list(MALFORMED_IDS.values()), ids=list(MALFORMED_IDS))
 async def test_malformed_ids_are_not_found_and_touch_nothing(
     backend: Backend, task_id: str
 ) -> None:
