@@ -292,16 +292,28 @@ class RedisTaskManager:
         a server lost it) are still delivered.
         """
         client = self._client
-        calls: list[Any] = []
-        if load_scripts:  # a cluster client loads each script on every primary
-            calls += [client.script_load(script.source) for script in scripts.values()]
-        calls += [
-            client.xgroup_create(self._keys.work(p), WORK_GROUP, id="0", mkstream=True)
-            for p in partitions
-        ]
         try:
             async with asyncio.timeout(self._timeout * 2):
-                replies = await asyncio.gather(*calls, return_exceptions=True)
+                if self.is_cluster:
+                    calls: list[Any] = []
+                    if load_scripts:  # a cluster client loads each script on every primary
+                        calls += [client.script_load(script.source) for script in scripts.values()]
+                    calls += [
+                        client.xgroup_create(self._keys.work(p), WORK_GROUP, id="0", mkstream=True)
+                        for p in partitions
+                    ]
+                    replies = await asyncio.gather(*calls, return_exceptions=True)
+                else:
+                    # One pipeline on one connection: sixteen calls in parallel opened
+                    # sixteen connections at every start, and over TLS on a loaded host
+                    # their handshakes ran past the connect timeout.
+                    pipe = client.pipeline(transaction=False)
+                    if load_scripts:
+                        for script in scripts.values():
+                            pipe.script_load(script.source)
+                    for p in partitions:
+                        pipe.xgroup_create(self._keys.work(p), WORK_GROUP, id="0", mkstream=True)
+                    replies = await pipe.execute(raise_on_error=False)
         except CLIENT_ERRORS as exc:
             raise BackendError("could not prepare the work streams on Redis") from exc
         for reply in replies:

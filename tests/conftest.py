@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import secrets
+import shlex
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -11,13 +14,15 @@ from typing import Any
 
 import fakeredis
 import pytest
+from redis.asyncio import Redis
 
 from redis_tasks import InMemoryTaskManager, Limits, RedisTaskManager
 from redis_tasks._client import Client
 from redis_tasks._keys import KeySpace
 from redis_tasks.testing import RedisCluster, RedisServer, start_redis_cluster, start_redis_server
 
-BACKENDS = ("memory", "fakeredis", "redis", "cluster")
+#: "acl" is the standalone server reached as a user holding only the README's ACL line.
+BACKENDS = ("memory", "fakeredis", "redis", "acl", "cluster")
 #: The real servers: a standalone redis-server and a 3-primary, 3-replica cluster.
 SERVERS = ("redis", "cluster")
 
@@ -82,20 +87,50 @@ def prefix() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+@asynccontextmanager
+async def acl_user(server: RedisServer, prefix: str) -> AsyncIterator[tuple[str, Redis]]:
+    """A Redis user made from the README's ACL line, its key pattern set to ``prefix``.
+
+    Yields the user's URL and an unrestricted client (for the test's own inspection).
+    On exit, Redis must have denied that user nothing: its ``ACL LOG`` has no entry.
+    """
+    (line,) = re.findall(r"^ACL SETUSER .*$", README.read_text(), re.M)
+    user, password = f"app-{prefix}", secrets.token_hex(16)
+    command = shlex.split(line.replace("rt-app", user).replace(">CHANGE-ME", f">{password}"))
+    command = [word.replace("~{rt:*", f"~{{{prefix}:*") for word in command]
+    admin = Redis.from_url(server.url)
+    try:
+        await admin.execute_command(*command)  # type: ignore[no-untyped-call]
+        yield server.url.replace("redis://", f"redis://{user}:{password}@"), admin
+        denied = [e for e in await admin.acl_log() if e.get("username") == user]
+        assert denied == [], denied
+    finally:
+        await admin.acl_deluser(user)
+        await admin.aclose()
+
+
 class Backend:
     """A manager under test plus raw access to what it stored."""
 
-    def __init__(self, name: str, manager: Any, prefix: str) -> None:
+    def __init__(self, name: str, manager: Any, prefix: str, admin: Client | None = None) -> None:
         self.name = name
         self.manager = manager
         self.prefix = prefix
         self.keys = KeySpace(prefix)
+        self._admin = admin
         # Keys that may legitimately never expire (unlimited-TTL tests).
         self.immortal_allowed: set[str] = set()
 
     @property
     def client(self) -> Client | None:
-        """The manager's Redis client (it may switch to a cluster client on entering)."""
+        """A Redis client for the test's own reads and writes: the manager's (it may
+        switch to a cluster client on entering), or an unrestricted one when the
+        manager runs as a restricted ACL user."""
+        if self._admin is not None:
+            return self._admin
         return None if self.name == "memory" else self.manager.client
 
     @property
@@ -184,14 +219,25 @@ def make_backend(
 ) -> BackendFactory:
     """Build the parametrised backend with custom limits or options."""
     url = server_url(request, backend_name) if backend_name in SERVERS else None
+    server: RedisServer | None = (
+        request.getfixturevalue("redis_server") if backend_name == "acl" else None
+    )
+
+    @asynccontextmanager
+    async def build(prefix: str, options: dict[str, Any]) -> AsyncIterator[Backend]:
+        if server is None:
+            manager = make_manager(
+                backend_name, prefix, redis_url=url, fake_server=fake_server, **options
+            )
+            yield Backend(backend_name, manager, prefix)
+            return
+        async with acl_user(server, prefix) as (user_url, admin):
+            manager = make_manager(backend_name, prefix, redis_url=user_url, **options)
+            yield Backend(backend_name, manager, prefix, admin)
 
     @asynccontextmanager
     async def factory(*, prefix: str = prefix, **options: Any) -> AsyncIterator[Backend]:
-        manager = make_manager(
-            backend_name, prefix, redis_url=url, fake_server=fake_server, **options
-        )
-        subject = Backend(backend_name, manager, prefix)
-        async with manager:
+        async with build(prefix, options) as subject, subject.manager:
             yield subject
             if subject.is_redis:
                 # No key of a task may outlive it: every one carries an expiry.

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
-import secrets
-import shlex
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +11,6 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from redis.asyncio import Redis
 
 from redis_tasks import (
     BackendError,
@@ -28,6 +24,7 @@ from redis_tasks import (
 )
 from redis_tasks.testing import RedisServer, free_port, wait_listening
 
+from .conftest import acl_user
 from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, wait_until
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
@@ -134,65 +131,45 @@ async def test_an_acl_user_limited_to_the_readme_line_runs_everything(
 ) -> None:
     """The README's ACL line (with this test's prefix) is enough: create, find, update,
     cancel, a worker with input requests and renewals, and the event tail all run, and
-    Redis denied nothing (its ACL LOG stays empty)."""
-    (line,) = re.findall(r"^ACL SETUSER .*$", README, re.M)
-    user, password = f"app-{prefix}", secrets.token_hex(16)
-    command = shlex.split(line.replace("rt-app", user).replace(">CHANGE-ME", f">{password}"))
-    command = [word.replace("~{rt:*", f"~{{{prefix}:*") for word in command]
-    admin = Redis.from_url(redis_server.url)
-    await admin.execute_command(  # type: ignore[no-untyped-call]
-        "ACL", "LOG", "RESET"
-    )
-    await admin.execute_command(  # type: ignore[no-untyped-call]
-        *command
-    )
-    url = redis_server.url.replace("redis://", f"redis://{user}:{password}@")
+    Redis denied nothing (its ACL LOG stays empty). The contract suite also runs as
+    such a user: the "acl" backend in conftest."""
 
     async def handler(execution: TaskExecution) -> dict[str, object]:
         await execution.report("asking")
         answers = await execution.request_input({"ok": ELICIT})
         return {"answer": answers["ok"]["action"]}
 
-    try:
-        async with RedisTaskManager.from_url(url, prefix=prefix, wait_replicas=0) as manager:
-            changes: list[str] = []
-            registration = manager.event_publisher.subscribe(changes.append)
-            await manager.event_publisher.wait_ready()
-            async with Worker(
-                manager, handler, concurrency=32, lease=timedelta(seconds=1)
-            ) as worker:
-                runner = asyncio.create_task(worker.run())
-                try:
-                    tasks = [await manager.create_task(ALICE, ORIGIN) for _ in range(20)]
-                    cancelled = tasks.pop()
-                    await manager.request_cancellation(TaskRequestContext(ALICE, cancelled.task_id))
-                    for task in tasks:
-                        ctx = TaskRequestContext(ALICE, task.task_id)
-                        await wait_until(partial(asking, manager, ctx), what="the input request")
-                        await manager.update_task(
-                            TaskUpdateContext(ALICE, task.task_id, {"ok": ELICIT_ANSWER})
-                        )
-                    for task in tasks:
-                        done = await wait_until(
-                            partial(terminal, manager, task.task_id),
-                            within=30,
-                            what="the task to end",
-                        )
-                        assert done.status is TaskStatus.COMPLETED
-                finally:
-                    await worker.stop()
-                    await runner
-            registration.close()
-            assert changes
-        log = await admin.execute_command(  # type: ignore[no-untyped-call]
-            "ACL", "LOG"
-        )
-        assert log == [], log
-    finally:
-        await admin.execute_command(  # type: ignore[no-untyped-call]
-            "ACL", "DELUSER", user
-        )
-        await admin.aclose()
+    async with (
+        acl_user(redis_server, prefix) as (url, _),
+        RedisTaskManager.from_url(url, prefix=prefix, wait_replicas=0) as manager,
+    ):
+        changes: list[str] = []
+        registration = manager.event_publisher.subscribe(changes.append)
+        await manager.event_publisher.wait_ready()
+        async with Worker(manager, handler, concurrency=32, lease=timedelta(seconds=1)) as worker:
+            runner = asyncio.create_task(worker.run())
+            try:
+                tasks = [await manager.create_task(ALICE, ORIGIN) for _ in range(20)]
+                cancelled = tasks.pop()
+                await manager.request_cancellation(TaskRequestContext(ALICE, cancelled.task_id))
+                for task in tasks:
+                    ctx = TaskRequestContext(ALICE, task.task_id)
+                    await wait_until(partial(asking, manager, ctx), what="the input request")
+                    await manager.update_task(
+                        TaskUpdateContext(ALICE, task.task_id, {"ok": ELICIT_ANSWER})
+                    )
+                for task in tasks:
+                    done = await wait_until(
+                        partial(terminal, manager, task.task_id),
+                        within=30,
+                        what="the task to end",
+                    )
+                    assert done.status is TaskStatus.COMPLETED
+            finally:
+                await worker.stop()
+                await runner
+        registration.close()
+        assert changes
 
 
 async def asking(manager: RedisTaskManager, ctx: TaskRequestContext) -> bool:
