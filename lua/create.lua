@@ -6,6 +6,7 @@
     1 task           the task record hash
     2 work           the partition's work stream
     3 events         the partition's event stream
+    4 grant          the grant key of (endpoint, binding)
   ARGV:
     1 task_id
     2 endpoint
@@ -26,6 +27,7 @@
 local task_key = KEYS[1]
 local work_key = KEYS[2]
 local events_key = KEYS[3]
+local grant_key = KEYS[4]
 local task_id = ARGV[1]
 local endpoint = ARGV[2]
 local binding = ARGV[3]
@@ -59,8 +61,10 @@ if ttl_ms > 0 then
   table.insert(fields, int_text(now + ttl_ms))
 end
 redis.call('HSET', task_key, unpack(fields))
+redis.call('HSET', grant_key, 'g', '1')
 if ttl_ms > 0 then
   redis.call('PEXPIREAT', task_key, now + ttl_ms)
+  redis.call('PEXPIREAT', grant_key, now + ttl_ms)
 end
 emit(events_key, events_maxlen, task_id)
 return {RC_OK, now}

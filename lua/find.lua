@@ -1,11 +1,12 @@
 --[[
   find: authorize a client against the task's binding and return its snapshot.
-  Unknown and unauthorized tasks run the same commands, read the same two small
-  fields, and give the same reply.
+  Unknown and unauthorized tasks run the same command (EXISTS on a grant key that
+  does not exist) and give the same reply.
 
   KEYS:
     1 task           the task record hash
     2 requests       outstanding input requests
+    3 grant          the grant key of (endpoint, binding)
   ARGV:
     1 endpoint
     2 binding        "-" (anonymous) or "=<partition key>"
@@ -16,18 +17,21 @@
 ]]
 local task_key = KEYS[1]
 local requests_key = KEYS[2]
+local grant_key = KEYS[3]
 local endpoint = ARGV[1]
 local binding = ARGV[2]
 
--- The binding alone first: an unknown and an unauthorized task then cost the
--- same (one HMGET of two small fields), however large the task's origin or
--- result is. Reading everything at once made an unauthorized lookup measurably
--- slower (benchmarks/timing_side_channel.py: KS D=0.64 over 10,000 samples).
-local owner = redis.call('HMGET', task_key, 'ep', 'pk')
-if owner[1] ~= endpoint or owner[2] ~= binding then
+if not granted(grant_key) then
   return {RC_NOT_FOUND}
 end
-local t = redis.call('HMGET', task_key, 'st', 'sm', 'ca', 'ua', 'ttl', 'pi', 'or', 'rs', 'er', 'md')
+local t = redis.call(
+  'HMGET', task_key, 'st', 'sm', 'ca', 'ua', 'ttl', 'pi', 'or', 'rs', 'er', 'md', 'ep', 'pk')
+-- The record's own binding, checked again: a grant never outlives its record
+-- (both expire together), but a stale one must not open a record rebound since.
+if t[11] ~= endpoint or t[12] ~= binding then
+  return {RC_NOT_FOUND}
+end
+t[11], t[12] = nil, nil
 local requests = {}
 if t[1] == 'input_required' then
   requests = redis.call('HGETALL', requests_key)

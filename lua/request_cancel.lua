@@ -6,6 +6,7 @@
   KEYS:
     1 task           the task record hash
     2 events         the partition's event stream
+    3 grant          the grant key of (endpoint, binding)
   ARGV:
     1 task_id
     2 endpoint
@@ -18,11 +19,15 @@
 ]]
 local task_key = KEYS[1]
 local events_key = KEYS[2]
+local grant_key = KEYS[3]
 local task_id = ARGV[1]
 local endpoint = ARGV[2]
 local binding = ARGV[3]
 local events_maxlen = ARGV[4]
 
+if not granted(grant_key) then
+  return {RC_NOT_FOUND}
+end
 local t = redis.call('HMGET', task_key, 'ep', 'pk', 'st', 'cx')
 if t[1] ~= endpoint or t[2] ~= binding then
   return {RC_NOT_FOUND}

@@ -11,6 +11,7 @@
     3 answers        accepted answers not yet taken by the worker
     4 journal        every accepted answer, for replay after a crash
     5 events         the partition's event stream
+    6 grant          the grant key of (endpoint, binding)
   ARGV:
     1 task_id
     2 endpoint
@@ -27,12 +28,16 @@ local requests_key = KEYS[2]
 local answers_key = KEYS[3]
 local journal_key = KEYS[4]
 local events_key = KEYS[5]
+local grant_key = KEYS[6]
 local task_id = ARGV[1]
 local endpoint = ARGV[2]
 local binding = ARGV[3]
 local events_maxlen = ARGV[4]
 local first_answer = 5
 
+if not granted(grant_key) then
+  return {RC_NOT_FOUND}
+end
 local t = redis.call('HMGET', task_key, 'ep', 'pk', 'st', 'ua', 'ex', 'sm')
 if t[1] ~= endpoint or t[2] ~= binding then
   return {RC_NOT_FOUND}

@@ -9,6 +9,8 @@ single slot::
     {rt:7.42}:task:<id>:iss    hash: every input key ever issued (key -> fingerprint)
     {rt:7.42}:task:<id>:ans    hash: accepted answers the worker has not taken yet
     {rt:7.42}:task:<id>:jrn    hash: the answer journal (every accepted answer)
+    {rt:7.42}:task:<id>:grant:<digest>
+                               hash: exists iff the binding with that digest may see the task
     {rt:7.42}:work             stream + consumer group ``workers``: tasks to run
     {rt:7.42}:events           stream, MAXLEN ~ bounded: one task-ID entry per change
 
@@ -24,6 +26,7 @@ infrastructure, bounded by acknowledgement (work) and by MAXLEN (events).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -50,6 +53,17 @@ class TaskKeys:
     journal: str
     work: str
     events: str
+
+    def grant(self, endpoint: bytes, binding: bytes) -> str:
+        """The key whose existence authorizes ``(endpoint, binding)`` on this task.
+
+        Named by a digest of the binding, so a client that may not see the task
+        looks up a key that does not exist, exactly as for an unknown task: the two
+        cost Redis the same work (benchmarks/timing_side_channel.py). The length
+        prefix keeps distinct pairs from joining into the same bytes.
+        """
+        material = len(endpoint).to_bytes(4, "big") + endpoint + binding
+        return f"{self.task}:grant:{hashlib.blake2b(material, digest_size=16).hexdigest()}"
 
     def terminal(self) -> tuple[str, ...]:
         """The KEYS of scripts that may end the task, in the order ``terminate()`` takes."""

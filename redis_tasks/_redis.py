@@ -367,7 +367,11 @@ class RedisTaskManager:
         if keys is None:
             return None
         try:
-            reply = await self._run("find", (keys.task, keys.requests), (endpoint, binding))
+            reply = await self._run(
+                "find",
+                (keys.task, keys.requests, keys.grant(endpoint, binding)),
+                (endpoint, binding),
+            )
         except TaskNotFoundError:
             return None
         return decode_task(ctx.task_id, reply[1], reply[2])
@@ -384,7 +388,14 @@ class RedisTaskManager:
             args += (answer.key, answer.kinds, answer.body)
         await self._run(
             "update",
-            (keys.task, keys.requests, keys.answers, keys.journal, keys.events),
+            (
+                keys.task,
+                keys.requests,
+                keys.answers,
+                keys.journal,
+                keys.events,
+                keys.grant(endpoint, binding),
+            ),
             tuple(args),
         )
 
@@ -396,7 +407,7 @@ class RedisTaskManager:
             raise TaskNotFoundError()
         await self._run(
             "request_cancel",
-            (keys.task, keys.events),
+            (keys.task, keys.events, keys.grant(endpoint, binding)),
             (ctx.task_id, endpoint, binding, self._events_maxlen),
         )
 
@@ -424,7 +435,7 @@ class RedisTaskManager:
         keys = self._worker_keys(task_id)
         reply = await self._run_durable(
             "create",
-            (keys.task, keys.work, keys.events),
+            (keys.task, keys.work, keys.events, keys.grant(endpoint, binding)),
             (
                 task_id,
                 endpoint,

@@ -63,7 +63,7 @@ class Spec:
 #: The contract of every script, checked against its header at import.
 SPECS: Final[dict[str, Spec]] = {
     "create": Spec(
-        ("task", "work", "events"),
+        ("task", "work", "events", "grant"),
         (
             "task_id",
             "endpoint",
@@ -76,13 +76,15 @@ SPECS: Final[dict[str, Spec]] = {
             "events_maxlen",
         ),
     ),
-    "find": Spec(("task", "requests"), ("endpoint", "binding")),
+    "find": Spec(("task", "requests", "grant"), ("endpoint", "binding")),
     "update": Spec(
-        ("task", "requests", "answers", "journal", "events"),
+        ("task", "requests", "answers", "journal", "events", "grant"),
         ("task_id", "endpoint", "binding", "events_maxlen"),
         variadic="answers",
     ),
-    "request_cancel": Spec(("task", "events"), ("task_id", "endpoint", "binding", "events_maxlen")),
+    "request_cancel": Spec(
+        ("task", "events", "grant"), ("task_id", "endpoint", "binding", "events_maxlen")
+    ),
     "set_status": Spec(
         ("task", "requests", "events"),
         ("task_id", "fence", "has_message", "message", "events_maxlen"),

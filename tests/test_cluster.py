@@ -128,7 +128,9 @@ async def test_tasks_of_one_run_land_on_every_primary(
         for node in redis_cluster.primaries:
             client = redis.Redis.from_url(node.url)
             counts[node.port] = sum(
-                1 for key in client.scan_iter(match=f"{{{prefix}:*", count=1000) if b":task:" in key
+                1
+                for key in client.scan_iter(match=f"{{{prefix}:*:task:*", count=1000)
+                if key.count(b":") == 3  # the record hash, not its companion keys
             )
             client.close()
     assert sum(counts.values()) == 300

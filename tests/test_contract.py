@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from redis_tasks import (
+    ClaimOutcome,
     InputKeyReusedError,
     InputRequest,
     InternalError,
@@ -139,7 +140,9 @@ async def test_unlimited_ttl_only_where_the_configuration_allows_it(
         assert (await find(b.manager, task.task_id)).ttl is None
         assert task.to_wire()["ttlMs"] is None
         if b.is_redis:
-            b.immortal_allowed.add(b.keys.task(int(task.task_id.split(".")[0]), task.task_id).task)
+            keys = b.keys.task(int(task.task_id.split(".")[0]), task.task_id)
+            b.immortal_allowed.add(keys.task)
+            b.immortal_allowed.add(keys.grant(b"/mcp", b"=alice"))
     with pytest.raises(ValueError, match="unlimited"):
         Limits(default_ttl=None)
 
@@ -596,6 +599,25 @@ async def test_a_stale_fence_is_refused_with_lease_lost(backend: Backend) -> Non
     # A zombie learns it lost its lease even after the task finished.
     with pytest.raises(LeaseLostError):
         await m.complete_task(task_id, RESULT, fence=7)
+
+
+@pytest.mark.redis_only
+async def test_a_claim_within_a_lease_renewed_before_any_claim_runs(backend: Backend) -> None:
+    # Found by tests/test_differential.py: renewing with fence 0 (a task never
+    # claimed) records a lease but no attempt; the same consumer's claim then took
+    # the "own lease" path, whose reply a Lua nil cut short: IndexError, not a claim.
+    m = backend.manager
+    assert backend.client is not None
+    task_id = await new_task(m, payload=b"work")
+    lease = timedelta(seconds=30)
+    assert await m.renew_lease(task_id, fence=0, consumer="w1", lease=lease) is False
+    key = backend.keys.task(int(task_id.split(".")[0]), task_id).task
+    entry = await backend.client.hget(key, "wk")
+    assert isinstance(entry, bytes)
+    claim = await m.claim_task(task_id, entry.decode(), consumer="w1", lease=lease, max_attempts=3)
+    assert (claim.outcome, claim.fence, claim.attempt) == (ClaimOutcome.RUN, 0, 0)
+    assert claim.payload == b"work"
+    assert claim.origin == ORIGIN
 
 
 # -- status, timestamps, retention ------------------------------------------------------

@@ -20,7 +20,9 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   local now = now_ms()
   if t[5] and tonumber(t[5]) > now then
     if t[10] == consumer and t[7] == entry_id then
-      return {RC_OK, tonumber(t[2]), tonumber(t[3]), t[8], t[9] or ''}
+      -- No attempt is recorded when the lease came from a renewal before any
+      -- claim; a nil here would cut the reply short (Lua tables end at a nil).
+      return {RC_OK, tonumber(t[2]), tonumber(t[3]) or 0, t[8], t[9] or ''}
     end
     return {RC_LEASE_HELD}
   end

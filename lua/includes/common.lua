@@ -28,6 +28,15 @@ local function emit(events_key, maxlen, task_id)
   redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*', 't', task_id)
 end
 
+-- A client may see a task iff the grant key named by its binding's digest
+-- exists (create stores it). Unknown and unauthorized then do the same work:
+-- one lookup of a key that does not exist. Comparing the record's own binding
+-- fields instead looked up an existing hash for an unauthorized client, and
+-- its latency told the two apart (benchmarks/timing_side_channel.py).
+local function granted(grant_key)
+  return redis.call('EXISTS', grant_key) == 1
+end
+
 -- Companion keys expire with their task, so nothing outlives it.
 local function expire_with_task(key, expire_at)
   if expire_at then
