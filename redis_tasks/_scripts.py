@@ -277,13 +277,19 @@ class ScriptRunner:
         # An auto-pipelined call is bounded by its batch's deadline; saving a timer
         # per call matters at tens of thousands of calls a second.
         bounded = self._pipeline is not None and batch and not waits
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
         try:
-            async with contextlib.nullcontext() if bounded else asyncio.timeout(self.timeout):
+            async with contextlib.nullcontext() if bounded else asyncio.timeout_at(deadline):
                 try:
                     reply = await self._attempt(script, keys, args, waits, batch)
                 except _RETRY_ONCE:
                     # A broken connection, or a slot that moved under a WAIT call.
-                    reply = await self._attempt(script, keys, args, waits, batch)
+                    # The retry gets what is left of the call's one timeout: a
+                    # batched call's own deadline would start afresh, and a
+                    # connection killed late in a stall then doubled the wait.
+                    async with asyncio.timeout_at(deadline):
+                        reply = await self._attempt(script, keys, args, waits, batch)
         except TimeoutError as exc:
             raise BackendError("Redis call timed out") from exc
         except RedisTasksError:
