@@ -49,6 +49,7 @@ from .helpers import (
     ORIGIN,
     ROOTS,
     SAMPLE,
+    WORKER_OPERATIONS,
     expect_each_raises,
     operations,
 )
@@ -320,15 +321,7 @@ async def test_wrong_type_task_ids_are_not_found_by_workers(target: tuple[Backen
         await expect_each_raises(
             TaskNotFoundError,
             operations(backend.manager, wrong),  # type: ignore[arg-type]
-            only=(
-                "mark_working",
-                "request_input",
-                "take_input_responses",
-                "complete_task",
-                "fail_task",
-                "cancel_task",
-                "is_cancellation_requested",
-            ),
+            only=WORKER_OPERATIONS,
         )
     assert await backend.dump() == before
 
