@@ -319,14 +319,16 @@ class Bench:
             # The arguments create_task and find_task send for WHO and ORIGIN; a
             # random ID per call (all in partition 0's slot, as a cluster needs).
             fresh = manager.keyspace.task(0, "b__rand_int__")
+            endpoint, binding = WHO.endpoint, f"={WHO.partition_key}"
+            grant = (endpoint.encode(), binding.encode())
             create = [
-                "EVALSHA", scripts["create"].sha, "3", fresh.task, fresh.work, fresh.events,
-                "b__rand_int__", WHO.endpoint, f"={WHO.partition_key}",
+                "EVALSHA", scripts["create"].sha, "4", fresh.task, fresh.work, fresh.events,
+                fresh.grant(*grant), "b__rand_int__", endpoint, binding,
                 ORIGIN.to_persisted_string(),
                 "", "3600000", "1000", "", "10000",
             ]  # fmt: skip
-            find = ["EVALSHA", scripts["find"].sha, "2", keys.task, keys.requests,
-                    WHO.endpoint, f"={WHO.partition_key}"]  # fmt: skip
+            find = ["EVALSHA", scripts["find"].sha, "3", keys.task, keys.requests,
+                    keys.grant(*grant), endpoint, binding]  # fmt: skip
             results = {}
             for name, command in (("create", create), ("find", find)):
                 self.progress.update(f"limit {name} (redis-benchmark)", 0, 1)
