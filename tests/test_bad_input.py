@@ -44,10 +44,11 @@ Call = Callable[[Any, str], Awaitable[Any]]
 NON_STR_KEY: Any = {7: ELICIT_ANSWER}
 
 
-def deep(levels: int) -> Any:
+def deep(levels: int, wrap: Callable[[Any], Any] = lambda v: {"d": v}) -> Any:
+    """A value ``levels`` deep (objects by default), built without recursion."""
     value: Any = 1
     for _ in range(levels):
-        value = {"d": value}
+        value = wrap(value)
     return value
 
 

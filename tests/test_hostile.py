@@ -53,18 +53,10 @@ from .helpers import (
     expect_each_raises,
     operations,
 )
-from .test_bad_input import BAD_CALLS, MALFORMED_IDS, SMALL
+from .test_bad_input import BAD_CALLS, MALFORMED_IDS, SMALL, deep
 
 MB = 1 << 20
 Call = Callable[[Any, str], Awaitable[Any]]
-
-
-def nested(levels: int, wrap: Callable[[Any], Any] = lambda v: {"d": v}) -> Any:
-    """A value ``levels`` deep, built without recursion."""
-    value: Any = 1
-    for _ in range(levels):
-        value = wrap(value)
-    return value
 
 
 def cyclic() -> dict[str, Any]:
@@ -126,7 +118,7 @@ HOSTILE: dict[str, tuple[type[Exception], Call]] = {
     ),
     "origin-100k-deep-state": (
         LimitExceededError,
-        lambda m, t: m.create_task(ALICE, TaskOrigin.from_persisted_state(nested(100_000))),
+        lambda m, t: m.create_task(ALICE, TaskOrigin.from_persisted_state(deep(100_000))),
     ),
     "origin-cyclic-state": (
         LimitExceededError,
@@ -159,7 +151,7 @@ HOSTILE: dict[str, tuple[type[Exception], Call]] = {
     ),
     "metadata-100k-deep": (
         LimitExceededError,
-        lambda m, t: m.create_task(ALICE, ORIGIN, metadata=nested(100_000)),
+        lambda m, t: m.create_task(ALICE, ORIGIN, metadata=deep(100_000)),
     ),
     "metadata-cyclic": (
         LimitExceededError,
@@ -168,14 +160,14 @@ HOSTILE: dict[str, tuple[type[Exception], Call]] = {
     "result-8MB": (LimitExceededError, lambda m, t: m.complete_task(t, {"r": "x" * (8 * MB)})),
     "result-100k-deep-lists": (
         LimitExceededError,
-        lambda m, t: m.complete_task(t, {"r": nested(100_000, lambda v: [v])}),
+        lambda m, t: m.complete_task(t, {"r": deep(100_000, lambda v: [v])}),
     ),
     "result-cyclic": (LimitExceededError, lambda m, t: m.complete_task(t, cyclic())),
     "result-not-utf8": (ValidationError, lambda m, t: m.complete_task(t, {"r": "\udcff"})),
     "result-not-utf8-key": (ValidationError, lambda m, t: m.complete_task(t, {"\ud800": 1})),
     "error-100k-deep-data": (
         LimitExceededError,
-        lambda m, t: m.fail_task(t, JsonRpcError(code=-32000, message="x", data=nested(100_000))),
+        lambda m, t: m.fail_task(t, JsonRpcError(code=-32000, message="x", data=deep(100_000))),
     ),
     "error-message-not-utf8": (
         ValidationError,
@@ -190,7 +182,7 @@ HOSTILE: dict[str, tuple[type[Exception], Call]] = {
     "input-request-100k-deep": (
         LimitExceededError,
         lambda m, t: m.request_input(
-            t, {"z": InputRequest(method="elicitation/create", params=nested(100_000))}
+            t, {"z": InputRequest(method="elicitation/create", params=deep(100_000))}
         ),
     ),
     "input-request-1MB": (
@@ -224,7 +216,7 @@ HOSTILE: dict[str, tuple[type[Exception], Call]] = {
     "answer-100k-deep": (
         LimitExceededError,
         lambda m, t: m.update_task(
-            answer(t, {"k": {"action": "accept", "content": nested(100_000)}})
+            answer(t, {"k": {"action": "accept", "content": deep(100_000)}})
         ),
     ),
     "answer-cyclic": (LimitExceededError, lambda m, t: m.update_task(answer(t, {"k": cyclic()}))),
