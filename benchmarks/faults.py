@@ -76,7 +76,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from redis.asyncio import Redis
 
@@ -321,10 +321,6 @@ class PrivateRedis:
         self.server.stop()
 
 
-def _log_file(path: Path) -> IO[bytes]:
-    return path.open("wb")
-
-
 @dataclass
 class WorkerProcess:
     """One ``redis-tasks worker benchmarks.faults:handler`` process and its log."""
@@ -375,7 +371,7 @@ async def start_worker(
         "FAULTS_TTL_MS": str(int(settings.ttl * 1000)),
         "FAULTS_HANDLER_MS": str(settings.handler_ms),
     }
-    log = _log_file(log_path)
+    log = log_path.open("wb")
     try:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
