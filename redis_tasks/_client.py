@@ -1,60 +1,121 @@
-"""Redis clients: standalone or cluster, built the same way, and cluster detection.
+"""How connections are made: one set of settings for every node, and cluster detection.
 
 One place decides how the library talks to Redis: timeouts on every call,
-``decode_responses=False`` (origins and payloads are bytes), bounded connection
-pools, and which client class serves a URL.
+``decode_responses=False`` (origins and payloads are bytes), and bounded
+*blocking* pools: a burst of calls waits (within its deadline) for a free
+connection instead of failing. redis-py's own retries are off everywhere, on
+standalone and on a cluster alike: :mod:`._topology` retries, because it knows
+what is safe (every script may run again) and keeps every retry inside the
+call's one deadline.
+
+A cluster is served with one such pool per node, made from the same settings
+as the standalone pool, so both topologies behave the same.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
-from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, parse_url
+from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 from redis.retry import Retry
 
 from ._errors import BackendError
 
-__all__ = ["CLIENT_ERRORS", "Client", "build_client", "is_cluster"]
+__all__ = ["CLIENT_ERRORS", "Client", "ConnectionSettings", "is_cluster"]
 
-#: Either kind of asyncio client; every command the library uses exists on both.
+#: Either kind of redis-py asyncio client.
 Client: TypeAlias = Redis | RedisCluster
 
 #: What a call through a client may raise: its own errors, socket errors, timeouts
-#: and, while a cluster's topology changes, errors from inside the client library
-#: (seen: AttributeError on a connection disconnected under it). Every one of them
-#: means "this call failed"; code that talks to Redis directly catches this.
+#: and errors from inside the client library. Every one of them means "this call
+#: failed"; code that talks to Redis directly catches this.
 CLIENT_ERRORS: Final = (Exception,)
 
+# What a connection accepts; a RedisCluster's settings hold more (its pool size,
+# response callbacks, ...), which a single connection must not be given.
+_CONNECTION_PARAMETERS: Final = frozenset(
+    name
+    for cls in (AbstractConnection, Connection, SSLConnection)
+    for name in inspect.signature(cls.__init__).parameters
+    if name not in ("self", "args", "kwargs", "host", "port")
+)
 
-def build_client(
-    url: str, *, cluster: bool, timeout: float, max_connections: int, options: dict[str, Any]
-) -> Client:
-    """A client for ``url`` with the library's settings; ``options`` override them."""
-    settings: dict[str, Any] = {
-        "socket_timeout": timeout,
-        "socket_connect_timeout": timeout,
-        "health_check_interval": 30,
-        "max_connections": max_connections,
-    }
-    if cluster:
-        # The cluster client follows MOVED/ASK and refreshes its view of the slots
-        # on failover; its retries re-send commands, which is safe because every
-        # script may run again after a lost reply.
-        settings["retry"] = Retry(ExponentialBackoff(cap=1.0, base=0.05), 5)
-    else:
-        # A lost reply is retried once by ScriptRunner, which knows what is safe.
-        settings["retry"] = Retry(NoBackoff(), 0)
-        # A burst of calls waits (up to the timeout) for a free connection
-        # instead of failing.
-        settings["timeout"] = timeout
-    settings.update(options)
-    settings["decode_responses"] = False
-    if cluster:
-        return RedisCluster.from_url(url, **settings)
-    return Redis.from_pool(BlockingConnectionPool.from_url(url, **settings))
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """How every connection to every node is made.
+
+    ``connection`` holds the connection keywords (credentials, TLS, socket
+    timeouts, ...) without the address; ``seeds`` are the addresses the caller
+    named. ``timeout`` bounds the wait for a pooled connection too.
+    """
+
+    seeds: tuple[tuple[str, int], ...]
+    connection: dict[str, Any] = field(repr=False)
+    max_connections: int
+    timeout: float
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, timeout: float, max_connections: int, options: dict[str, Any]
+    ) -> ConnectionSettings:
+        """Settings for ``url`` (``redis://`` or ``rediss://``); ``options`` override them."""
+        if max_connections < 1:
+            raise ValueError("max_connections must be >= 1")
+        parsed: dict[str, Any] = dict(parse_url(url))
+        host = str(parsed.pop("host", "localhost"))
+        port = int(parsed.pop("port", 6379))
+        connection: dict[str, Any] = {
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
+            "health_check_interval": 30,
+            # Retries belong to the topology, which keeps them inside the deadline.
+            "retry": Retry(NoBackoff(), 0),
+        }
+        connection.update(parsed)
+        options = dict(options)
+        if options.pop("ssl", False):
+            connection["connection_class"] = SSLConnection
+        connection.update(options)
+        connection["decode_responses"] = False
+        return cls(((host, port),), connection, max_connections, timeout)
+
+    @classmethod
+    def from_cluster_client(cls, client: RedisCluster, timeout: float) -> ConnectionSettings:
+        """The settings of a ready ``RedisCluster`` (its startup nodes are the seeds)."""
+        kwargs = dict(client.connection_kwargs)
+        connection = {k: v for k, v in kwargs.items() if k in _CONNECTION_PARAMETERS}
+        connection["connection_class"] = kwargs.get("connection_class", Connection)
+        connection["retry"] = Retry(NoBackoff(), 0)
+        connection["decode_responses"] = False
+        seeds = tuple((node.host, int(node.port)) for node in client.startup_nodes)
+        return cls(seeds, connection, int(kwargs.get("max_connections", 256)), timeout)
+
+    def pool(self, host: str, port: int) -> BlockingConnectionPool:
+        """A blocking pool of up to ``max_connections`` connections to ``host:port``."""
+        options = dict(self.connection)
+        connection_class = options.pop("connection_class", Connection)
+        return BlockingConnectionPool(
+            connection_class=connection_class,
+            max_connections=self.max_connections,
+            timeout=self.timeout,
+            host=host,
+            port=port,
+            **options,
+        )
+
+    def single(self, host: str, port: int) -> AbstractConnection:
+        """One connection outside any pool (for a question that must not queue)."""
+        options = dict(self.connection)
+        connection_class = options.pop("connection_class", Connection)
+        connection: AbstractConnection = connection_class(host=host, port=port, **options)
+        return connection
 
 
 async def is_cluster(client: Redis, seconds: float) -> bool:

@@ -14,12 +14,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from redis.asyncio import RedisCluster
+from redis.exceptions import MovedError
 
-from ._client import CLIENT_ERRORS, Client
+from ._client import CLIENT_ERRORS
 from ._errors import BackendError, TaskNotFoundError
 from ._ids import parse_task_id
 from ._keys import KeySpace
+from ._topology import Node, Topology
 
 __all__ = [
     "InMemoryEventPublisher",
@@ -163,51 +164,40 @@ class RedisEventPublisher(TaskEventPublisher):
     Tailing starts with the first subscription (``XREAD BLOCK``, no consumer
     group: every process sees every event): one read over every partition on a
     standalone server, one per partition on a cluster (each stream lives in its
-    own slot, on whichever primary owns it). :meth:`wait_ready` returns once the
-    start positions are fixed, from which no event is missed unless a stream's
-    MAXLEN trimmed it first. Connection failures are retried with backoff.
+    own slot, and a cluster refuses a read across slots). :meth:`wait_ready`
+    returns once the start positions are fixed, from which no event is missed
+    unless a stream's MAXLEN trimmed it first. Failures are retried with
+    backoff; a stream that moved to another node is followed there.
     """
 
-    def __init__(
-        self,
-        client: Client,
-        keys: KeySpace,
-        partitions: int,
-        *,
-        timeout: float,
-        maxlen: int,
-    ) -> None:
+    def __init__(self, topology: Topology, keys: KeySpace, partitions: int, *, maxlen: int) -> None:
         super().__init__()
-        self._client = client
+        self._topology = topology
         self._keys = keys
         self._streams = [keys.events(p) for p in range(partitions)]
-        self._timeout = timeout
         self._maxlen = maxlen
         # Block for less than the socket timeout so an idle read never times out.
-        self._block_ms = max(1, min(1000, int(timeout * 500)))
+        self._block_ms = max(1, min(1000, int(topology.timeout * 500)))
         self._tails: list[asyncio.Task[None]] = []
         self._ready: asyncio.Event | None = None
         self._started = 0  # tails that have fixed their start positions
 
-    def use(self, client: Client) -> None:
-        """Talk to ``client`` from now on (the manager found a cluster)."""
-        self._client = client
+    def use(self, topology: Topology) -> None:
+        """Talk to ``topology`` from now on (the manager found a cluster)."""
+        self._topology = topology
+        self._block_ms = max(1, min(1000, int(topology.timeout * 500)))
 
     async def publish_task_changed(self, task_id: str) -> None:
         """Append ``task_id`` to its partition's event stream."""
         partition = parse_task_id(task_id)
         if partition is None:
             raise TaskNotFoundError()
-        try:
-            async with asyncio.timeout(self._timeout):
-                await self._client.xadd(
-                    self._keys.events(partition),
-                    {"t": task_id},
-                    maxlen=self._maxlen,
-                    approximate=True,
-                )
-        except CLIENT_ERRORS as exc:
-            raise BackendError("Redis call failed") from exc
+        stream = self._keys.events(partition)
+        fields: dict[str, str] = {"t": task_id}
+        await self._topology.execute(
+            stream,
+            lambda client: client.xadd(stream, fields, maxlen=self._maxlen, approximate=True),  # type: ignore[arg-type]
+        )
 
     def _on_subscribe(self) -> None:
         if self._tails:
@@ -215,9 +205,7 @@ class RedisEventPublisher(TaskEventPublisher):
         self._ready = asyncio.Event()
         loop = asyncio.get_running_loop()
         groups = (
-            [[stream] for stream in self._streams]
-            if isinstance(self._client, RedisCluster)
-            else [self._streams]
+            [[stream] for stream in self._streams] if self._topology.is_cluster else [self._streams]
         )
         self._tails = [
             loop.create_task(self._run(streams, len(groups)), name="redis-tasks-event-tail")
@@ -238,9 +226,12 @@ class RedisEventPublisher(TaskEventPublisher):
         await super().aclose()
 
     async def _positions(self, streams: list[str]) -> dict[str, bytes]:
-        newest: Sequence[Any] = await asyncio.gather(
-            *(self._client.xrevrange(stream, count=1) for stream in streams)
-        )
+        topology = self._topology
+
+        async def newest_of(stream: str) -> Any:
+            return await topology.execute(stream, lambda client: client.xrevrange(stream, count=1))
+
+        newest: Sequence[Any] = await asyncio.gather(*(newest_of(s) for s in streams))
         return {
             stream: (entries[0][0] if entries else b"0-0")
             for stream, entries in zip(streams, newest, strict=True)
@@ -250,22 +241,22 @@ class RedisEventPublisher(TaskEventPublisher):
         assert self._ready is not None
         backoff = 0.05
         positions: dict[str, bytes] | None = None
-        tail = _Tail(self._client)
+        tail = _Tail()
         try:
             while True:
                 try:
                     if positions is None:
-                        async with asyncio.timeout(self._timeout):
-                            positions = await self._positions(streams)
+                        positions = await self._positions(streams)
                         self._started += 1
                         if self._started == tails:
                             self._ready.set()
-                    replies = await tail.read(positions, self._block_ms)
+                    replies = await tail.read(self._topology, positions, self._block_ms)
                     backoff = 0.05
                 except asyncio.CancelledError:
                     raise
                 except CLIENT_ERRORS as exc:
-                    logger.warning("task event tail failed (%s); retrying", type(exc).__name__)
+                    cause = exc.__cause__ if isinstance(exc, BackendError) else exc
+                    logger.warning("task event tail failed (%s); retrying", type(cause).__name__)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, _MAX_BACKOFF)
                     continue
@@ -295,30 +286,27 @@ def _field(fields: Any, name: bytes) -> bytes | None:
 
 
 class _Tail:
-    """One tail's blocking ``XREAD``.
+    """One tail's blocking ``XREAD``, on a connection it keeps.
 
-    On a standalone server it keeps one connection for the tail's whole life and
-    reads raw replies: a busy tail reads hundreds of times a second, and checking a
-    connection out of the pool and parsing each reply into dicts every time cost a
-    worker more than a tenth of its CPU (profiled). The cluster client routes each
-    read to the stream's node itself.
+    A busy tail reads hundreds of times a second, and checking a connection out of
+    the pool and parsing each reply into dicts every time cost a worker more than a
+    tenth of its CPU (profiled); so the tail keeps one connection of its streams'
+    node and reads raw replies. When the streams move (``MOVED``: a failover or a
+    reshard), the topology learns where, and the next read goes there.
     """
 
-    def __init__(self, client: Client) -> None:
-        self._client = client
+    def __init__(self) -> None:
+        self._node: Node | None = None
         self._connection: Any = None
 
-    async def read(self, positions: dict[str, bytes], block_ms: int) -> Any:
+    async def read(self, topology: Topology, positions: dict[str, bytes], block_ms: int) -> Any:
         """New entries after ``positions``: ``[[stream, [[id, fields], ...]], ...]`` or None."""
-        if isinstance(self._client, RedisCluster):
-            return await self._client.xread(
-                positions,  # type: ignore[arg-type]
-                count=_READ_COUNT,
-                block=block_ms,
-            )
-        pool = self._client.connection_pool
+        node = topology.node_for(next(iter(positions)))
+        if node is not self._node:
+            await self.close()
+            self._node = node
         if self._connection is None:
-            self._connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+            self._connection = await node.pool.get_connection()  # type: ignore[no-untyped-call]
         connection = self._connection
         try:
             await connection.send_command(
@@ -326,15 +314,19 @@ class _Tail:
                 *positions, *positions.values(),
             )  # fmt: skip
             return await connection.read_response()
-        except BaseException:
+        except BaseException as exc:
             # Half a reply may be waiting on it: never reuse this connection.
             self._connection = None
             await connection.disconnect()
-            await pool.release(connection)
+            await node.pool.release(connection)
+            if isinstance(exc, MovedError):
+                topology.moved(exc.slot_id, exc.host, int(exc.port))
+            elif isinstance(exc, Exception):
+                topology.failed()
             raise
 
     async def close(self) -> None:
         """Give the connection back to the pool."""
         connection, self._connection = self._connection, None
-        if connection is not None and not isinstance(self._client, RedisCluster):
-            await self._client.connection_pool.release(connection)
+        if connection is not None and self._node is not None:
+            await self._node.pool.release(connection)

@@ -1,18 +1,27 @@
-"""Auto-pipelining: script calls made in one event-loop turn share one round trip.
+"""Auto-pipelining: calls made in one event-loop turn share one write to their node.
 
 Under load many coroutines call scripts at once (a worker's handlers finishing,
 pollers asking ``tasks/get``). Sent one by one, each call pays for a pool
 checkout, a write, a read and a release, and redis-py's per-call overhead, not
-Redis, limits throughput. :class:`AutoPipeline` queues the calls made during
-one turn of the event loop and, at the end of that turn, writes them to one
-connection in one packed write and reads the replies back in order, resolving
-each caller's future as its reply arrives. A lone call goes out at once (one
-turn later), so nothing waits for company: batching costs no latency.
+Redis, limits throughput. An :class:`AutoPipeline` serves one node (one pool):
+it queues the calls made during one turn of the event loop and, at the end of
+that turn, writes them to one connection in one packed write and reads the
+replies back in order, resolving each caller's future as its reply arrives. A
+lone call goes out one turn later, so nothing waits for company. On a cluster
+every primary has its own, so one turn's calls go out as one write per node.
 
 Each script stays atomic on its own; a pipeline only shares the connection, so
-the guarantees are exactly those of separate calls. A failed connection fails
-every call of its batch that has no reply yet, with the connection error, and
-the caller's retry logic applies as before.
+the guarantees are exactly those of separate calls. Two kinds of call carry a
+companion command on the same connection:
+
+- a call redirected by ``ASK`` is preceded by ``ASKING`` (which applies only to
+  the next command of its connection);
+- a *durable* call is followed by ``WAIT``, which confirms every earlier write of
+  its connection: one ``WAIT`` closes a batch and covers all its durable calls,
+  so under load the replica round trip is paid once per batch, not per call.
+
+A failed connection fails every call of its batch that has no reply yet, with
+the connection error; the caller's retry logic applies as before.
 """
 
 from __future__ import annotations
@@ -22,19 +31,18 @@ import math
 from collections.abc import Sequence
 from typing import Any, Final
 
-from redis.asyncio import Redis
+from redis.asyncio.connection import ConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-__all__ = ["AutoPipeline", "pack"]
+__all__ = ["AutoPipeline", "Call", "pack"]
 
 #: The most calls one write carries; a larger turn is split over connections.
 MAX_BATCH: Final = 128
+_ASKING: Final = (b"ASKING",)
 
-_Call = tuple[tuple[Any, ...], "asyncio.Future[Any]"]
 
-
-def pack(commands: Sequence[tuple[Any, ...]]) -> bytes:
+def pack(commands: Sequence[Sequence[Any]]) -> bytes:
     """RESP-encode ``commands`` (arguments: ``bytes``, ``str`` or ``int``) as one write.
 
     Our arguments are only ever these three types, so this is a few times faster
@@ -69,18 +77,47 @@ def _encode_subclass(arg: object) -> bytes:
     raise TypeError(f"cannot send a {type(arg).__name__} to Redis")
 
 
-class AutoPipeline:
-    """Sends the commands given to :meth:`call` in the same loop turn as one pipeline."""
+class Call:
+    """One queued call: its command, its future, and its companions."""
 
-    def __init__(self, client: Redis, timeout: float) -> None:
-        self._client = client
+    __slots__ = ("asking", "command", "future", "wait")
+
+    def __init__(
+        self,
+        command: tuple[Any, ...],
+        future: asyncio.Future[Any],
+        asking: bool,
+        wait: tuple[Any, ...] | None,
+    ) -> None:
+        self.command = command
+        self.future = future
+        self.asking = asking
+        #: ``("WAIT", n, ms)`` for a durable call: its future gets ``(reply, acked)``.
+        self.wait = wait
+
+
+class AutoPipeline:
+    """Sends the commands given to :meth:`call` in the same loop turn as one write.
+
+    ``timeout`` bounds each batch as a whole: the wait for a connection, the
+    write and every reply.
+    """
+
+    def __init__(self, pool: ConnectionPool, timeout: float) -> None:
+        self._pool = pool
         self._timeout = timeout
-        self._queue: list[_Call] = []
+        self._queue: list[Call] = []
         self._scheduled = False
         # asyncio keeps only weak references to tasks: these keep the sends alive.
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def call(self, command: Sequence[Any]) -> asyncio.Future[Any]:
+    def call(
+        self,
+        command: tuple[Any, ...],
+        *,
+        asking: bool = False,
+        wait: tuple[Any, ...] | None = None,
+    ) -> asyncio.Future[Any]:
         """Queue ``command``; the future gets its reply (or its error reply as exception).
 
         Cancelling the future before the batch is written withdraws the command.
@@ -91,38 +128,60 @@ class AutoPipeline:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((tuple(command), future))
+        self._queue.append(Call(command, future, asking, wait))
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._flush)
         return future
 
+    async def call_now(
+        self,
+        command: tuple[Any, ...],
+        *,
+        asking: bool = False,
+        wait: tuple[Any, ...] | None = None,
+    ) -> Any:
+        """Send ``command`` at once on a connection of its own and return its reply.
+
+        For a call others wait on (a worker's claim): it does not wait for the
+        end of the turn, and no other call's reply is read before its own.
+        """
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            await self._send([Call(command, future, asking, wait)])
+        except BaseException:
+            # The caller was cancelled mid-send: nobody will ever ask this future.
+            future.cancel()
+            raise
+        return future.result()
+
     def _flush(self) -> None:
         self._scheduled = False
-        batch = [call for call in self._queue if not call[1].done()]
+        batch = [call for call in self._queue if not call.future.done()]
         self._queue = []
         for start in range(0, len(batch), MAX_BATCH):
             task = asyncio.ensure_future(self._send(batch[start : start + MAX_BATCH]))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, batch: list[_Call]) -> None:
-        pool = self._client.connection_pool
+    async def _send(self, batch: list[Call]) -> None:
+        pool = self._pool
+        commands: list[tuple[Any, ...]] = []
+        wait: tuple[Any, ...] | None = None
+        for call in batch:
+            if call.asking:
+                commands.append(_ASKING)
+            commands.append(call.command)
+            if call.wait is not None:
+                wait = call.wait
+        if wait is not None:
+            commands.append(wait)
         try:
             async with asyncio.timeout(self._timeout):
                 connection = await pool.get_connection()  # type: ignore[no-untyped-call]
                 try:
-                    await connection.send_packed_command(pack([command for command, _ in batch]))
-                    for _, future in batch:
-                        try:
-                            # The batch has one deadline (above), not one per reply.
-                            reply = await connection.read_response(timeout=math.inf)
-                        except ResponseError as exc:  # an error reply: that call's alone
-                            if not future.done():
-                                future.set_exception(exc)
-                            continue
-                        if not future.done():
-                            future.set_result(reply)
+                    await connection.send_packed_command(pack(commands))
+                    await self._read_replies(connection, batch, wait is not None)
                 except BaseException:
                     # Replies left unread would answer the next user of this
                     # connection: drop it rather than return it to the pool.
@@ -133,8 +192,43 @@ class AutoPipeline:
         except BaseException as exc:
             error = exc if isinstance(exc, Exception) else RedisConnectionError("send abandoned")
             # Every call still without a reply fails (the one being read included).
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
+            for call in batch:
+                if not call.future.done():
+                    call.future.set_exception(error)
             if not isinstance(exc, Exception):
                 raise
+
+    @staticmethod
+    async def _read_replies(connection: Any, batch: list[Call], waits: bool) -> None:
+        held: list[tuple[Call, Any]] = []  # durable calls' replies, until WAIT answers
+        for call in batch:
+            future = call.future
+            if call.asking:
+                try:
+                    await connection.read_response(timeout=math.inf)
+                except ResponseError as exc:  # read the command's reply too, to stay in step
+                    if not future.done():
+                        future.set_exception(exc)
+            try:
+                # The batch has one deadline (the caller's), not one per reply.
+                reply = await connection.read_response(timeout=math.inf)
+            except ResponseError as exc:  # an error reply: that call's alone
+                if not future.done():
+                    future.set_exception(exc)
+                continue
+            if call.wait is not None:
+                held.append((call, reply))
+            elif not future.done():
+                future.set_result(reply)
+        if waits:
+            try:
+                acked: Any = int(await connection.read_response(timeout=math.inf))
+            except ResponseError as exc:
+                acked = exc
+            for call, reply in held:
+                if call.future.done():
+                    continue
+                if isinstance(acked, Exception):
+                    call.future.set_exception(acked)
+                else:
+                    call.future.set_result((reply, acked))

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
 
-from ._client import CLIENT_ERRORS, Client, build_client, is_cluster
+from ._client import CLIENT_ERRORS, Client, ConnectionSettings, is_cluster
 from ._codes import ReturnCode, error_for
 from ._errors import BackendError, TaskNotFoundError
 from ._events import RedisEventPublisher, TaskEventPublisher
@@ -36,10 +36,13 @@ from ._origin import TaskOrigin
 from ._record import Encoder, created_task, decode_answers, decode_origin, decode_task
 from ._scripts import Arg, ScriptRunner, scripts
 from ._status import TaskStatus
+from ._topology import ClusterTopology, Node, StandaloneTopology, Topology
 
 __all__ = ["RedisTaskManager"]
 
 logger = logging.getLogger("redis_tasks")
+
+T = TypeVar("T")
 
 
 def _message_args(message: bytes | None) -> tuple[bytes, bytes]:
@@ -115,19 +118,28 @@ class RedisTaskManager:
             raise ValueError("wait_replicas must be >= 0")
         if wait_replicas and not 0 < wait_timeout < timeout:
             raise ValueError("wait_timeout must be positive and below timeout")
-        self._client = client
+        topology: Topology
+        if isinstance(client, RedisCluster):
+            topology = ClusterTopology(ConnectionSettings.from_cluster_client(client, timeout))
+        else:
+            topology = StandaloneTopology(client, timeout, owned=close_client)
+        self._topology: Topology = topology
+        self._cluster_client = client if isinstance(client, RedisCluster) else None
         self._keys = KeySpace(prefix)
         self._partitions = partitions
         self._encoder = Encoder(limits or Limits())
         self._timeout = timeout
         self._events_maxlen = events_maxlen
         self._close_client = close_client
-        self._rebuild: tuple[str, int, dict[str, Any]] | None = None
+        # from_url: how to reach a cluster found on entering, and to build `client`.
+        self._settings: ConnectionSettings | None = None
+        self._detect = False
+        self._url: tuple[str, dict[str, Any]] | None = None
         self._runner = ScriptRunner(
-            client, timeout, wait_replicas=wait_replicas, wait_timeout=wait_timeout
+            topology, wait_replicas=wait_replicas, wait_timeout=wait_timeout
         )
         self._publisher = RedisEventPublisher(
-            client, self._keys, partitions, timeout=timeout, maxlen=events_maxlen
+            topology, self._keys, partitions, maxlen=events_maxlen
         )
         self._poison_error = self._encoder.error(INTERNAL_ERROR)
 
@@ -147,22 +159,20 @@ class RedisTaskManager:
         wait_timeout: float = 1.0,
         **redis_options: Any,
     ) -> RedisTaskManager:
-        """Connect to ``url`` (``redis://`` or ``rediss://``); the manager owns the client.
+        """Connect to ``url`` (``redis://`` or ``rediss://``); the manager owns the connections.
 
-        ``cluster=None`` asks the server when the manager is entered and uses a
-        Redis Cluster client if it runs in cluster mode (any node's URL will do);
-        ``True``/``False`` skip the question. Standalone connections come from a
-        blocking pool of ``max_connections`` (a call waits up to ``timeout`` for a
-        free one); a cluster client keeps up to ``max_connections`` per node.
-        ``redis_options`` go to the client (e.g. ``ssl_ca_certs``, ``username``).
+        ``cluster=None`` asks the server when the manager is entered and serves a
+        Redis Cluster if it runs in cluster mode (any node's URL will do);
+        ``True``/``False`` skip the question. Every node (the one server, or each
+        cluster primary) gets a blocking pool of ``max_connections``: a burst of
+        calls waits for a free connection (within each call's ``timeout``)
+        instead of failing. ``redis_options`` go to every connection (e.g.
+        ``ssl_ca_certs``, ``username``).
         """
-        client = build_client(
-            url,
-            cluster=bool(cluster),
-            timeout=timeout,
-            max_connections=max_connections,
-            options=redis_options,
+        settings = ConnectionSettings.from_url(
+            url, timeout=timeout, max_connections=max_connections, options=redis_options
         )
+        client = Redis.from_pool(settings.pool(*settings.seeds[0]))
         manager = cls(
             client,
             prefix=prefix,
@@ -174,8 +184,11 @@ class RedisTaskManager:
             wait_timeout=wait_timeout,
             close_client=True,
         )
-        if cluster is None:
-            manager._rebuild = (url, max_connections, dict(redis_options))
+        manager._settings = settings
+        manager._url = (url, {**redis_options, "max_connections": max_connections})
+        if cluster:
+            manager._use(ClusterTopology(settings))
+        manager._detect = cluster is None
         return manager
 
     @property
@@ -195,13 +208,35 @@ class RedisTaskManager:
 
     @property
     def client(self) -> Client:
-        """The Redis client this manager uses (a ``RedisCluster`` on a cluster)."""
-        return self._client
+        """A redis-py client for your own commands (a ``RedisCluster`` on a cluster).
+
+        The library's own calls do not go through it: they use a pool per node
+        (see :mod:`redis_tasks._topology`). On a cluster it is made on first use
+        and closed with the manager.
+        """
+        topology = self._topology
+        if isinstance(topology, StandaloneTopology):
+            return topology.client
+        if self._cluster_client is None:
+            assert self._url is not None
+            url, options = self._url
+            self._cluster_client = RedisCluster.from_url(
+                url,
+                socket_timeout=self._timeout,
+                socket_connect_timeout=self._timeout,
+                **options,
+            )
+        return self._cluster_client
+
+    def primary_clients(self) -> list[Redis]:
+        """A redis-py client per primary (the one server on standalone), for
+        per-node commands of your own (``INFO``, ``SCAN``); the library's pools."""
+        return [node.client for node in self._topology.primaries()]
 
     @property
     def is_cluster(self) -> bool:
         """Whether this manager talks to a Redis Cluster."""
-        return isinstance(self._client, RedisCluster)
+        return self._topology.is_cluster
 
     @property
     def keyspace(self) -> KeySpace:
@@ -215,29 +250,15 @@ class RedisTaskManager:
 
     async def __aenter__(self) -> Self:
         """Detect a cluster if asked to, load the scripts, create the work groups."""
-        if self._rebuild is not None:
-            url, max_connections, options = self._rebuild
-            self._rebuild = None
-            assert isinstance(self._client, Redis)
-            if await is_cluster(self._client, self._timeout):
-                standalone = self._client
-                self._use(
-                    build_client(
-                        url,
-                        cluster=True,
-                        timeout=self._timeout,
-                        max_connections=max_connections,
-                        options=options,
-                    )
-                )
-                await standalone.aclose()
-        if isinstance(self._client, RedisCluster):
-            # Learn the slot map before anything runs concurrently on the client.
-            try:
-                async with asyncio.timeout(self._timeout * 2):
-                    await self._client.initialize()
-            except CLIENT_ERRORS as exc:
-                raise BackendError("could not reach the Redis Cluster") from exc
+        if self._detect:
+            self._detect = False
+            topology = self._topology
+            assert isinstance(topology, StandaloneTopology)
+            assert self._settings is not None
+            if await is_cluster(topology.client, self._timeout):
+                self._use(ClusterTopology(self._settings))
+                await topology.aclose()
+        await self._topology.start()
         await self.ensure_work_groups(range(self._partitions), load_scripts=True)
         await self._warn_if_evicting()
         return self
@@ -250,16 +271,12 @@ class RedisTaskManager:
         """
         try:
             async with asyncio.timeout(self._timeout):
-                if isinstance(self._client, RedisCluster):
-                    replies: Any = await self._client.config_get(
-                        "maxmemory-policy", target_nodes=RedisCluster.PRIMARIES
+                configs = await asyncio.gather(
+                    *(
+                        node.client.config_get("maxmemory-policy")
+                        for node in self._topology.primaries()
                     )
-                    configs = list(replies.values()) if isinstance(replies, dict) else [replies]
-                    # One node's answer is the dict itself when only one primary exists.
-                    if configs and not isinstance(configs[0], dict):
-                        configs = [replies]
-                else:
-                    configs = [await self._client.config_get("maxmemory-policy")]
+                )
         except (*CLIENT_ERRORS, TimeoutError):
             return
         policies = set()
@@ -278,10 +295,10 @@ class RedisTaskManager:
                 extra={"event": "eviction_policy", "policy": "/".join(evicting)},
             )
 
-    def _use(self, client: Client) -> None:
-        self._client = client
-        self._runner.client = client
-        self._publisher.use(client)
+    def _use(self, topology: Topology) -> None:
+        self._topology = topology
+        self._runner.topology = topology
+        self._publisher.use(topology)
 
     async def ensure_work_groups(
         self, partitions: Iterable[int], *, load_scripts: bool = False
@@ -289,36 +306,46 @@ class RedisTaskManager:
         """Create the ``workers`` group on each partition's work stream if it is missing.
 
         Reading from offset 0, so entries added before the group existed (or after
-        a server lost it) are still delivered.
+        a server lost it) are still delivered. ``load_scripts`` also loads every
+        script on every primary.
         """
-        client = self._client
+        topology = self._topology
+        # One pipeline per node, on one connection: sixteen calls in parallel opened
+        # sixteen connections at every start, and over TLS on a loaded host their
+        # handshakes ran past the connect timeout.
+        by_node: dict[str, tuple[Node, list[str]]] = {}
         try:
-            async with asyncio.timeout(self._timeout * 2):
-                if self.is_cluster:
-                    calls: list[Any] = []
-                    if load_scripts:  # a cluster client loads each script on every primary
-                        calls += [client.script_load(script.source) for script in scripts.values()]
-                    calls += [
-                        client.xgroup_create(self._keys.work(p), WORK_GROUP, id="0", mkstream=True)
-                        for p in partitions
-                    ]
-                    replies = await asyncio.gather(*calls, return_exceptions=True)
-                else:
-                    # One pipeline on one connection: sixteen calls in parallel opened
-                    # sixteen connections at every start, and over TLS on a loaded host
-                    # their handshakes ran past the connect timeout.
-                    pipe = client.pipeline(transaction=False)
-                    if load_scripts:
-                        for script in scripts.values():
-                            pipe.script_load(script.source)
-                    for p in partitions:
-                        pipe.xgroup_create(self._keys.work(p), WORK_GROUP, id="0", mkstream=True)
-                    replies = await pipe.execute(raise_on_error=False)
+            for node in topology.primaries() if load_scripts else []:
+                by_node[node.name] = (node, [])
+            for p in partitions:
+                stream = self._keys.work(p)
+                node = topology.node_for(stream)
+                by_node.setdefault(node.name, (node, []))[1].append(stream)
         except CLIENT_ERRORS as exc:
             raise BackendError("could not prepare the work streams on Redis") from exc
-        for reply in replies:
+
+        async def prepare(node: Node, streams: list[str]) -> list[Any]:
+            pipe = node.client.pipeline(transaction=False)
+            if load_scripts:
+                for script in scripts.values():
+                    pipe.script_load(script.source)
+            for stream in streams:
+                pipe.xgroup_create(stream, WORK_GROUP, id="0", mkstream=True)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+            return replies
+
+        try:
+            async with asyncio.timeout(self._timeout * 2):
+                replies = await asyncio.gather(
+                    *(prepare(node, streams) for node, streams in by_node.values())
+                )
+        except CLIENT_ERRORS as exc:
+            topology.failed()
+            raise BackendError("could not prepare the work streams on Redis") from exc
+        for reply in (r for node_replies in replies for r in node_replies):
             # BUSYGROUP: another process created the group first, as intended.
             if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+                topology.failed()  # a MOVED here means the slot map is stale
                 raise BackendError("could not prepare the work streams on Redis") from reply
 
     async def __aexit__(
@@ -327,10 +354,22 @@ class RedisTaskManager:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Stop the event tail and close the client if this manager owns it."""
+        """Stop the event tail and close the connections this manager owns."""
         await self._publisher.aclose()
-        if self._close_client:
-            await self._client.aclose()
+        await self._topology.aclose()
+        if self._cluster_client is not None and (self._close_client or self._url is not None):
+            await self._cluster_client.aclose()
+
+    async def execute(
+        self, key: str, command: Callable[[Redis], Awaitable[T]], *, within: float | None = None
+    ) -> T:
+        """Run ``command(client)`` on the node that serves ``key``: redirects and
+        failovers followed, transient failures retried, all within ``within``
+        seconds (default: the manager's timeout). Raises :class:`BackendError` (cause attached).
+
+        For the worker's stream commands; scripts go through the script runner.
+        """
+        return await self._topology.execute(key, command, within=within)
 
     @property
     def event_publisher(self) -> TaskEventPublisher:

@@ -12,7 +12,6 @@ reloaded on NOSCRIPT.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import re
 from collections.abc import Sequence
@@ -20,24 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from redis.asyncio import RedisCluster
-from redis.exceptions import AskError, MovedError, NoScriptError, ResponseError
-from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 
-from ._client import CLIENT_ERRORS, Client
+from ._client import CLIENT_ERRORS
 from ._codes import ReturnCode, error_for
 from ._errors import BackendError, InternalError, RedisTasksError, ReplicationError
 from ._keys import WORK_GROUP
-from ._pipeline import AutoPipeline
 from ._status import TERMINAL_STATUSES
+from ._topology import Node, Topology
 
 __all__ = ["SPECS", "Script", "ScriptRunner", "lua_dir", "scripts"]
 
 _INCLUDES: Final = ("common", "claim")
-# Failures after which the same call may simply be made again: a broken
-# connection, a slot that moved, or the cluster client's connection state torn
-# down under it during a topology change (AttributeError inside redis-py).
-_RETRY_ONCE: Final = (RedisConnectionError, MovedError, AskError, AttributeError)
 _HEADER = re.compile(r"\A--\[\[(.*?)\]\]", re.S)
 _SLOT = re.compile(r"^\s+(\d+)(\.\.)?\s+(\w+)", re.M)
 
@@ -206,39 +199,27 @@ scripts: Final[dict[str, Script]] = _load_all()
 
 
 class ScriptRunner:
-    """Runs scripts on one Redis client: EVALSHA, NOSCRIPT reload, timeout, error mapping.
+    """Runs scripts on a topology: EVALSHA, NOSCRIPT reload, one deadline, error mapping.
 
     Redis errors of every kind become :class:`BackendError` here, the one
     boundary between the backend and the library's exception tree. Scripts are
     idempotent, so a lost reply can be retried: create finds its own task,
     finish accepts the identical transition again, claim returns the caller's
-    own live lease, and the rest change nothing when repeated.
+    own live lease, and the rest change nothing when repeated. Redirects,
+    failovers and broken connections are retried by :meth:`Topology.call`
+    within the call's one deadline (``timeout``).
     """
 
-    __slots__ = ("_client", "_pipeline", "timeout", "wait_replicas", "wait_timeout_ms")
+    __slots__ = ("_wait", "timeout", "topology", "wait_replicas")
 
     def __init__(
-        self, client: Client, timeout: float, *, wait_replicas: int = 0, wait_timeout: float = 1.0
+        self, topology: Topology, *, wait_replicas: int = 0, wait_timeout: float = 1.0
     ) -> None:
-        self.timeout = timeout
-        self._pipeline: AutoPipeline | None = None
-        self.client = client
+        self.topology = topology
+        self.timeout = topology.timeout
         self.wait_replicas = wait_replicas
-        self.wait_timeout_ms = max(1, int(wait_timeout * 1000))
-
-    @property
-    def client(self) -> Client:
-        """The client scripts run on."""
-        return self._client
-
-    @client.setter
-    def client(self, client: Client) -> None:
-        self._client = client
-        # Standalone calls are auto-pipelined; the cluster client routes each call
-        # to its slot's node itself (and follows MOVED/ASK), so it sends them one by one.
-        self._pipeline = (
-            None if isinstance(client, RedisCluster) else AutoPipeline(client, self.timeout)
-        )
+        wait_ms = max(1, int(wait_timeout * 1000))
+        self._wait = (b"WAIT", wait_replicas, wait_ms) if wait_replicas > 0 else None
 
     async def run(
         self, name: str, keys: Sequence[str], args: Sequence[Arg], *, durable: bool = False
@@ -264,120 +245,55 @@ class ScriptRunner:
         durable: bool = False,
         batch: bool = True,
     ) -> list[Any]:
-        """Run script ``name`` and return its reply, whatever its code.
+        """Run script ``name`` on the node that owns its keys and return its reply,
+        whatever its code.
 
-        A broken connection (the server restarted, or killed our client) is
-        retried once on a fresh one: every script is written to be safe to run
-        again after a reply was lost. ``batch=False`` sends the call on a
-        connection of its own at once instead of with the auto-pipeline's next
-        batch: for a call that others wait on (a worker's batch claim).
+        ``batch=False`` sends the call on a connection of its own at once instead
+        of with the auto-pipeline's next batch: for a call that others wait on (a
+        worker's claim).
         """
         script = scripts[name]
-        waits = durable and self.wait_replicas > 0
-        # An auto-pipelined call is bounded by its batch's deadline; saving a timer
-        # per call matters at tens of thousands of calls a second.
-        bounded = self._pipeline is not None and batch and not waits
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        try:
-            async with contextlib.nullcontext() if bounded else asyncio.timeout_at(deadline):
+        wait = self._wait if durable else None
+        topology = self.topology
+
+        async def attempt(node: Node, asking: bool) -> Any:
+            pipeline = node.pipeline
+            command: tuple[Any, ...] = (b"EVALSHA", script.sha, len(keys), *keys, *args)
+            for _ in range(2):
                 try:
-                    reply = await self._attempt(script, keys, args, waits, batch)
-                except _RETRY_ONCE:
-                    # A broken connection, or a slot that moved under a WAIT call.
-                    # The retry gets what is left of the call's one timeout: a
-                    # batched call's own deadline would start afresh, and a
-                    # connection killed late in a stall then doubled the wait.
-                    async with asyncio.timeout_at(deadline):
-                        reply = await self._attempt(script, keys, args, waits, batch)
+                    if batch:
+                        return await pipeline.call(command, asking=asking, wait=wait)
+                    return await pipeline.call_now(command, asking=asking, wait=wait)
+                except NoScriptError:
+                    # A restart, failover or SCRIPT FLUSH emptied the cache; EVAL runs
+                    # the script and caches it again for the next EVALSHA.
+                    command = (b"EVAL", script.source, len(keys), *keys, *args)
+            raise BackendError("the script could not be loaded")
+
+        # The first attempt is bounded by its batch's own deadline, which saves a
+        # timer per call at tens of thousands of calls a second; retries get what
+        # is left of the call's one deadline.
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        try:
+            reply = await topology.call(
+                topology.slot(keys[0]), attempt, deadline=deadline, timed=False
+            )
         except TimeoutError as exc:
             raise BackendError("Redis call timed out") from exc
         except RedisTasksError:
-            raise  # already ours (ReplicationError, BackendError)
+            raise  # already ours
         except CLIENT_ERRORS as exc:
             raise BackendError("Redis call failed") from exc
+        if wait is not None:
+            reply, acked = reply
+            # Only a script that answered OK wrote something for the replicas to
+            # confirm. Any other answer (a stale fence, a terminal task) changed
+            # nothing: it reaches the caller as what it is, not as unconfirmed.
+            wrote = isinstance(reply, list) and bool(reply) and reply[0] == ReturnCode.OK
+            if wrote and acked < self.wait_replicas:
+                raise ReplicationError(
+                    f"only {acked} of {self.wait_replicas} replicas confirmed the write in time"
+                )
         if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
             raise InternalError("unexpected script reply")
         return reply
-
-    async def _attempt(
-        self, script: Script, keys: Sequence[str], args: Sequence[Arg], waits: bool, batch: bool
-    ) -> Any:
-        if waits:
-            return await self._call_and_wait(script, keys, args)
-        return await self._call(script, keys, args, batch)
-
-    async def _call(
-        self, script: Script, keys: Sequence[str], args: Sequence[Arg], batch: bool = True
-    ) -> Any:
-        try:
-            if self._pipeline is not None and batch:
-                return await self._pipeline.call(("EVALSHA", script.sha, len(keys), *keys, *args))
-            return await self.client.evalsha(script.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            # A restart, failover or SCRIPT FLUSH emptied the cache; EVAL runs
-            # the script and caches it again for the next EVALSHA.
-            return await self.client.eval(script.source, len(keys), *keys, *args)
-
-    async def _call_and_wait(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
-        """Run the script, then ``WAIT`` on the same connection (WAIT covers only the
-        writes of its own connection), on the node that owns the keys."""
-        client = self.client
-        if isinstance(client, RedisCluster):
-            node = client.get_node_from_key(keys[0])
-            if node is None:
-                raise BackendError("no node serves this key")
-            connection = node.acquire_connection()
-            try:
-                reply, acked = await self._send_with_wait(connection, script, keys, args)
-            except MovedError:
-                # The slot moved (failover, resharding): learn where it lives now.
-                await client.nodes_manager.initialize()
-                raise
-            finally:
-                node.release(connection)
-        else:
-            pool = client.connection_pool
-            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-            try:
-                reply, acked = await self._send_with_wait(connection, script, keys, args)
-            finally:
-                await pool.release(connection)
-        # Only a script that answered OK wrote something for the replicas to confirm.
-        # Any other answer (a stale fence, a terminal task) changed nothing: it must
-        # reach the caller as what it is, not as an unconfirmed write.
-        wrote = isinstance(reply, list) and bool(reply) and reply[0] == ReturnCode.OK
-        if wrote and acked < self.wait_replicas:
-            raise ReplicationError(
-                f"only {acked} of {self.wait_replicas} replicas confirmed the write in time"
-            )
-        return reply
-
-    async def _send_with_wait(
-        self, connection: Any, script: Script, keys: Sequence[str], args: Sequence[Arg]
-    ) -> tuple[Any, int]:
-        wait = ("WAIT", self.wait_replicas, self.wait_timeout_ms)
-        for command in (("EVALSHA", script.sha), ("EVAL", script.source)):
-            try:
-                await connection.send_packed_command(
-                    connection.pack_commands([(*command, len(keys), *keys, *args), wait])
-                )
-                replies: list[Any] = []
-                for _ in range(2):
-                    try:
-                        replies.append(await connection.read_response())
-                    except ResponseError as exc:  # read both replies to stay in sync
-                        replies.append(exc)
-            except BaseException:
-                # A half-read connection must not go back to the pool as it is.
-                await connection.disconnect()
-                raise
-            reply, acked = replies
-            if isinstance(reply, NoScriptError):
-                continue  # the cache was emptied (restart, failover): EVAL loads it
-            if isinstance(reply, ResponseError):
-                raise reply
-            if isinstance(acked, ResponseError):
-                raise acked
-            return reply, int(acked)
-        raise BackendError("the script could not be loaded")

@@ -30,9 +30,9 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Final, Self
 
+from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from ._client import CLIENT_ERRORS
 from ._errors import (
     BackendError,
     LeaseLostError,
@@ -70,6 +70,12 @@ def _frames(exc: BaseException) -> str:
     """Where an exception was raised, without its message (which may hold secrets)."""
     summary = traceback.extract_tb(exc.__traceback__)
     return " <- ".join(f"{f.filename}:{f.lineno} in {f.name}" for f in reversed(summary))
+
+
+def _no_group(exc: BaseException) -> bool:
+    """Whether ``exc`` says the work stream's group is missing (NOGROUP)."""
+    cause = exc.__cause__
+    return isinstance(cause, ResponseError) and "NOGROUP" in str(cause)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -304,24 +310,25 @@ class Worker:
 
     async def _forget_consumer(self) -> None:
         """Remove this worker's consumer from each group it left nothing pending in."""
-        client = self.manager.client
         for partition in self.partitions:
             stream = self.manager.keyspace.work(partition)
+
+            async def forget(client: Redis, stream: str = stream) -> None:
+                pending = await client.xpending_range(
+                    stream, WORK_GROUP, min="-", max="+", count=1, consumername=self.name
+                )
+                if not pending:
+                    await client.xgroup_delconsumer(stream, WORK_GROUP, self.name)
+
             try:
-                async with asyncio.timeout(self.manager.timeout):
-                    pending = await client.xpending_range(
-                        stream, WORK_GROUP, min="-", max="+", count=1, consumername=self.name
-                    )
-                    if not pending:
-                        await client.xgroup_delconsumer(stream, WORK_GROUP, self.name)
-            except CLIENT_ERRORS:
+                await self.manager.execute(stream, forget)
+            except BackendError:
                 return  # best effort: a stale consumer is removed by others later
 
     # -- reading and reclaiming ------------------------------------------------------
 
     async def _read(self, partition: int) -> None:
         stream = self.manager.keyspace.work(partition)
-        client = self.manager.client
         backoff = 0.05
         backlog = False
         while not self._stopping.is_set():
@@ -339,17 +346,17 @@ class Worker:
             # Idle: block for one entry without reserving a slot, so every
             # partition is watched while idle partitions hold no capacity.
             try:
-                async with asyncio.timeout(self._block_ms / 1000 + self.manager.timeout):
-                    reply: Any = await client.xreadgroup(
+                reply: Any = await self.manager.execute(
+                    stream,
+                    lambda client: client.xreadgroup(
                         WORK_GROUP, self.name, {stream: ">"}, count=1, block=self._block_ms
-                    )
-            except ResponseError as exc:
-                if "NOGROUP" in str(exc):  # the server lost the group (flush, no persistence)
+                    ),
+                    within=self._block_ms / 1000 + self.manager.timeout,
+                )
+            except BackendError as exc:
+                if _no_group(exc):  # the server lost the group (flush, no persistence)
                     await self._recreate_group(partition)
                     continue
-                backoff = await self._backoff("read", backoff)
-                continue
-            except CLIENT_ERRORS:
                 backoff = await self._backoff("read", backoff)
                 continue
             backoff = 0.05
@@ -381,7 +388,7 @@ class Worker:
             )
         except RedisTasksError as exc:
             self._slots.give(reserved)
-            if isinstance(exc.__cause__, ResponseError) and "NOGROUP" in str(exc.__cause__):
+            if _no_group(exc):
                 await self._recreate_group(partition)
                 return False, backoff
             # Entries the script read before its reply was lost stay pending with
@@ -426,7 +433,6 @@ class Worker:
     async def _reclaim_loop(self) -> None:
         cursors = dict.fromkeys(self.partitions, "0-0")
         lease_ms = self.lease // timedelta(milliseconds=1)
-        client = self.manager.client
         passes = 0
         while True:
             await asyncio.sleep(self._reclaim_every)
@@ -437,16 +443,8 @@ class Worker:
                     break
                 stream = self.manager.keyspace.work(partition)
                 try:
-                    async with asyncio.timeout(self.manager.timeout):
-                        reply = await client.xautoclaim(
-                            stream,
-                            WORK_GROUP,
-                            self.name,
-                            lease_ms,
-                            start_id=cursors[partition],
-                            count=wanted,
-                        )
-                except CLIENT_ERRORS:
+                    reply = await self._autoclaim(stream, cursors[partition], lease_ms, wanted)
+                except BackendError:
                     self._slots.give(wanted)
                     continue
                 # Keep the cursor: the next pass continues where this one stopped.
@@ -458,22 +456,32 @@ class Worker:
             if passes % 100 == 1:
                 await self._remove_stale_consumers()
 
+    async def _autoclaim(self, stream: str, cursor: str, lease_ms: int, count: int) -> Any:
+        return await self.manager.execute(
+            stream,
+            lambda client: client.xautoclaim(
+                stream, WORK_GROUP, self.name, lease_ms, start_id=cursor, count=count
+            ),
+        )
+
     async def _remove_stale_consumers(self) -> None:
-        client = self.manager.client
         for partition in self.partitions:
             stream = self.manager.keyspace.work(partition)
+
+            async def remove(client: Redis, stream: str = stream) -> None:
+                for consumer in await client.xinfo_consumers(stream, WORK_GROUP):
+                    name = consumer["name"]
+                    name = name.decode() if isinstance(name, bytes) else name
+                    if (
+                        name != self.name
+                        and consumer["pending"] == 0
+                        and consumer["idle"] > _STALE_CONSUMER_MS
+                    ):
+                        await client.xgroup_delconsumer(stream, WORK_GROUP, name)
+
             try:
-                async with asyncio.timeout(self.manager.timeout):
-                    for consumer in await client.xinfo_consumers(stream, WORK_GROUP):
-                        name = consumer["name"]
-                        name = name.decode() if isinstance(name, bytes) else name
-                        if (
-                            name != self.name
-                            and consumer["pending"] == 0
-                            and consumer["idle"] > _STALE_CONSUMER_MS
-                        ):
-                            await client.xgroup_delconsumer(stream, WORK_GROUP, name)
-            except CLIENT_ERRORS:
+                await self.manager.execute(stream, remove)
+            except BackendError:
                 return
 
     # -- running one task ------------------------------------------------------------
@@ -522,12 +530,13 @@ class Worker:
         _log(
             logging.WARNING, "dropping a malformed work entry", "foreign_entry", partition=partition
         )
-        try:
-            async with asyncio.timeout(self.manager.timeout):
-                await self.manager.client.xack(stream, WORK_GROUP, entry_id)
-                await self.manager.client.xdel(stream, entry_id)
-        except CLIENT_ERRORS:
-            return
+
+        async def drop(client: Redis) -> None:
+            await client.xack(stream, WORK_GROUP, entry_id)
+            await client.xdel(stream, entry_id)
+
+        with contextlib.suppress(BackendError):
+            await self.manager.execute(stream, drop)
 
     async def _guarded(self, task_id: str, work: Awaitable[None]) -> None:
         """Await ``work`` (one task's run); an unexpected error is logged, not raised."""

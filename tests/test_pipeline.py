@@ -48,7 +48,7 @@ def test_pack_writes_resp_for_our_three_argument_types() -> None:
 async def test_calls_of_one_turn_share_one_write_and_get_their_own_replies(
     client: Redis, prefix: str
 ) -> None:
-    pipeline = AutoPipeline(client, timeout=5)
+    pipeline = AutoPipeline(client.connection_pool, timeout=5)
     replies = await asyncio.gather(
         *(pipeline.call(("ECHO", f"{prefix}-{i}")) for i in range(MAX_BATCH))
     )
@@ -62,7 +62,7 @@ async def test_calls_of_one_turn_share_one_write_and_get_their_own_replies(
 
 
 async def test_an_error_reply_fails_only_its_own_call(client: Redis, prefix: str) -> None:
-    pipeline = AutoPipeline(client, timeout=5)
+    pipeline = AutoPipeline(client.connection_pool, timeout=5)
     results = await asyncio.gather(
         pipeline.call(("SET", f"{prefix}:a", "1")),
         pipeline.call(("EVALSHA", "0" * 40, 0)),
@@ -78,7 +78,7 @@ async def test_an_error_reply_fails_only_its_own_call(client: Redis, prefix: str
 async def test_a_broken_connection_fails_every_call_without_a_reply(
     client: Redis, prefix: str
 ) -> None:
-    pipeline = AutoPipeline(client, timeout=5)
+    pipeline = AutoPipeline(client.connection_pool, timeout=5)
     # QUIT is answered, then the server closes the connection under the rest.
     results = await asyncio.gather(
         pipeline.call(("QUIT",)),
@@ -95,7 +95,7 @@ async def test_a_broken_connection_fails_every_call_without_a_reply(
 async def test_a_hung_server_fails_the_batch_within_the_timeout(
     client: Redis, redis_server: RedisServer
 ) -> None:
-    pipeline = AutoPipeline(client, timeout=0.3)
+    pipeline = AutoPipeline(client.connection_pool, timeout=0.3)
     pauser = Redis.from_url(redis_server.url)
     await pauser.client_pause(1500, all=True)
     loop = asyncio.get_running_loop()
@@ -114,7 +114,7 @@ async def test_a_hung_server_fails_the_batch_within_the_timeout(
 async def test_a_call_cancelled_before_its_turn_ends_is_never_sent(
     client: Redis, prefix: str
 ) -> None:
-    pipeline = AutoPipeline(client, timeout=5)
+    pipeline = AutoPipeline(client.connection_pool, timeout=5)
     withdrawn = pipeline.call(("SET", f"{prefix}:w", "1"))
     withdrawn.cancel()
     assert await pipeline.call(("EXISTS", f"{prefix}:w")) == 0

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -226,12 +226,12 @@ async def test_a_hung_redis_raises_backend_error_within_the_timeout(
 
 
 class LoseNextReply:
-    """Wraps both ways a script call leaves (the auto-pipeline, and a direct EVALSHA
-    for calls that skip batching): the script runs, then the connection "breaks"."""
+    """Wraps both ways a script call leaves (the auto-pipeline's next batch, and a call
+    sent at once): the script runs, then the connection "breaks"."""
 
-    def __init__(self, pipeline: AutoPipeline, client: Redis) -> None:
+    def __init__(self, pipeline: AutoPipeline) -> None:
         self.pipelined = pipeline.call
-        self.direct = client.evalsha
+        self.direct = pipeline.call_now
         self.armed = False
         self.lost = 0
 
@@ -243,11 +243,11 @@ class LoseNextReply:
             raise RedisConnectionError("Connection closed by server.")
         return reply
 
-    async def call(self, command: Sequence[Any]) -> Any:
-        return self._lose(await self.pipelined(command))
+    async def call(self, command: tuple[Any, ...], **companions: Any) -> Any:
+        return self._lose(await self.pipelined(command, **companions))
 
-    async def evalsha(self, *args: Any) -> Any:
-        return self._lose(await self.direct(*args))
+    async def call_now(self, command: tuple[Any, ...], **companions: Any) -> Any:
+        return self._lose(await self.direct(command, **companions))
 
 
 async def test_every_script_is_safe_to_retry_after_a_lost_reply(
@@ -256,11 +256,11 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
     m = standalone_backend.manager
     client = standalone_backend.client
     assert isinstance(client, Redis)
-    pipeline = m._runner._pipeline
-    assert pipeline is not None
-    flaky = LoseNextReply(pipeline, client)
+    (node,) = m._topology.primaries()
+    pipeline = node.pipeline
+    flaky = LoseNextReply(pipeline)
     monkeypatch.setattr(pipeline, "call", flaky.call)
-    monkeypatch.setattr(client, "evalsha", flaky.evalsha)
+    monkeypatch.setattr(pipeline, "call_now", flaky.call_now)
     events = EventLog()
     m.event_publisher.subscribe(events)
     await m.event_publisher.wait_ready()

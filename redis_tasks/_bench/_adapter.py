@@ -73,14 +73,15 @@ async def clean(url: str, queue: str) -> None:
 
 async def delete_prefix(manager: RedisTaskManager) -> None:
     """Unlink every key of ``manager``'s prefix, a partition (one slot) at a time."""
-    client = manager.client
-    keys = [k async for k in client.scan_iter(match=manager.keyspace.pattern(), count=1000)]
-    by_tag: dict[bytes, list[bytes]] = {}
-    for key in keys:
-        by_tag.setdefault(key[: key.index(b"}") + 1], []).append(key)
-    for group in by_tag.values():
-        for i in range(0, len(group), 1000):
-            await client.unlink(*group[i : i + 1000])
+    pattern = manager.keyspace.pattern()
+    for client in manager.primary_clients():
+        keys = [k async for k in client.scan_iter(match=pattern, count=1000)]
+        by_tag: dict[bytes, list[bytes]] = {}
+        for key in keys:
+            by_tag.setdefault(key[: key.index(b"}") + 1], []).append(key)
+        for group in by_tag.values():
+            for i in range(0, len(group), 1000):
+                await client.unlink(*group[i : i + 1000])
 
 
 if __name__ == "__main__":

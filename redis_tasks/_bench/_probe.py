@@ -1,4 +1,9 @@
-"""What the harness asks Redis itself: command counters, version, and where it listens."""
+"""What the harness asks Redis itself: command counters, CPU, version, where it listens.
+
+On a cluster every question goes to each primary (through the same topology the
+library uses, so it works wherever the library does); the answers are summed, and
+CPU is also kept per primary, so a run shows how evenly the primaries were loaded.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
-from redis.asyncio import Redis, RedisCluster
-
-from redis_tasks._client import build_client, is_cluster
+from redis_tasks._client import ConnectionSettings
+from redis_tasks._topology import Topology, connect
 
 __all__ = ["Probe", "RedisAddress"]
 
 # The harness's own commands, left out of per-job counts.
-_OURS: Final = frozenset({"info", "config|resetstat", "config", "cluster|nodes", "cluster|slots"})
+_OURS: Final = frozenset(
+    {"info", "config|resetstat", "config", "cluster|nodes", "cluster|slots", "ping", "hello"}
+)
 _TIMEOUT: Final = 10.0
 
 
@@ -44,42 +50,42 @@ class RedisAddress:
 
 
 class Probe:
-    """A connection for the harness's own questions (``async with Probe(url)``)."""
+    """Connections for the harness's own questions (``async with Probe(url)``)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.cluster = False
-        self._client: Any = None
+        self._topology: Topology | None = None
 
     async def __aenter__(self) -> Probe:
-        """Connect, and learn whether ``url`` is a cluster node."""
-        standalone = build_client(
-            self.url, cluster=False, timeout=_TIMEOUT, max_connections=4, options={}
+        """Connect, and learn whether ``url`` is a cluster node (and its primaries)."""
+        settings = ConnectionSettings.from_url(
+            self.url, timeout=_TIMEOUT, max_connections=4, options={}
         )
-        assert isinstance(standalone, Redis)
-        self.cluster = await is_cluster(standalone, _TIMEOUT)
-        if self.cluster:
-            await standalone.aclose()
-            self._client = build_client(
-                self.url, cluster=True, timeout=_TIMEOUT, max_connections=4, options={}
-            )
-            await self._client.initialize()
-        else:
-            self._client = standalone
+        self._topology = await connect(settings, None)
+        self.cluster = self._topology.is_cluster
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        """Close the connection."""
-        await self._client.aclose()
+        """Close the connections."""
+        if self._topology is not None:
+            await self._topology.aclose()
 
-    async def _each_primary(self, command: str, *args: str) -> list[Any]:
+    async def _each_primary(self, *command: str) -> list[Any]:
+        """``command``'s reply from every primary, in a stable order (by address)."""
+        assert self._topology is not None
+        nodes = sorted(self._topology.primaries(), key=lambda node: node.name)
         async with asyncio.timeout(_TIMEOUT):
-            if self.cluster:
-                replies = await self._client.execute_command(
-                    command, *args, target_nodes=RedisCluster.PRIMARIES
-                )
-                return list(replies.values()) if isinstance(replies, dict) else [replies]
-            return [await self._client.execute_command(command, *args)]
+            replies: list[Any] = await asyncio.gather(
+                *(node.client.execute_command(*command) for node in nodes)  # type: ignore[no-untyped-call]
+            )
+        return replies
+
+    @property
+    def primaries(self) -> int:
+        """How many primaries serve the data (1 on a standalone server)."""
+        assert self._topology is not None
+        return len(self._topology.primaries())
 
     async def reset_stats(self) -> None:
         """``CONFIG RESETSTAT`` on every primary."""
@@ -100,12 +106,16 @@ class Probe:
                     totals[name] = totals.get(name, 0) + int(fields["calls"])
         return totals
 
-    async def cpu_seconds(self) -> float:
-        """CPU seconds (user and system) the primaries' server processes have used."""
-        return sum(
+    async def cpu_by_primary(self) -> list[float]:
+        """CPU seconds (user and system) each primary's server process has used."""
+        return [
             float(reply["used_cpu_user"]) + float(reply["used_cpu_sys"])
             for reply in await self._each_primary("INFO", "cpu")
-        )
+        ]
+
+    async def cpu_seconds(self) -> float:
+        """CPU seconds the primaries' server processes have used, together."""
+        return sum(await self.cpu_by_primary())
 
     async def version(self) -> str:
         """The server's ``redis_version``."""
