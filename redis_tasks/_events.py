@@ -14,13 +14,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from redis.exceptions import MovedError
-
 from ._client import CLIENT_ERRORS
 from ._errors import BackendError, TaskNotFoundError
 from ._ids import parse_task_id
 from ._keys import KeySpace
-from ._topology import Node, Topology
+from ._pipeline import pack
+from ._rawio import KeptConnection
+from ._topology import Topology
 
 __all__ = [
     "InMemoryEventPublisher",
@@ -296,37 +296,15 @@ class _Tail:
     """
 
     def __init__(self) -> None:
-        self._node: Node | None = None
-        self._connection: Any = None
+        self._kept = KeptConnection()
 
     async def read(self, topology: Topology, positions: dict[str, bytes], block_ms: int) -> Any:
         """New entries after ``positions``: ``[[stream, [[id, fields], ...]], ...]`` or None."""
-        node = topology.node_for(next(iter(positions)))
-        if node is not self._node:
-            await self.close()
-            self._node = node
-        if self._connection is None:
-            self._connection = await node.pool.get_connection()  # type: ignore[no-untyped-call]
-        connection = self._connection
-        try:
-            await connection.send_command(
-                "XREAD", "COUNT", _READ_COUNT, "BLOCK", block_ms, "STREAMS",
-                *positions, *positions.values(),
-            )  # fmt: skip
-            return await connection.read_response()
-        except BaseException as exc:
-            # Half a reply may be waiting on it: never reuse this connection.
-            self._connection = None
-            await connection.disconnect()
-            await node.pool.release(connection)
-            if isinstance(exc, MovedError):
-                topology.moved(exc.slot_id, exc.host, int(exc.port))
-            elif isinstance(exc, Exception):
-                topology.failed()
-            raise
+        command = (b"XREAD", b"COUNT", _READ_COUNT, b"BLOCK", block_ms, b"STREAMS",
+                   *positions, *positions.values())  # fmt: skip
+        within = block_ms / 1000 + topology.timeout
+        return await self._kept.request(topology, next(iter(positions)), pack([command]), within)
 
     async def close(self) -> None:
         """Give the connection back to the pool."""
-        connection, self._connection = self._connection, None
-        if connection is not None and self._node is not None:
-            await self._node.pool.release(connection)
+        await self._kept.close()

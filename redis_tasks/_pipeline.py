@@ -35,10 +35,16 @@ from redis.asyncio.connection import ConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-__all__ = ["AutoPipeline", "Call", "pack"]
+from ._client import CLIENT_ERRORS
+
+__all__ = ["AutoPipeline", "Call", "pack", "write"]
 
 #: The most calls one write carries; a larger turn is split over connections.
 MAX_BATCH: Final = 128
+#: Connections a pipeline keeps between batches instead of giving them back to the
+#: pool: a checkout (lock, condition, health probe, metrics hooks) cost more than
+#: the write it served (profiled). Enough for the batches of a busy turn.
+KEEP: Final = 4
 _ASKING: Final = (b"ASKING",)
 
 
@@ -77,6 +83,33 @@ def _encode_subclass(arg: object) -> bytes:
     raise TypeError(f"cannot send a {type(arg).__name__} to Redis")
 
 
+async def write(connection: Any, data: bytes) -> None:
+    """Write ``data`` (packed commands) to ``connection``, connecting it if needed.
+
+    Straight to the connection's stream writer: redis-py's ``send_packed_command``
+    wraps every write in ``asyncio.wait_for``, which starts a task per write (a
+    busy worker writes tens of thousands of times a second), and every write of
+    ours is already bounded by a deadline of its own (a batch's, or a blocking
+    read's). The private ``_writer`` (there since redis-py 4.2) is looked up
+    defensively: without it the public path is taken.
+    """
+    writer = getattr(connection, "_writer", None)
+    if writer is None:
+        await connection.send_packed_command(data, check_health=False)
+        return
+    transport = getattr(writer, "transport", None)
+    if transport is not None and transport.is_closing():
+        # A closing transport drops writes silently: fail now, not at the deadline.
+        await connection.disconnect(nowait=True)
+        raise RedisConnectionError("the connection is closed")
+    try:
+        writer.writelines((data,))
+        await writer.drain()
+    except OSError as exc:
+        await connection.disconnect(nowait=True)
+        raise RedisConnectionError("Error while writing to the socket") from exc
+
+
 class Call:
     """One queued call: its command, its future, and its companions."""
 
@@ -107,6 +140,7 @@ class AutoPipeline:
         self._pool = pool
         self._timeout = timeout
         self._queue: list[Call] = []
+        self._idle: list[Any] = []  # connections kept between batches (at most KEEP)
         self._scheduled = False
         # asyncio keeps only weak references to tasks: these keep the sends alive.
         self._tasks: set[asyncio.Task[None]] = set()
@@ -178,16 +212,19 @@ class AutoPipeline:
             commands.append(wait)
         try:
             async with asyncio.timeout(self._timeout):
-                connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+                connection = await self._checkout()
                 try:
-                    await connection.send_packed_command(pack(commands))
+                    await write(connection, pack(commands))
                     await self._read_replies(connection, batch, wait is not None)
                 except BaseException:
                     # Replies left unread would answer the next user of this
-                    # connection: drop it rather than return it to the pool.
+                    # connection: drop it rather than use it again.
                     await connection.disconnect()
+                    await pool.release(connection)
                     raise
-                finally:
+                if len(self._idle) < KEEP:
+                    self._idle.append(connection)
+                else:
                     await pool.release(connection)
         except BaseException as exc:
             error = exc if isinstance(exc, Exception) else RedisConnectionError("send abandoned")
@@ -197,6 +234,26 @@ class AutoPipeline:
                     call.future.set_exception(error)
             if not isinstance(exc, Exception):
                 raise
+
+    async def _checkout(self) -> Any:
+        """A kept connection that is still sound, else one from the pool."""
+        idle = self._idle
+        while idle:
+            connection = idle.pop()
+            try:
+                # Connected, at no EOF, with no stray bytes: fit for the next batch.
+                if connection.is_connected and not await connection.can_read():
+                    return connection
+            except CLIENT_ERRORS:
+                pass  # the pool's own check reconnects it on its next checkout
+            await self._pool.release(connection)
+        return await self._pool.get_connection()  # type: ignore[no-untyped-call]
+
+    async def aclose(self) -> None:
+        """Give the kept connections back to the pool (which may then close them)."""
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await self._pool.release(connection)
 
     @staticmethod
     async def _read_replies(connection: Any, batch: list[Call], waits: bool) -> None:

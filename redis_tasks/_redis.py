@@ -33,6 +33,8 @@ from ._models import (
     TaskUpdateContext,
 )
 from ._origin import TaskOrigin
+from ._pipeline import pack
+from ._rawio import KeptConnection
 from ._record import Encoder, created_task, decode_answers, decode_origin, decode_task
 from ._scripts import Arg, ScriptRunner, scripts
 from ._status import TaskStatus
@@ -359,6 +361,19 @@ class RedisTaskManager:
         await self._topology.aclose()
         if self._cluster_client is not None and (self._close_client or self._url is not None):
             await self._cluster_client.aclose()
+
+    async def request_kept(
+        self, kept: KeptConnection, key: str, command: tuple[Arg, ...], *, within: float
+    ) -> Any:
+        """Send one raw command (a blocking stream read) on ``kept``, the connection a
+        read loop keeps on ``key``'s node; its raw reply within ``within`` seconds.
+        Not retried (the loop backs off); failures raise :class:`BackendError`."""
+        try:
+            return await kept.request(self._topology, key, pack([command]), within)
+        except TimeoutError as exc:
+            raise BackendError("Redis call timed out") from exc
+        except CLIENT_ERRORS as exc:
+            raise BackendError("Redis call failed") from exc
 
     async def execute(
         self, key: str, command: Callable[[Redis], Awaitable[T]], *, within: float | None = None

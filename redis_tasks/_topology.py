@@ -55,6 +55,7 @@ from ._errors import BackendError
 from ._pipeline import AutoPipeline
 
 __all__ = [
+    "TRANSIENT",
     "ClusterTopology",
     "Node",
     "SlotUncoveredError",
@@ -82,8 +83,8 @@ class SlotUncoveredError(RedisConnectionError):
     """No known node serves the slot (yet): retried like a refused connection."""
 
 
-# Failures after which the same call, made again a little later, may succeed.
-_TRANSIENT: Final = (
+#: Failures after which the same call, made again a little later, may succeed.
+TRANSIENT: Final = (
     TryAgainError,
     ClusterDownError,  # and MasterDownError
     ReadOnlyError,
@@ -199,7 +200,7 @@ class Topology(ABC):
                 error = exc
             except _PERMANENT:
                 raise
-            except _TRANSIENT as exc:
+            except TRANSIENT as exc:
                 asking = None
                 failures += 1
                 self.failed()
@@ -276,6 +277,7 @@ class StandaloneTopology(Topology):
 
     async def aclose(self) -> None:
         """Close the client if the topology made it."""
+        await self._node.pipeline.aclose()
         if self._owned:
             await self._node.client.aclose()
 
@@ -408,6 +410,7 @@ class ClusterTopology(Topology):
             self._refreshing.cancel()
             await asyncio.gather(self._refreshing, return_exceptions=True)
         for node in self._nodes.values():
+            await node.pipeline.aclose()
             await node.client.aclose()  # and its pool
 
 

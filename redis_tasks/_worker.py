@@ -47,6 +47,7 @@ from ._ids import parse_task_id
 from ._keys import WORK_GROUP
 from ._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from ._models import JsonRpcError
+from ._rawio import KeptConnection
 from ._redis import RedisTaskManager
 
 __all__ = ["Worker"]
@@ -70,6 +71,21 @@ def _frames(exc: BaseException) -> str:
     """Where an exception was raised, without its message (which may hold secrets)."""
     summary = traceback.extract_tb(exc.__traceback__)
     return " <- ".join(f"{f.filename}:{f.lineno} in {f.name}" for f in reversed(summary))
+
+
+def _entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """The entries of a raw one-stream ``XREADGROUP`` reply (RESP2 list or RESP3 map)."""
+    if not reply:
+        return []
+    (_, entries), *_ = reply.items() if isinstance(reply, dict) else reply
+    out = []
+    for entry_id, fields in entries or ():
+        if isinstance(fields, dict):
+            out.append((entry_id, fields))
+        else:  # a flat [field, value, ...] list; None once the entry was deleted
+            flat = fields or []
+            out.append((entry_id, dict(zip(flat[::2], flat[1::2], strict=True))))
+    return out
 
 
 def _no_group(exc: BaseException) -> bool:
@@ -328,7 +344,17 @@ class Worker:
     # -- reading and reclaiming ------------------------------------------------------
 
     async def _read(self, partition: int) -> None:
+        kept = KeptConnection()
+        try:
+            await self._read_with(kept, partition)
+        finally:
+            await kept.close()
+
+    async def _read_with(self, kept: KeptConnection, partition: int) -> None:
         stream = self.manager.keyspace.work(partition)
+        read = (b"XREADGROUP", b"GROUP", WORK_GROUP, self.name, b"COUNT", 1,
+                b"BLOCK", self._block_ms, b"STREAMS", stream, b">")  # fmt: skip
+        within = self._block_ms / 1000 + self.manager.timeout
         backoff = 0.05
         backlog = False
         while not self._stopping.is_set():
@@ -346,13 +372,7 @@ class Worker:
             # Idle: block for one entry without reserving a slot, so every
             # partition is watched while idle partitions hold no capacity.
             try:
-                reply: Any = await self.manager.execute(
-                    stream,
-                    lambda client: client.xreadgroup(
-                        WORK_GROUP, self.name, {stream: ">"}, count=1, block=self._block_ms
-                    ),
-                    within=self._block_ms / 1000 + self.manager.timeout,
-                )
+                reply: Any = await self.manager.request_kept(kept, stream, read, within=within)
             except BackendError as exc:
                 if _no_group(exc):  # the server lost the group (flush, no persistence)
                     await self._recreate_group(partition)
@@ -360,7 +380,7 @@ class Worker:
                 backoff = await self._backoff("read", backoff)
                 continue
             backoff = 0.05
-            entries = reply[0][1] if reply else []
+            entries = _entries(reply)
             backlog = bool(entries)
             for entry_id, fields in entries:
                 if self._slots.take_up_to(1):

@@ -56,9 +56,38 @@ async def test_calls_of_one_turn_share_one_write_and_get_their_own_replies(
     pool = client.connection_pool
     assert isinstance(pool, CountingPool)
     assert pool.checkouts == 1
-    # A turn larger than a batch is split.
+    # A turn larger than a batch is split: the kept connection and one more.
     await asyncio.gather(*(pipeline.call(("PING",)) for _ in range(MAX_BATCH + 1)))
-    assert pool.checkouts == 3
+    assert pool.checkouts == 2
+    # Both are kept: the next turns check nothing out of the pool.
+    for _ in range(3):
+        await asyncio.gather(*(pipeline.call(("PING",)) for _ in range(MAX_BATCH + 1)))
+    assert pool.checkouts == 2
+    await pipeline.aclose()
+
+
+async def test_a_kept_connection_the_server_closed_is_replaced_not_used(
+    client: Redis, redis_server: RedisServer, prefix: str
+) -> None:
+    pipeline = AutoPipeline(client.connection_pool, timeout=5)
+    name = f"{prefix}-kept"
+    assert await pipeline.call(("CLIENT", "SETNAME", name)) == b"OK"
+    killer = Redis.from_url(redis_server.url)
+    try:
+        (kept,) = [c for c in await killer.client_list() if c["name"] == name]
+        assert await killer.client_kill_filter(_id=kept["id"]) == 1
+    finally:
+        await killer.aclose()
+    # The next batch finds the kept connection at EOF and takes a sound one, or (if
+    # the close has not arrived yet) fails like any broken connection; either way
+    # the dead connection is dropped, never used again.
+    try:
+        first: Any = await pipeline.call(("ECHO", "after"))
+    except RedisConnectionError as exc:
+        first = exc
+    assert first == b"after" or isinstance(first, RedisConnectionError)
+    assert await pipeline.call(("ECHO", "again")) == b"again"
+    await pipeline.aclose()
 
 
 async def test_an_error_reply_fails_only_its_own_call(client: Redis, prefix: str) -> None:

@@ -11,13 +11,14 @@ import platform
 import statistics
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any, Final
 
 from redis_tasks._bench._probe import Probe
 from redis_tasks._bench._progress import Progress
-from redis_tasks._bench._report import plot, ratios, table
-from redis_tasks._bench._scenarios import Bench, Settings
+from redis_tasks._bench._report import compare, plot, ratios, table
+from redis_tasks._bench._scenarios import Bench, Settings, pickup_figures
 from redis_tasks._bench._systems import PEERS, AdapterError, System, ours, peer
 
 __all__ = ["SCENARIOS", "add_bench_command", "run_bench"]
@@ -68,9 +69,17 @@ def add_bench_command(commands: Any) -> None:
         "redis-server on a free loopback port)",
     )
     bench.add_argument(
+        "--topology",
+        choices=("standalone", "cluster", "both"),
+        default=None,
+        help="load private servers on loopback instead of --redis-url: a redis-server, a "
+        "3-primary, 3-replica cluster, or both, every scenario's rounds alternating between "
+        "them and the cluster's figures compared with standalone's",
+    )
+    bench.add_argument(
         "--start-cluster",
         action="store_true",
-        help="load a private 3-primary, 3-replica Redis Cluster on loopback instead",
+        help="the same as --topology cluster",
     )
     defaults = Settings()
     sizes = bench.add_argument_group("sizes")
@@ -117,74 +126,147 @@ def _systems(args: argparse.Namespace) -> list[System]:
     return systems
 
 
+async def _environment(url: str) -> dict[str, Any]:
+    async with Probe(url) as probe:
+        return {
+            "redis_version": await probe.version(),
+            "redis_mode": "cluster" if probe.cluster else "standalone",
+            "primaries": probe.primaries,
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+        }
+
+
 async def _run(
-    url: str,
+    urls: dict[str, str],
     settings: Settings,
     scenarios: tuple[str, ...],
     systems: list[System],
     log: IO[bytes],
     progress: Progress,
 ) -> dict[str, Any]:
-    bench = Bench(url, settings, progress, log)
-    async with Probe(url) as probe:
-        environment = {
-            "redis_version": await probe.version(),
-            "redis_mode": "cluster" if probe.cluster else "standalone",
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-        }
-    results: dict[str, Any] = {
-        "date": datetime.date.today().isoformat(),
-        "environment": environment,
-        "settings": {**settings.__dict__, "workers": list(settings.workers)},
-        "systems": {s.name: {} for s in systems},
+    """Every scenario on every topology of ``urls`` (name -> URL).
+
+    With more than one topology the rounds of each scenario alternate between
+    them, so drift on a shared machine hits both alike, and the result holds a
+    comparison (cluster over standalone).
+    """
+    benches = {
+        name: Bench(url, settings, progress.tagged(name) if len(urls) > 1 else progress, log)
+        for name, url in urls.items()
     }
+    runs: dict[str, dict[str, Any]] = {}
+    for name, url in urls.items():
+        runs[name] = {
+            "environment": await _environment(url),
+            "systems": {s.name: {} for s in systems},
+        }
     if "limit" in scenarios:
-        results["limit"] = await bench.limit()
+        for name, bench in benches.items():
+            runs[name]["limit"] = await bench.limit()
     if "drain" in scenarios:
-        await _drains(bench, systems, results["systems"])
+        await _drains(benches, systems, runs)
     if "pickup" in scenarios:
-        for system in systems:
-            try:
-                results["systems"][system.name]["pickup"] = await bench.pickup(system)
-            except AdapterError as exc:
-                results["systems"][system.name]["pickup_error"] = str(exc)
+        await _pickups(benches, systems, runs)
     if "lifecycle" in scenarios:
-        results["lifecycle"] = {str(w): await bench.lifecycle(w) for w in settings.workers}
+        for workers in settings.workers:
+
+            def lifecycle(bench: Bench, workers: int = workers) -> Awaitable[dict[str, Any]]:
+                return bench.lifecycle(workers)
+
+            for name, row in (await _rounds(benches, lifecycle)).items():
+                runs[name].setdefault("lifecycle", {})[str(workers)] = row
     if "find" in scenarios:
-        results["find"] = await bench.find()
+        for name, row in (await _rounds(benches, lambda b: b.find())).items():
+            runs[name]["find"] = row
     if "notify" in scenarios:
-        results["notify"] = await bench.notify()
-    results["systems"] = {k: v for k, v in results["systems"].items() if v}
-    results["ratios"] = ratios(results)
-    return results
+        for name, bench in benches.items():
+            runs[name]["notify"] = await bench.notify()
+    for run in runs.values():
+        run["systems"] = {k: v for k, v in run["systems"].items() if v}
+        run["ratios"] = ratios(run)
+    header = {
+        "date": datetime.date.today().isoformat(),
+        "settings": {**settings.__dict__, "workers": list(settings.workers)},
+    }
+    if len(runs) == 1:
+        return {**header, **next(iter(runs.values()))}
+    return {**header, "topologies": runs, "comparison": compare(runs)}
 
 
-async def _drains(bench: Bench, systems: list[System], out: dict[str, Any]) -> None:
-    """Every system's drain rounds, interleaved, so drift on the machine hits all alike."""
-    samples: dict[tuple[str, int], list[tuple[float, dict[str, int], dict[str, float]]]] = {}
-    failed: set[str] = set()
-    for round_ in range(bench.settings.rounds):
+async def _rounds(
+    benches: dict[str, Bench], measure: Callable[[Bench], Awaitable[dict[str, Any]]]
+) -> dict[str, dict[str, Any]]:
+    """``measure`` for ``rounds`` rounds on every topology, alternating; per topology the
+    round with the median rate, and every round's rate."""
+    samples: dict[str, list[dict[str, Any]]] = {name: [] for name in benches}
+    rounds = next(iter(benches.values())).settings.rounds
+    for _ in range(rounds):
+        for name, bench in benches.items():
+            samples[name].append(await measure(bench))
+    out = {}
+    for name, rows in samples.items():
+        median = sorted(rows, key=lambda row: row["rate"])[len(rows) // 2]
+        out[name] = {**median, "rounds": [row["rate"] for row in rows]}
+    return out
+
+
+async def _pickups(
+    benches: dict[str, Bench], systems: list[System], runs: dict[str, dict[str, Any]]
+) -> None:
+    """Pickup rounds, alternating systems and topologies; samples pooled per pair."""
+    samples: dict[tuple[str, str], list[float]] = {}
+    failed: set[tuple[str, str]] = set()
+    rounds = next(iter(benches.values())).settings.rounds
+    for round_ in range(rounds):
         for system in systems:
-            if system.name in failed:
-                continue
-            for workers in bench.settings.workers if system.is_ours else (1,):
-                label = f"{system.name} drain w={workers} #{round_ + 1}"
+            for name, bench in benches.items():
+                if (name, system.name) in failed:
+                    continue
+                label = f"{system.name} pickup #{round_ + 1}"
                 try:
-                    sample = await bench.drain(system, workers, label)
+                    got = await bench.pickup_samples(system, label)
                 except AdapterError as exc:
-                    failed.add(system.name)
-                    out[system.name]["drain_error"] = str(exc)
-                    break
-                samples.setdefault((system.name, workers), []).append(sample)
-                bench.progress.note(f"{label}: {sample[0]:.0f} jobs/s")
-    n = bench.settings.tasks
-    for (name, workers), rounds in samples.items():
+                    failed.add((name, system.name))
+                    runs[name]["systems"][system.name]["pickup_error"] = str(exc)
+                    continue
+                samples.setdefault((name, system.name), []).extend(got)
+    for (name, system_name), values in samples.items():
+        if (name, system_name) not in failed:
+            runs[name]["systems"][system_name]["pickup"] = pickup_figures(values)
+
+
+async def _drains(
+    benches: dict[str, Bench], systems: list[System], runs: dict[str, dict[str, Any]]
+) -> None:
+    """Every system's drain rounds, interleaved across systems and topologies, so drift
+    on the machine hits all alike."""
+    samples: dict[tuple[str, str, int], list[tuple[float, dict[str, int], dict[str, Any]]]] = {}
+    failed: set[tuple[str, str]] = set()
+    settings = next(iter(benches.values())).settings
+    for round_ in range(settings.rounds):
+        for system in systems:
+            for workers in settings.workers if system.is_ours else (1,):
+                for name, bench in benches.items():
+                    if (name, system.name) in failed:
+                        continue
+                    label = f"{system.name} drain w={workers} #{round_ + 1}"
+                    try:
+                        sample = await bench.drain(system, workers, label)
+                    except AdapterError as exc:
+                        failed.add((name, system.name))
+                        runs[name]["systems"][system.name]["drain_error"] = str(exc)
+                        continue
+                    samples.setdefault((name, system.name, workers), []).append(sample)
+                    bench.progress.note(f"{label}: {sample[0]:.0f} jobs/s")
+    n = settings.tasks
+    for (name, system_name, workers), rounds in samples.items():
         rates = [rate for rate, _, _ in rounds]
         # Counts and CPU of the median round: they belong to the rate reported.
         _, calls, usage = sorted(rounds, key=lambda sample: sample[0])[len(rounds) // 2]
-        out[name].setdefault("drain", {})[str(workers)] = {
+        out = runs[name]["systems"][system_name]
+        out.setdefault("drain", {})[str(workers)] = {
             "rate": round(statistics.median(rates)),
             "rounds": [round(rate) for rate in rates],
             "commands_per_job": round(sum(calls.values()) / n, 1),
@@ -224,24 +306,30 @@ def run_bench(args: argparse.Namespace) -> int:
         log_path = Path(scratch) / "bench.log"
         from redis_tasks.testing import start_redis_cluster, start_redis_server
 
-        server: Any = None
-        url = args.redis_url
-        if args.start_cluster:
-            server = start_redis_cluster(Path(scratch) / "cluster")
-            url = server.url
-        elif not url:
-            server = start_redis_server(Path(scratch) / "redis")
-            url = server.url
+        topology = "cluster" if args.start_cluster else args.topology
+        if topology is None and not args.redis_url:
+            topology = "standalone"
+        servers: list[Any] = []
+        urls: dict[str, str] = {}
+        progress = Progress(quiet=args.quiet)
         try:
+            if topology in ("standalone", "both"):
+                servers.append(start_redis_server(Path(scratch) / "redis"))
+                urls["standalone"] = servers[-1].url
+            if topology in ("cluster", "both"):
+                progress.note("starting a private 3-primary, 3-replica cluster")
+                servers.append(start_redis_cluster(Path(scratch) / "cluster"))
+                urls["cluster"] = servers[-1].url
+            if topology is None:
+                urls["redis"] = args.redis_url
             with log_path.open("ab") as log:
-                progress = Progress(quiet=args.quiet)
-                results = asyncio.run(_run(url, settings, scenarios, systems, log, progress))
+                results = asyncio.run(_run(urls, settings, scenarios, systems, log, progress))
         except (AdapterError, OSError, RuntimeError) as exc:
             print(f"redis-tasks bench: {exc}", file=sys.stderr)
             print(log_path.read_text(errors="replace")[-4000:], file=sys.stderr)
             return 1
         finally:
-            if server is not None:
+            for server in servers:
                 server.stop()
     if args.json is not None:
         text = json.dumps(results, indent=2)

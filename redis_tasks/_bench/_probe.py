@@ -87,6 +87,12 @@ class Probe:
         assert self._topology is not None
         return len(self._topology.primaries())
 
+    def owner(self, key: str) -> tuple[str, int]:
+        """``(host, port)`` of the primary that serves ``key``."""
+        assert self._topology is not None
+        host, _, port = self._topology.node_for(key).name.rpartition(":")
+        return host, int(port)
+
     async def reset_stats(self) -> None:
         """``CONFIG RESETSTAT`` on every primary."""
         await self._each_primary("CONFIG", "RESETSTAT")

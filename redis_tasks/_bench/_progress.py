@@ -31,11 +31,19 @@ class Progress:
         self._quiet = quiet
         self._live = self._stream.isatty()
         self._drawn = 0.0
+        self._tag = ""
+
+    def tagged(self, tag: str) -> Progress:
+        """The same bar, every label prefixed with ``tag`` (a topology's name, say)."""
+        view = Progress(self._stream, quiet=self._quiet)
+        view._tag = f"{self._tag}{tag} "
+        return view
 
     def update(self, label: str, done: int, total: int) -> None:
         """Show ``done`` of ``total`` for ``label``; a finished bar ends its line."""
         if self._quiet:
             return
+        label = self._tag + label
         finished = done >= total
         if self._live:
             now = time.monotonic()
@@ -54,5 +62,5 @@ class Progress:
     def note(self, text: str) -> None:
         """A line of its own (a finished measurement)."""
         if not self._quiet:
-            self._stream.write(text + "\n")
+            self._stream.write(self._tag + text + "\n")
             self._stream.flush()

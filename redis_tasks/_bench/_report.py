@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["plot", "ratios", "table"]
+__all__ = ["compare", "plot", "ratios", "table"]
 
 OURS: Final = "redis-tasks"
 
@@ -72,13 +72,72 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: The cluster's targets against standalone: (figure, bound, higher is better).
+_PARITY: Final = {"throughput": 0.9, "pickup_p99": 1.2}
+
+
+def compare(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The cluster's figures over standalone's (same run), with the parity targets.
+
+    Throughput ratios above 1 mean the cluster is faster; latency ratios below 1
+    mean it is quicker. Targets: every throughput >= 0.9x, pickup p99 <= 1.2x.
+    """
+    base, other = runs["standalone"], runs["cluster"]
+    ours_base = base.get("systems", {}).get(OURS, {})
+    ours_other = other.get("systems", {}).get(OURS, {})
+    found: dict[str, float] = {}
+    for workers, row in ours_base.get("drain", {}).items():
+        theirs = ours_other.get("drain", {}).get(workers)
+        if theirs:
+            found[f"drain_w{workers}"] = theirs["rate"] / row["rate"]
+    for workers, row in base.get("lifecycle", {}).items():
+        theirs = other.get("lifecycle", {}).get(workers)
+        if theirs:
+            found[f"lifecycle_w{workers}"] = theirs["rate"] / row["rate"]
+    if base.get("find") and other.get("find"):
+        found["find"] = other["find"]["rate"] / base["find"]["rate"]
+    pickup_base, pickup_other = ours_base.get("pickup"), ours_other.get("pickup")
+    if pickup_base and pickup_other:
+        found["pickup_p50"] = pickup_other["p50"] / pickup_base["p50"]
+        found["pickup_p99"] = pickup_other["p99"] / pickup_base["p99"]
+    targets = {}
+    for name, ratio in found.items():
+        if name.startswith(("drain", "lifecycle", "find")):
+            targets[name] = {"ratio": round(ratio, 2), "met": ratio >= _PARITY["throughput"]}
+        elif name == "pickup_p99":
+            targets[name] = {"ratio": round(ratio, 2), "met": ratio <= _PARITY["pickup_p99"]}
+    return {
+        "cluster_over_standalone": {name: round(value, 2) for name, value in found.items()},
+        "targets": targets,
+    }
+
+
 def table(results: dict[str, Any]) -> str:
-    """The run as aligned text: one row per system, then our own scenarios."""
+    """The run as aligned text: per topology one row per system, then our own
+    scenarios; with two topologies, the cluster's figures over standalone's."""
+    if "topologies" in results:
+        lines: list[str] = []
+        for name, run in results["topologies"].items():
+            lines += [f"== {name} ==", _table({**run, "settings": results["settings"]}), ""]
+        comparison = results["comparison"]
+        parts = [f"{k} {v}x" for k, v in comparison["cluster_over_standalone"].items()]
+        lines.append(f"cluster / standalone: {', '.join(parts) if parts else '-'}")
+        for name, target in comparison["targets"].items():
+            bound = "<= 1.2x" if name == "pickup_p99" else ">= 0.9x"
+            verdict = "met" if target["met"] else "NOT met"
+            lines.append(f"target cluster {name} {bound}: {verdict} ({target['ratio']}x)")
+        return "\n".join(lines)
+    return _table(results)
+
+
+def _table(results: dict[str, Any]) -> str:
     lines: list[str] = []
     env = results["environment"]
     settings = results["settings"]
     lines.append(
-        f"Redis {env['redis_version']} ({env['redis_mode']}), {env['cpus']} CPUs, "
+        f"Redis {env['redis_version']} ({env['redis_mode']}, "
+        f"{env.get('primaries', 1)} primar{'y' if env.get('primaries', 1) == 1 else 'ies'}), "
+        f"{env['cpus']} CPUs, "
         f"Python {env['python']}; no-op jobs, worker concurrency {settings['concurrency']}"
     )
     systems: dict[str, Any] = results.get("systems", {})
@@ -102,6 +161,9 @@ def table(results: dict[str, Any]) -> str:
                 else "-"
             )
             lines.append(f"{name:14}{cells}{lat:>20}{per_job:>10}{cpu:>22}")
+            if first and "redis_us_per_job_by_primary" in first:
+                shares = " / ".join(str(us) for us in first["redis_us_per_job_by_primary"])
+                lines.append(f"{'':14}Redis CPU us/job by primary: {shares}")
         lines.append(
             f"(drain: {settings['tasks']} jobs, median of {settings['rounds']} rounds; "
             f"pickup: {settings['pickups']} jobs one at a time)"
@@ -112,6 +174,12 @@ def table(results: dict[str, Any]) -> str:
                 f"lifecycle w={workers}: {row['rate']} tasks/s with {row['clients']} clients; "
                 f"create-to-terminal p50 {row['p50']} / p99 {row['p99']} / "
                 f"p99.9 {row['p99.9']} ms"
+                + (
+                    f"; CPU us/task client {row['client_us_per_task']} + workers "
+                    f"{row['worker_us_per_task']} + Redis {row['redis_us_per_task']}"
+                    if "client_us_per_task" in row
+                    else ""
+                )
             )
     if "find" in results:
         row = results["find"]
@@ -124,8 +192,9 @@ def table(results: dict[str, Any]) -> str:
         lines.append(f"notify: change to subscriber p50 {row['p50']} / p99 {row['p99']} ms")
     if "limit" in results:
         row = results["limit"]
+        where = " on one primary" if env["redis_mode"] == "cluster" else ""
         lines.append(
-            f"limit (redis-benchmark, {row['clients']} clients, EVALSHA): "
+            f"limit (redis-benchmark{where}, {row['clients']} clients, EVALSHA): "
             f"create {row['create']['rate']}/s, find {row['find']['rate']}/s"
         )
     verdicts = results.get("ratios", {})
@@ -138,6 +207,18 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _systems_by_label(results: dict[str, Any]) -> dict[str, Any]:
+    """Every system's results; with two topologies, each labelled with its topology."""
+    if "topologies" not in results:
+        systems: dict[str, Any] = results.get("systems", {})
+        return systems
+    return {
+        f"{name} ({topology})": result
+        for topology, run in results["topologies"].items()
+        for name, result in run.get("systems", {}).items()
+    }
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
     """Write a PNG: drain throughput by worker count, and pickup latency percentiles.
 
@@ -148,7 +229,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    systems: dict[str, Any] = results.get("systems", {})
+    systems = _systems_by_label(results)
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
     for name, result in systems.items():
         drain = result.get("drain", {})
@@ -156,7 +237,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
             continue
         workers = sorted(int(w) for w in drain)
         rates = [drain[str(w)]["rate"] for w in workers]
-        left.plot(workers, rates, marker="o", linewidth=2.5 if name == OURS else 1.2, label=name)
+        width = 2.5 if name.startswith(OURS) else 1.2
+        left.plot(workers, rates, marker="o", linewidth=width, label=name)
     counts = sorted({int(w) for r in systems.values() for w in r.get("drain", {})})
     left.set_xticks(counts)
     left.set_xlabel("worker processes")
@@ -178,10 +260,15 @@ def plot(results: dict[str, Any], path: Path) -> None:
     right.set_title("Idle pickup latency (enqueue to handler start)")
     right.grid(alpha=0.3, axis="y")
     right.legend()
-    env = results["environment"]
+    if "topologies" in results:
+        envs = [run["environment"] for run in results["topologies"].values()]
+        modes = " vs ".join(env["redis_mode"] for env in envs)
+    else:
+        envs = [results["environment"]]
+        modes = envs[0]["redis_mode"]
     figure.suptitle(
-        f"redis-tasks bench: Redis {env['redis_version']} {env['redis_mode']}, "
-        f"{env['cpus']} CPUs, {results['date']}"
+        f"redis-tasks bench: Redis {envs[0]['redis_version']} {modes}, "
+        f"{envs[0]['cpus']} CPUs, {results['date']}"
     )
     figure.tight_layout()
     figure.savefig(path, dpi=110)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
+import dataclasses
 import itertools
 import secrets
 import shutil
@@ -31,7 +32,7 @@ from ._probe import Probe, RedisAddress
 from ._progress import Progress, percentile
 from ._systems import AdapterError, AdapterProcess, System, ours
 
-__all__ = ["Bench", "Settings"]
+__all__ = ["Bench", "Settings", "pickup_figures"]
 
 _ENQUEUE_CHUNK: Final = 2_000  # jobs per enqueue command: the progress bar's step
 _WARM_TRIES: Final = 200
@@ -63,6 +64,11 @@ def _ms(seconds: float) -> float:
 def _latencies(samples_ms: Sequence[float], *quantiles: float) -> dict[str, float]:
     names = {0.5: "p50", 0.99: "p99", 0.999: "p99.9"}
     return {names[q]: round(percentile(list(samples_ms), q), 3) for q in quantiles}
+
+
+def pickup_figures(samples_ms: Sequence[float]) -> dict[str, Any]:
+    """p50, p99 and the sample count of pickup latencies (ms)."""
+    return {**_latencies(samples_ms, 0.5, 0.99), "samples": len(samples_ms)}
 
 
 class Bench:
@@ -134,13 +140,13 @@ class Bench:
 
     async def drain(
         self, system: System, workers: int, label: str
-    ) -> tuple[float, dict[str, int], dict[str, float]]:
+    ) -> tuple[float, dict[str, int], dict[str, Any]]:
         """One round: N jobs enqueued while the workers are stopped, then drained.
 
         Returns jobs/s (from the resume until the last job started), the calls per
         command Redis ran for enqueueing and draining them, and where the CPU went
-        while draining: microseconds per job in the workers and in Redis, and how
-        many cores each kept busy.
+        while draining: microseconds per job in the workers and in Redis (in all,
+        and per primary on a cluster), and how many cores each kept busy.
         """
         n = self.settings.tasks
         async with (
@@ -156,7 +162,7 @@ class Bench:
             for start in range(0, n, _ENQUEUE_CHUNK):
                 await client.ask(f"enqueue {min(_ENQUEUE_CHUNK, n - start)}")
                 self.progress.update(f"{label} enqueue", min(n, start + _ENQUEUE_CHUNK), n)
-            redis_before = await probe.cpu_seconds()
+            redis_before = await probe.cpu_by_primary()
             started = time.time()
             for proc in procs:
                 proc.resume()
@@ -167,7 +173,7 @@ class Bench:
                 if seen >= n:
                     break
                 await asyncio.sleep(_REPORT_EVERY)
-            redis_after = await probe.cpu_seconds()
+            redis_after = await probe.cpu_by_primary()
             finished = max(last for _, last, _ in reports)
             worker_cpu = sum(cpu for _, _, cpu in reports) - cpu_before
             # The last poll came up to one report interval after the last job.
@@ -175,33 +181,44 @@ class Bench:
             polled = max(time.time() - started, span)
             await asyncio.sleep(_SETTLE)
             calls = await probe.command_calls()
-        usage = {
+        per_primary = [b - a for a, b in zip(redis_before, redis_after, strict=True)]
+        redis_cpu = sum(per_primary)
+        usage: dict[str, Any] = {
             "worker_us_per_job": round(worker_cpu / n * 1e6),
-            "redis_us_per_job": round((redis_after - redis_before) / n * 1e6),
+            "redis_us_per_job": round(redis_cpu / n * 1e6),
             "worker_cores": round(worker_cpu / polled, 2),
-            "redis_cores": round((redis_after - redis_before) / polled, 2),
+            "redis_cores": round(redis_cpu / polled, 2),
         }
+        if len(per_primary) > 1:
+            usage["redis_us_per_job_by_primary"] = [round(cpu / n * 1e6) for cpu in per_primary]
         return n / span, calls, usage
 
-    async def pickup(self, system: System) -> dict[str, Any]:
+    async def pickup(self, system: System, label: str | None = None) -> dict[str, Any]:
         """An idle worker; M jobs enqueued one at a time: enqueue-to-start latency."""
+        samples = await self.pickup_samples(system, label or f"{system.name} pickup")
+        return pickup_figures(samples)
+
+    async def pickup_samples(self, system: System, label: str) -> list[float]:
+        """The enqueue-to-start latencies (ms) of one pickup round."""
         m = self.settings.pickups
         async with self._processes(system, self.new_queue(), 1) as (client, (worker,)):
             samples = []
             for i in range(m):
                 await client.ask("stamp")
                 samples.append(await worker.wait_latency())
-                self.progress.update(f"{system.name} pickup", i + 1, m)
-        return {**_latencies(samples, 0.5, 0.99), "samples": m}
+                self.progress.update(label, i + 1, m)
+        return samples
 
     # -- redis-tasks only -------------------------------------------------------
 
     async def lifecycle(self, workers: int) -> dict[str, Any]:
-        """N tasks created by C clients, each polled to terminal: tasks/s, latency."""
+        """N tasks created by C clients, each polled to terminal: tasks/s, latency, and
+        the CPU each part spent per task (this client process, the workers, Redis)."""
         n, label = self.settings.lifecycle_tasks, f"lifecycle w={workers}"
         queue = self.new_queue()
         async with (
-            self._processes(ours(), queue, workers),
+            Probe(self.url) as probe,
+            self._processes(ours(), queue, workers) as (_, procs),
             RedisTaskManager.from_url(self.url, prefix=queue) as manager,
         ):
             changed: dict[str, asyncio.Event] = {}
@@ -237,14 +254,23 @@ class Bench:
                     samples.append(time.perf_counter() - began)
                     self.progress.update(label, len(samples), n)
 
+            workers_before = sum([(await proc.report())[2] for proc in procs])
+            redis_before = await probe.cpu_seconds()
+            client_before = time.process_time()
             started = time.perf_counter()
             await asyncio.gather(*(client() for _ in range(self.settings.clients)))
             elapsed = time.perf_counter() - started
+            client_cpu = time.process_time() - client_before
+            redis_cpu = await probe.cpu_seconds() - redis_before
+            worker_cpu = sum([(await proc.report())[2] for proc in procs]) - workers_before
             registration.close()
         return {
             "rate": round(n / elapsed),
             **_latencies([s * 1000 for s in samples], 0.5, 0.99, 0.999),
             "clients": self.settings.clients,
+            "client_us_per_task": round(client_cpu / n * 1e6),
+            "worker_us_per_task": round(worker_cpu / n * 1e6),
+            "redis_us_per_task": round(redis_cpu / n * 1e6),
         }
 
     async def find(self) -> dict[str, Any]:
@@ -315,7 +341,9 @@ class Bench:
             RedisTaskManager.from_url(self.url, prefix=self.new_queue()) as manager,
         ):
             task = await manager.create_task(WHO, ORIGIN)
-            keys = manager.keyspace.task(parse_task_id(task.task_id) or 0, task.task_id)
+            while parse_task_id(task.task_id) != 0:  # the find must hit partition 0 too
+                task = await manager.create_task(WHO, ORIGIN)
+            keys = manager.keyspace.task(0, task.task_id)
             # The arguments create_task and find_task send for WHO and ORIGIN; a
             # random ID per call (all in partition 0's slot, as a cluster needs).
             fresh = manager.keyspace.task(0, "b__rand_int__")
@@ -329,16 +357,21 @@ class Bench:
             ]  # fmt: skip
             find = ["EVALSHA", scripts["find"].sha, "3", keys.task, keys.requests,
                     keys.grant(*grant), endpoint, binding]  # fmt: skip
+            if probe.cluster:
+                # Every key of the run lives in partition 0's slot: load the primary
+                # that owns it, directly (the ceiling of one primary).
+                host, port = probe.owner(fresh.task)
+                address = dataclasses.replace(address, host=host, port=port)
             results = {}
             for name, command in (("create", create), ("find", find)):
                 self.progress.update(f"limit {name} (redis-benchmark)", 0, 1)
-                results[name] = await self._redis_benchmark(binary, address, probe.cluster, command)
+                results[name] = await self._redis_benchmark(binary, address, command)
                 self.progress.update(f"limit {name} (redis-benchmark)", 1, 1)
             await delete_prefix(manager)
-        return {**results, "clients": self.settings.pollers}
+        return {**results, "clients": self.settings.pollers, "primaries": 1}
 
     async def _redis_benchmark(
-        self, binary: str, address: RedisAddress, cluster: bool, command: list[str]
+        self, binary: str, address: RedisAddress, command: list[str]
     ) -> dict[str, float]:
         argv = [binary, "-h", address.host, "-p", str(address.port), "-c",
                 str(self.settings.pollers), "-n", str(self.settings.limit_requests),
@@ -350,8 +383,6 @@ class Bench:
                 argv += ["--user", address.username]
         if address.tls:
             argv.append("--tls")
-        if cluster:
-            argv.append("--cluster")
         process = await asyncio.create_subprocess_exec(
             *argv,
             *command,
