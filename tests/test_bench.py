@@ -15,10 +15,12 @@ import redis
 from redis_tasks._bench._cli import SCENARIOS
 from redis_tasks._bench._probe import RedisAddress
 from redis_tasks._bench._progress import Progress, percentile
-from redis_tasks._bench._report import plot, ratios, table
+from redis_tasks._bench._report import compare, plot, ratios, table
 from redis_tasks._bench._scenarios import Bench, Settings
 from redis_tasks._bench._systems import AdapterError, AdapterProcess, System, ours, peer
-from redis_tasks.testing import RedisServer
+from redis_tasks.testing import RedisCluster, RedisServer
+
+from .conftest import SERVERS, server_url
 
 pytestmark = pytest.mark.slow
 
@@ -37,12 +39,27 @@ TINY = Settings(
 )
 
 
-def bench_keys(server: RedisServer) -> set[bytes]:
-    client = redis.Redis.from_url(server.url)
+def bench_keys(url: str) -> set[bytes]:
+    """Every benchmark key on the server (on every node of a cluster)."""
+    client = redis.Redis.from_url(url)
     try:
-        return set(client.scan_iter(match="{bench-*", count=1000))
+        info = client.info("cluster")
+        if not info.get("cluster_enabled"):
+            return set(client.scan_iter(match="{bench-*", count=1000))
+        nodes = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
     finally:
         client.close()
+    keys: set[bytes] = set()
+    for line in (nodes.decode() if isinstance(nodes, bytes) else nodes).splitlines():
+        fields = line.split()
+        if fields and "master" in fields[2]:
+            host, _, port = fields[1].split("@")[0].rpartition(":")
+            node = redis.Redis(host=host, port=int(port))
+            try:
+                keys |= set(node.scan_iter(match="{bench-*", count=1000))
+            finally:
+                node.close()
+    return keys
 
 
 @pytest.fixture
@@ -50,12 +67,14 @@ def log() -> io.BytesIO:
     return io.BytesIO()
 
 
+@pytest.mark.parametrize("server", SERVERS)
 async def test_drain_and_pickup_measure_our_workers_and_leave_no_keys(
-    redis_server: RedisServer, tmp_path: Path
+    request: pytest.FixtureRequest, server: str, tmp_path: Path
 ) -> None:
-    before = bench_keys(redis_server)
+    url = server_url(request, server)
+    before = bench_keys(url)
     with (tmp_path / "log").open("wb") as log:
-        bench = Bench(redis_server.url, TINY, Progress(quiet=True), log)
+        bench = Bench(url, TINY, Progress(quiet=True), log)
         rate, calls, usage = await bench.drain(ours(), 2, "drain")
         pickup = await bench.pickup(ours())
     assert rate > 0
@@ -67,28 +86,36 @@ async def test_drain_and_pickup_measure_our_workers_and_leave_no_keys(
     assert calls["hset"] >= 3 * TINY.tasks
     assert pickup["samples"] == TINY.pickups
     assert 0 < pickup["p50"] <= pickup["p99"]
-    assert bench_keys(redis_server) == before
+    if server == "cluster":  # Redis CPU is kept per primary too
+        assert len(usage["redis_us_per_job_by_primary"]) == 3
+        assert sum(usage["redis_us_per_job_by_primary"]) > 0
+    assert bench_keys(url) == before
 
 
+@pytest.mark.parametrize("server", SERVERS)
 async def test_our_own_scenarios_measure_and_leave_no_keys(
-    redis_server: RedisServer, tmp_path: Path
+    request: pytest.FixtureRequest, server: str, tmp_path: Path
 ) -> None:
-    before = bench_keys(redis_server)
+    url = server_url(request, server)
+    before = bench_keys(url)
     with (tmp_path / "log").open("wb") as log:
-        bench = Bench(redis_server.url, TINY, Progress(quiet=True), log)
+        bench = Bench(url, TINY, Progress(quiet=True), log)
         lifecycle = await bench.lifecycle(1)
         find = await bench.find()
         notify = await bench.notify()
         limit = await bench.limit()
     assert lifecycle["rate"] > 0
     assert lifecycle["p50"] <= lifecycle["p99"] <= lifecycle["p99.9"]
+    assert lifecycle["client_us_per_task"] > 0
+    assert lifecycle["worker_us_per_task"] > 0
+    assert lifecycle["redis_us_per_task"] > 0
     assert find["rate"] > 0
     assert find["pollers"] == TINY.pollers
     assert notify["samples"] == TINY.notifies
     assert notify["p50"] > 0
     assert limit["create"]["rate"] > 0
     assert limit["find"]["rate"] > 0
-    assert bench_keys(redis_server) == before
+    assert bench_keys(url) == before
 
 
 async def test_a_worker_that_dies_is_reported_not_waited_for(
@@ -116,6 +143,51 @@ def test_the_command_line_prints_json_without_the_url(redis_server: RedisServer)
     assert results["environment"]["redis_mode"] == "standalone"
     assert url not in done.stdout
     assert str(redis_server.port) not in done.stdout
+
+
+TINY_ARGS = ["--tasks", "200", "--rounds", "1", "--pickups", "3", "--workers", "1",
+             "--lifecycle-tasks", "40", "--clients", "4", "--pollers", "4", "--find-ops", "100",
+             "--notifies", "3", "--limit-requests", "300", "--json", "-", "--quiet"]  # fmt: skip
+
+
+def test_every_scenario_runs_against_a_cluster_node_s_url(redis_cluster: RedisCluster) -> None:
+    url = redis_cluster.replicas[0].url  # any node leads to the cluster, a replica too
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", *SCENARIOS, "--redis-url", url, *TINY_ARGS],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert results["environment"]["redis_mode"] == "cluster"
+    assert results["environment"]["primaries"] == 3
+    ours = results["systems"]["redis-tasks"]
+    assert ours["drain"]["1"]["rate"] > 0
+    assert len(ours["drain"]["1"]["redis_us_per_job_by_primary"]) == 3
+    assert ours["pickup"]["samples"] == 3
+    for scenario in ("lifecycle", "find", "notify", "limit"):
+        assert results[scenario], scenario
+    assert str(redis_cluster.replicas[0].port) not in done.stdout
+
+
+def test_both_topologies_in_one_run_are_compared() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "drain", "pickup", "lifecycle", "find",
+         "--topology", "both", *TINY_ARGS],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert set(results["topologies"]) == {"standalone", "cluster"}
+    assert results["topologies"]["cluster"]["environment"]["primaries"] == 3
+    ratios_ = results["comparison"]["cluster_over_standalone"]
+    assert set(ratios_) == {"drain_w1", "lifecycle_w1", "find", "pickup_p50", "pickup_p99"}
+    assert all(value > 0 for value in ratios_.values())
+    assert set(results["comparison"]["targets"]) == {
+        "drain_w1",
+        "lifecycle_w1",
+        "find",
+        "pickup_p99",
+    }
 
 
 @pytest.mark.parametrize(
@@ -229,6 +301,40 @@ def test_ratios_judge_each_target_against_the_best_peer() -> None:
     assert met["targets"]["find_25pct_of_redis_benchmark"] == {"fraction": 0.25, "met": True}
     missed = ratios(results(ours_drain=2999, ours_p99=1.5, find=9_999))
     assert not any(target["met"] for target in missed["targets"].values())
+
+
+def test_the_cluster_is_judged_against_standalone_of_the_same_run(tmp_path: Path) -> None:
+    base = results(ours_drain=3000, ours_p99=1.4, find=10_000)
+    base["lifecycle"] = {"1": {"rate": 1000, "p50": 5, "p99": 9, "p99.9": 12, "clients": 32}}
+    other = results(ours_drain=2700, ours_p99=1.7, find=8_000)
+    other["lifecycle"] = {"1": {"rate": 950, "p50": 6, "p99": 10, "p99.9": 13, "clients": 32}}
+    other["environment"] = {**other["environment"], "redis_mode": "cluster", "primaries": 3}
+    verdict = compare({"standalone": base, "cluster": other})
+    assert verdict["cluster_over_standalone"] == {
+        "drain_w1": 0.9,
+        "drain_w2": 0.91,
+        "lifecycle_w1": 0.95,
+        "find": 0.8,
+        "pickup_p50": 1.0,
+        "pickup_p99": 1.21,
+    }
+    met = {name: target["met"] for name, target in verdict["targets"].items()}
+    assert met == {
+        "drain_w1": True,
+        "drain_w2": True,
+        "lifecycle_w1": True,
+        "find": False,
+        "pickup_p99": False,
+    }
+    run = {"date": "2026-12-01", "settings": base["settings"]}
+    both = {**run, "topologies": {"standalone": base, "cluster": other}, "comparison": verdict}
+    text = table(both)
+    assert "== standalone ==" in text
+    assert "== cluster ==" in text
+    assert "target cluster find >= 0.9x: NOT met (0.8x)" in text
+    path = tmp_path / "both.png"
+    plot(both, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_table_and_the_plot(tmp_path: Path) -> None:
