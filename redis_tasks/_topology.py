@@ -20,7 +20,7 @@ and patched from ``MOVED`` replies.
 - after ``TRYAGAIN`` (a slot migrating), ``CLUSTERDOWN``/``MASTERDOWN`` (a failover
   under way), a replica that says ``READONLY``, ``LOADING``, or a broken or refused
   connection, refreshes the slot map and tries again after a backoff (25 ms,
-  doubling to 500 ms).
+  doubling to 250 ms).
 
 Every script is safe to run again after a lost reply, so a retry never does
 harm; the deadline is what bounds a call, never a count of attempts.
@@ -33,6 +33,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from redis.asyncio import Redis
@@ -56,6 +57,7 @@ from ._pipeline import AutoPipeline
 
 __all__ = [
     "TRANSIENT",
+    "CallStats",
     "ClusterTopology",
     "Node",
     "SlotUncoveredError",
@@ -70,7 +72,7 @@ logger = logging.getLogger("redis_tasks")
 T = TypeVar("T")
 
 _FIRST_PAUSE: Final = 0.025
-_MAX_PAUSE: Final = 0.5
+_MAX_PAUSE: Final = 0.25
 #: Redirects followed back to back before a call pauses like after a failure.
 _REDIRECTS: Final = 8
 #: Slot-map refreshes start at most this often (seconds) while failures go on.
@@ -117,6 +119,15 @@ class Node:
         return f"Node({self.name})"
 
 
+@dataclass
+class CallStats:
+    """What :meth:`Topology.call` had to do beyond the first attempt, since start."""
+
+    moved: int = 0  # MOVED redirects followed
+    asked: int = 0  # ASK redirects followed
+    retried: int = 0  # retries after a transient failure
+
+
 class Topology(ABC):
     """The nodes behind a manager and the rule for one call's retries."""
 
@@ -124,6 +135,7 @@ class Topology(ABC):
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
+        self.stats = CallStats()
 
     @abstractmethod
     def node_for_slot(self, slot: int) -> Node:
@@ -186,6 +198,7 @@ class Topology(ABC):
                 async with asyncio.timeout_at(deadline):
                     return await attempt(node, asking is not None)
             except MovedError as exc:
+                self.stats.moved += 1
                 self.moved(exc.slot_id, exc.host, int(exc.port))
                 asking = None
                 redirects += 1
@@ -194,6 +207,7 @@ class Topology(ABC):
                     self.failed()
                 error: BaseException = exc
             except AskError as exc:
+                self.stats.asked += 1
                 asking = self.node_at(exc.host, int(exc.port))
                 redirects += 1
                 pause = 0.0 if redirects <= _REDIRECTS else pause_after(redirects - _REDIRECTS)
@@ -201,6 +215,7 @@ class Topology(ABC):
             except _PERMANENT:
                 raise
             except TRANSIENT as exc:
+                self.stats.retried += 1
                 asking = None
                 failures += 1
                 self.failed()

@@ -1,8 +1,9 @@
 """The MCP application the end-to-end tests serve and run (``tests._mcp_app:app`` / ``:handler``).
 
-Configured by ``RT_TEST_REDIS_URL`` and ``RT_TEST_PREFIX``; bearer tokens ``alice``
-and ``bob`` are two principals (any other token is refused). Server processes
-serve ``app`` with uvicorn; worker processes run ``handler``.
+Configured by ``RT_TEST_REDIS_URL``, ``RT_TEST_PREFIX`` and ``RT_TEST_TIMEOUT``;
+bearer tokens ``alice`` and ``bob`` are two principals (any other token is
+refused). Server processes serve ``app`` with uvicorn; worker processes run
+``handler``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ class Name(BaseModel):
 
 def _manager() -> RedisTaskManager:
     return RedisTaskManager.from_url(
-        os.environ["RT_TEST_REDIS_URL"], prefix=os.environ.get("RT_TEST_PREFIX", "rt")
+        os.environ["RT_TEST_REDIS_URL"],
+        prefix=os.environ.get("RT_TEST_PREFIX", "rt"),
+        timeout=float(os.environ.get("RT_TEST_TIMEOUT", "5")),
     )
 
 

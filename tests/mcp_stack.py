@@ -39,13 +39,19 @@ class McpStack:
     url: str
     prefix: str
     directory: Path
+    timeout: float = 5.0  # every process's Redis deadline
     ports: list[int] = field(default_factory=list)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
 
     def _spawn(self, name: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
         log = self.directory / f"{name}.log"
-        env = {**os.environ, "RT_TEST_REDIS_URL": self.url, "RT_TEST_PREFIX": self.prefix}
+        env = {
+            **os.environ,
+            "RT_TEST_REDIS_URL": self.url,
+            "RT_TEST_PREFIX": self.prefix,
+            "RT_TEST_TIMEOUT": str(self.timeout),
+        }
         process = subprocess.Popen(
             [sys.executable, *argv],
             cwd=ROOT,
@@ -80,6 +86,8 @@ class McpStack:
                 self.prefix,
                 "--lease",
                 "10",
+                "--timeout",
+                str(self.timeout),
             ],
         )
 

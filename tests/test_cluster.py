@@ -28,8 +28,10 @@ from redis_tasks import (
 from redis_tasks._keys import KeySpace
 from redis_tasks.testing import RedisCluster, RedisServer, start_redis_cluster, wait_failover
 
+from . import _burst
 from .fleet import Fleet, all_completed_once
-from .helpers import ALICE, ORIGIN
+from .helpers import ALICE, ORIGIN, wait_until
+from .mcp_stack import McpStack
 
 
 def owner(
@@ -287,7 +289,9 @@ def _node_id(node: RedisServer) -> str:
         client.close()
 
 
-def _reshard(seed: RedisServer, source: str, target: str, slots: int) -> None:
+def _reshard(
+    seed: RedisServer, source: str, target: str, slots: int, keys_per_migrate: int = 10
+) -> None:
     """``redis-cli --cluster reshard``: move the source's first ``slots`` slots to target."""
     subprocess.run(
         [
@@ -303,7 +307,7 @@ def _reshard(seed: RedisServer, source: str, target: str, slots: int) -> None:
             str(slots),
             "--cluster-yes",
             "--cluster-pipeline",
-            "10",
+            str(keys_per_migrate),
         ],
         check=True,
         stdout=subprocess.DEVNULL,
@@ -340,3 +344,176 @@ async def test_a_refused_write_is_reported_as_refused_not_as_unconfirmed(
             found = await plain.find_task(TaskRequestContext(ALICE, task.task_id))
             assert found is not None
             assert found.status is TaskStatus.COMPLETED
+
+
+MCP_CLIENTS = 12
+#: How often the test's clients poll ``tasks/get`` (a client's own poll interval).
+POLL_EVERY = 0.02
+#: The deadline the servers and the worker run with: it must cover the failover, which
+#: took 3.4-4.7 s here with cluster-node-timeout 2 s (README: 2 x node timeout + 2 s).
+FAILOVER_DEADLINE = 6.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_a_primary_killed_under_mcp_load_costs_the_clients_no_error(
+    private_cluster: RedisCluster, tmp_path: Path
+) -> None:
+    """MCP clients create tasks and poll them to completion through two servers while
+    a primary is SIGKILLed and its replica promoted (cluster-node-timeout 2 s). The
+    managers' deadline covers the failover, so no client sees an error: every call
+    made during the window waits for the new primary and goes through."""
+    victim = private_cluster.primaries[2]
+    stack = McpStack(
+        private_cluster.primaries[0].url,
+        f"f{uuid.uuid4().hex[:10]}",
+        tmp_path,
+        timeout=FAILOVER_DEADLINE,
+    )
+    stack.start()
+    errors: list[str] = []
+    completed: list[float] = []  # when each task was seen completed
+    slowest = 0.0
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def rpc(server: int, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        nonlocal slowest
+        began = loop.time()
+        try:
+            reply = await stack.rpc(server, method, params)
+        except Exception as exc:  # a transport failure is a client-visible error too
+            errors.append(f"{method}: {type(exc).__name__}")
+            return None
+        slowest = max(slowest, loop.time() - began)
+        if "error" in reply:
+            errors.append(f"{method}: {reply['error']['code']} {reply['error']['message']}")
+            return None
+        result: dict[str, Any] = reply["result"]
+        return result
+
+    async def one_task(n: int) -> None:
+        created = await rpc(n % 2, "tools/call", {"name": "add", "arguments": {"a": n, "b": 1}})
+        if created is None:
+            return
+        while True:
+            task = await rpc((n + 1) % 2, "tasks/get", {"taskId": created["taskId"]})
+            if task is None:
+                return
+            if task["status"] == "completed":
+                if task["result"]["structuredContent"] != {"result": n + 1}:
+                    errors.append("wrong result")
+                completed.append(loop.time())
+                return
+            if task["status"] != "working":
+                errors.append(f"task ended {task['status']}")
+                return
+            await asyncio.sleep(POLL_EVERY)
+
+    async def client(first: int) -> None:
+        n = first
+        while not stop.is_set():
+            await one_task(n)
+            n += MCP_CLIENTS
+
+    clients = [asyncio.create_task(client(c)) for c in range(MCP_CLIENTS)]
+    try:
+        await wait_until(lambda: _at_least(completed, 100), within=60, what="load before the kill")
+        victim.process.kill()  # SIGKILL: no goodbye to the cluster
+        killed_at = loop.time()
+        await asyncio.to_thread(wait_failover, private_cluster, victim)
+        failed_over_at = loop.time()
+        await wait_until(
+            lambda: _at_least([t for t in completed if t > failed_over_at], 100),
+            within=60,
+            what="load after the failover",
+        )
+    finally:
+        stop.set()
+        await asyncio.gather(*clients, return_exceptions=True)
+        stack.stop()
+    during = sum(1 for t in completed if killed_at <= t <= failed_over_at)
+    print(
+        f"failover under MCP load: {len(completed)} tasks completed, {during} of them during "
+        f"the {failed_over_at - killed_at:.1f} s failover; slowest call {slowest:.2f} s; "
+        f"errors {errors}"
+    )
+    assert errors == []
+    assert slowest < FAILOVER_DEADLINE + 1.0  # the deadline, and the server's own work
+
+
+async def _at_least(values: list[float], count: int) -> bool:
+    return len(values) >= count
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+async def test_a_slot_migrating_under_pipelined_bursts_loses_and_duplicates_nothing(
+    private_cluster: RedisCluster, prefix: str
+) -> None:
+    """Every key in one partition (one slot); bursts of 1,000 auto-pipelined calls go
+    out back to back while ``redis-cli --cluster reshard`` moves that slot. Calls that
+    meet MOVED, ASK or TRYAGAIN are re-sent alone: every call is answered, every create
+    made exactly one task, and one of each task's racing outcomes won."""
+    seed = private_cluster.primaries[0]
+    keys = KeySpace(prefix)
+    slot = keys.slot(0)
+    source_port, _ = owner(private_cluster, slot)
+    target = next(p for p in private_cluster.primaries if p.port != source_port)
+    ids = {node.port: _node_id(node) for node in private_cluster.primaries}
+    async with RedisTaskManager.from_url(seed.url, prefix=prefix, partitions=1) as manager:
+        # Keys to migrate: the slot holds a few thousand, moved one per MIGRATE, so
+        # the move takes long enough for bursts to meet it.
+        await asyncio.gather(*(manager.create_task(ALICE, ORIGIN) for _ in range(1500)))
+        made = 1500
+        resharding = asyncio.create_task(
+            asyncio.to_thread(_reshard, seed, ids[source_port], ids[target.port], slot + 1, 1)
+        )
+        bursts = finished = 0
+        outcomes: Counter[str] = Counter()
+        while not resharding.done() or bursts < 2:
+            race = [
+                t.task_id
+                for t in await asyncio.gather(
+                    *(manager.create_task(ALICE, ORIGIN) for _ in range(20))
+                )
+            ]
+            plan = _burst.Plan(
+                race_ids=race,
+                input_ids=[],
+                input_keys=1,
+                creates=400,
+                finds=400,
+                updates=0,
+                transitions_per_task=10,
+            )
+            got = await asyncio.gather(*_burst.calls(manager, plan, bursts % 2))
+            bursts += 1
+            made += 20 + plan.creates
+            finished += len(race)
+            outcomes.update(g if g.startswith("error") else "answered" for *_, g in got)
+            for task_id in race:
+                tries = [g for kind, subject, _, g in got if subject == task_id and kind != "find"]
+                assert Counter(tries) == {"won": 1, "terminal": len(tries) - 1}
+            created = [g for kind, _, _, g in got if kind == "create"]
+            assert len(set(created)) == plan.creates
+            assert all(g == "found" for kind, _, _, g in got if kind == "find")
+        await resharding
+        assert owner(private_cluster, slot)[0] == target.port  # the slot moved
+        stats = manager._topology.stats
+        print(f"slot migration under {bursts} bursts of 1,000 calls: {dict(outcomes)}, {stats}")
+        assert set(outcomes) == {"answered"}
+        assert stats.moved + stats.asked + stats.retried > 0  # the bursts met the move
+        # Exactly one task record and one work entry per create, none twice.
+        target_client = redis.Redis.from_url(target.url)
+        try:
+            records = sum(
+                1
+                for key in target_client.scan_iter(match=f"{{{prefix}:*:task:*", count=1000)
+                if key.count(b":") == 3
+            )
+            queued = target_client.xlen(keys.work(0))
+        finally:
+            target_client.close()
+        assert records == made
+        assert queued == made - finished
