@@ -17,7 +17,7 @@
     4 lease_ms
     5 max_attempts
     6 poison_error   msgpack JSON-RPC error for a poisoned task
-    7 events_maxlen
+    7 events         the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK, entry_id, task_id, claim reply, entry_id, task_id, claim reply, ...}
     where each claim reply is one of claim's. An entry that names no well-formed
@@ -32,7 +32,7 @@ local count = tonumber(ARGV[3])
 local lease_ms = tonumber(ARGV[4])
 local max_attempts = tonumber(ARGV[5])
 local poison_error = ARGV[6]
-local events_maxlen = ARGV[7]
+local events = ARGV[7]
 
 local out = {RC_OK}
 local read = redis.call('XREADGROUP', 'GROUP', WORK_GROUP, consumer,
@@ -60,7 +60,7 @@ for _, entry in ipairs(read[1][2]) do
     local keys = {base, base .. ':req', base .. ':iss', base .. ':ans', base .. ':jrn',
       work_key, events_key}
     reply = claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
-      poison_error, events_maxlen)
+      poison_error, events)
   end
   table.insert(out, entry_id)
   table.insert(out, task_id)

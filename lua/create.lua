@@ -16,7 +16,7 @@
     6 ttl_ms         0: unlimited
     7 poll_ms        0: no suggested interval
     8 metadata       msgpack, or empty
-    9 events_maxlen
+    9 events         the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK, created_ms}
     {RC_EXISTS}      the ID is taken by another task; nothing is overwritten
@@ -36,7 +36,7 @@ local payload = ARGV[5]
 local ttl_ms = tonumber(ARGV[6])
 local poll_ms = ARGV[7]
 local metadata = ARGV[8]
-local events_maxlen = ARGV[9]
+local events = ARGV[9]
 
 local existing = redis.call('HMGET', task_key, 'ep', 'pk', 'or', 'ca')
 if existing[1] then
@@ -66,5 +66,5 @@ if ttl_ms > 0 then
   redis.call('PEXPIREAT', task_key, now + ttl_ms)
   redis.call('PEXPIREAT', grant_key, now + ttl_ms)
 end
-emit(events_key, events_maxlen, task_id)
+emit(events_key, events, task_id)
 return {RC_OK, now}

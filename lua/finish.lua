@@ -20,7 +20,7 @@
     5 message
     6 outcome_field  "rs" (result), "er" (error) or "" (none)
     7 outcome        msgpack
-    8 events_maxlen
+    8 events         the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK}          also when this very transition was already applied (a retry)
     {RC_NOT_FOUND} | {RC_LEASE_LOST} | {RC_TERMINAL}
@@ -35,7 +35,7 @@ local has_message = ARGV[4] == '1'
 local message = ARGV[5]
 local outcome_field = ARGV[6]
 local outcome = ARGV[7]
-local events_maxlen = ARGV[8]
+local events = ARGV[8]
 
 local t = redis.call('HMGET', task_key, 'st', 'fn', 'ua', 'wk', 'sm', outcome_field ~= '' and outcome_field or 'st')
 local guard = worker_guard(t[1], t[2], fence)
@@ -48,5 +48,5 @@ if guard ~= RC_OK then
   return {guard}
 end
 terminate(KEYS, task_id, t[4], t[3], status, has_message and message or nil,
-  outcome_field, outcome, events_maxlen)
+  outcome_field, outcome, events)
 return {RC_OK}

@@ -11,7 +11,7 @@
     1 task_id
     2 endpoint
     3 binding        "-" (anonymous) or "=<partition key>"
-    4 events_maxlen
+    4 events         the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK}
     {RC_NOT_FOUND}   unknown, expired or unauthorized
@@ -23,7 +23,7 @@ local grant_key = KEYS[3]
 local task_id = ARGV[1]
 local endpoint = ARGV[2]
 local binding = ARGV[3]
-local events_maxlen = ARGV[4]
+local events = ARGV[4]
 
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
@@ -36,5 +36,5 @@ if TERMINAL[t[3]] or t[4] == '1' then
   return {RC_OK}
 end
 redis.call('HSET', task_key, 'cx', '1')
-emit(events_key, events_maxlen, task_id)
+emit(events_key, events, task_id)
 return {RC_OK}

@@ -18,7 +18,7 @@
     2 fence          "" for unfenced
     3 has_message    "1" when a status message is given
     4 message
-    5 events_maxlen
+    5 events         the event stream's MAXLEN, then "p" to also SPUBLISH
     6.. requests     triples: key, fingerprint, kind..body
   Returns:
     {RC_OK, {key, answer, ...}}  recorded answers to this round's keys
@@ -36,7 +36,7 @@ local task_id = ARGV[1]
 local fence = ARGV[2]
 local has_message = ARGV[3] == '1'
 local message = ARGV[4]
-local events_maxlen = ARGV[5]
+local events = ARGV[5]
 local first_request = 6
 
 local t = redis.call('HMGET', task_key, 'st', 'fn', 'ua', 'sm', 'ex')
@@ -91,7 +91,7 @@ if #pending_keys == 0 then
   if current_message then
     redis.call('HDEL', task_key, 'sm')
   end
-  emit(events_key, events_maxlen, task_id)
+  emit(events_key, events, task_id)
   return {RC_OK, answers}
 end
 
@@ -121,5 +121,5 @@ elseif current_message then
   redis.call('HDEL', task_key, 'sm')
 end
 redis.call('HSET', task_key, unpack(fields))
-emit(events_key, events_maxlen, task_id)
+emit(events_key, events, task_id)
 return {RC_OK, answers}

@@ -13,7 +13,7 @@
     2 fence          "" for unfenced
     3 has_message    "1" when a status message is given
     4 message
-    5 events_maxlen
+    5 events         the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK}
     {RC_NOT_FOUND} | {RC_LEASE_LOST} | {RC_TERMINAL}
@@ -26,7 +26,7 @@ local task_id = ARGV[1]
 local fence = ARGV[2]
 local has_message = ARGV[3] == '1'
 local message = ARGV[4]
-local events_maxlen = ARGV[5]
+local events = ARGV[5]
 
 local t = redis.call('HMGET', task_key, 'st', 'fn', 'ua', 'sm')
 local guard = worker_guard(t[1], t[2], fence)
@@ -51,5 +51,5 @@ redis.call('HSET', task_key, unpack(fields))
 if t[1] == 'input_required' then
   redis.call('DEL', requests_key)
 end
-emit(events_key, events_maxlen, task_id)
+emit(events_key, events, task_id)
 return {RC_OK}

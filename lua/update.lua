@@ -16,7 +16,7 @@
     1 task_id
     2 endpoint
     3 binding        "-" (anonymous) or "=<partition key>"
-    4 events_maxlen
+    4 events         the event stream's MAXLEN, then "p" to also SPUBLISH
     5.. answers      triples: key, kinds (letters the answer can match), body
   Returns:
     {RC_OK, accepted_count}
@@ -32,7 +32,7 @@ local grant_key = KEYS[6]
 local task_id = ARGV[1]
 local endpoint = ARGV[2]
 local binding = ARGV[3]
-local events_maxlen = ARGV[4]
+local events = ARGV[4]
 local first_answer = 5
 
 if not granted(grant_key) then
@@ -88,5 +88,5 @@ if redis.call('EXISTS', requests_key) == 0 then
 else
   redis.call('HSET', task_key, 'ua', updated)
 end
-emit(events_key, events_maxlen, task_id)
+emit(events_key, events, task_id)
 return {RC_OK, #accepted_keys}

@@ -14,12 +14,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
+from redis.asyncio import Redis
+from redis.exceptions import NoPermissionError
+
 from ._client import CLIENT_ERRORS
 from ._errors import BackendError, TaskNotFoundError
 from ._ids import parse_task_id
 from ._keys import KeySpace
 from ._pipeline import pack
 from ._rawio import KeptConnection
+from ._shard_tail import ShardTail
 from ._topology import Topology
 
 __all__ = [
@@ -163,8 +167,9 @@ class RedisEventPublisher(TaskEventPublisher):
 
     Tailing starts with the first subscription (``XREAD BLOCK``, no consumer
     group: every process sees every event): one read over every partition on a
-    standalone server, one per partition on a cluster (each stream lives in its
-    own slot, and a cluster refuses a read across slots). :meth:`wait_ready`
+    standalone server. On a cluster, where a read may not span slots, hints are
+    pushed on the streams' shard channels (:mod:`._shard_tail`), or, where the
+    ACL refuses those, read with one blocking read per partition. :meth:`wait_ready`
     returns once the start positions are fixed, from which no event is missed
     unless a stream's MAXLEN trimmed it first. Failures are retried with
     backoff; a stream that moved to another node is followed there.
@@ -181,11 +186,15 @@ class RedisEventPublisher(TaskEventPublisher):
         self._tails: list[asyncio.Task[None]] = []
         self._ready: asyncio.Event | None = None
         self._started = 0  # tails that have fixed their start positions
+        self._publishing = False
+        self.shard_tail: ShardTail | None = None  # on a cluster, once tailing
 
-    def use(self, topology: Topology) -> None:
-        """Talk to ``topology`` from now on (the manager found a cluster)."""
+    def use(self, topology: Topology, *, publishing: bool = False) -> None:
+        """Talk to ``topology`` from now on (the manager found a cluster); ``publishing``:
+        this manager's scripts publish hints on the streams' shard channels too."""
         self._topology = topology
         self._block_ms = max(1, min(1000, int(topology.timeout * 500)))
+        self._publishing = publishing
 
     async def publish_task_changed(self, task_id: str) -> None:
         """Append ``task_id`` to its partition's event stream."""
@@ -194,23 +203,57 @@ class RedisEventPublisher(TaskEventPublisher):
             raise TaskNotFoundError()
         stream = self._keys.events(partition)
         fields: dict[str, str] = {"t": task_id}
-        await self._topology.execute(
-            stream,
-            lambda client: client.xadd(stream, fields, maxlen=self._maxlen, approximate=True),  # type: ignore[arg-type]
-        )
+        publishing = self._publishing
+
+        async def append(client: Redis) -> None:
+            entry_id = await client.xadd(
+                stream,
+                fields,  # type: ignore[arg-type]
+                maxlen=self._maxlen,
+                approximate=True,
+            )
+            if publishing:  # as the scripts do (see _shard_tail.py)
+                raw = entry_id if isinstance(entry_id, bytes) else str(entry_id).encode()
+                await client.spublish(stream, b"%b %b" % (raw, task_id.encode()))
+
+        await self._topology.execute(stream, append)
 
     def _on_subscribe(self) -> None:
         if self._tails:
             return
         self._ready = asyncio.Event()
         loop = asyncio.get_running_loop()
+        if self._topology.is_cluster and self._publishing:
+            self._tails = [loop.create_task(self._run_shard(), name="redis-tasks-event-tail")]
+        else:
+            self._tails = self._stream_tails()
+
+    def _stream_tails(self) -> list[asyncio.Task[None]]:
+        """Blocking reads of the streams: one over all of them on a standalone server,
+        one per partition on a cluster (a read may not span slots)."""
+        loop = asyncio.get_running_loop()
         groups = (
             [[stream] for stream in self._streams] if self._topology.is_cluster else [self._streams]
         )
-        self._tails = [
+        return [
             loop.create_task(self._run(streams, len(groups)), name="redis-tasks-event-tail")
             for streams in groups
         ]
+
+    async def _run_shard(self) -> None:
+        assert self._ready is not None
+        self.shard_tail = ShardTail(self._topology, self._streams, self._deliver, self._ready)
+        try:
+            await self.shard_tail.run()
+        except NoPermissionError:
+            self.shard_tail = None
+            logger.warning(
+                "SSUBSCRIBE refused: task events are read with one blocking XREAD per "
+                "partition (grant +ssubscribe and the channel pattern to save that work)"
+            )
+            tails = self._stream_tails()
+            self._tails += tails
+            await asyncio.gather(*tails)
 
     async def wait_ready(self) -> None:
         """Wait until the tail has fixed its start position (after a subscribe)."""

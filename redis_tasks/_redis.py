@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
+from redis.exceptions import NoPermissionError
 
 from ._client import CLIENT_ERRORS, Client, ConnectionSettings, is_cluster
 from ._codes import ReturnCode, error_for
@@ -131,7 +132,9 @@ class RedisTaskManager:
         self._partitions = partitions
         self._encoder = Encoder(limits or Limits())
         self._timeout = timeout
-        self._events_maxlen = events_maxlen
+        # The scripts' `events` argument: the stream's MAXLEN, then "p" when each
+        # hint is also published on its shard channel (a cluster's tails listen there).
+        self._events = str(events_maxlen)
         self._close_client = close_client
         # from_url: how to reach a cluster found on entering, and to build `client`.
         self._settings: ConnectionSettings | None = None
@@ -263,7 +266,29 @@ class RedisTaskManager:
         await self._topology.start()
         await self.ensure_work_groups(range(self._partitions), load_scripts=True)
         await self._warn_if_evicting()
+        if self._topology.is_cluster:
+            await self._start_publishing()
         return self
+
+    async def _start_publishing(self) -> None:
+        """On a cluster, publish every event hint on its stream's shard channel too
+        (see :mod:`._shard_tail`), once ``SPUBLISH`` is known to be allowed."""
+        stream = self._keys.events(0)
+        try:
+            # An empty message: tails ignore what names no task.
+            await self._topology.execute(stream, lambda client: client.spublish(stream, b""))
+        except BackendError as exc:
+            if not isinstance(exc.__cause__, NoPermissionError):
+                raise
+            logger.warning(
+                "SPUBLISH refused: task events are not published on shard channels, so "
+                "other processes read them with one blocking XREAD per partition "
+                "(grant +spublish +ssubscribe and the channel pattern to save that work)",
+                extra={"event": "events_unpublished"},
+            )
+            return
+        self._events = f"{self._events.removesuffix('p')}p"
+        self._publisher.use(self._topology, publishing=True)
 
     async def _warn_if_evicting(self) -> None:
         """Log a warning when Redis may evict keys: an evicted task is a lost task.
@@ -437,7 +462,7 @@ class RedisTaskManager:
         keys = self._task_keys(ctx.task_id)
         if keys is None:
             raise TaskNotFoundError()
-        args: list[Arg] = [ctx.task_id, endpoint, binding, self._events_maxlen]
+        args: list[Arg] = [ctx.task_id, endpoint, binding, self._events]
         for answer in answers:
             args += (answer.key, answer.kinds, answer.body)
         await self._run(
@@ -462,7 +487,7 @@ class RedisTaskManager:
         await self._run(
             "request_cancel",
             (keys.task, keys.events, keys.grant(endpoint, binding)),
-            (ctx.task_id, endpoint, binding, self._events_maxlen),
+            (ctx.task_id, endpoint, binding, self._events),
         )
 
     # -- application-facing ----------------------------------------------------------
@@ -499,7 +524,7 @@ class RedisTaskManager:
                 ttl_ms,
                 poll_ms,
                 metadata_bytes,
-                self._events_maxlen,
+                self._events,
             ),
         )
         return created_task(task_id, int(reply[1]), ttl_ms, poll_ms, origin, metadata_bytes)
@@ -514,7 +539,7 @@ class RedisTaskManager:
         await self._run(
             "set_status",
             (keys.task, keys.requests, keys.events),
-            (task_id, fence_arg, has_message, message, self._events_maxlen),
+            (task_id, fence_arg, has_message, message, self._events),
         )
 
     async def request_input(
@@ -530,7 +555,7 @@ class RedisTaskManager:
         has_message, message = _message_args(self._encoder.status_message(status_message))
         fence_arg = self._encoder.fence(fence)
         keys = self._worker_keys(task_id)
-        args: list[Arg] = [task_id, fence_arg, has_message, message, self._events_maxlen]
+        args: list[Arg] = [task_id, fence_arg, has_message, message, self._events]
         for request in encoded:
             args += (request.key, request.fingerprint, request.body)
         reply = await self._run(
@@ -602,7 +627,7 @@ class RedisTaskManager:
                 message,
                 outcome_field,
                 outcome,
-                self._events_maxlen,
+                self._events,
             ),
         )
 
@@ -640,7 +665,7 @@ class RedisTaskManager:
                 _lease_ms(lease),
                 max_attempts,
                 self._poison_error,
-                self._events_maxlen,
+                self._events,
             ),
             # A worker claims one entry at a time only when it was idle (or
             # reclaims): the task's start waits on this call, so it goes at once.
@@ -674,7 +699,7 @@ class RedisTaskManager:
                 _lease_ms(lease),
                 max_attempts,
                 self._poison_error,
-                self._events_maxlen,
+                self._events,
             ),
             # The reader waits on this call for the next tasks to start: sent at
             # once, it was measured to drain 30-50 % faster than with a batch.

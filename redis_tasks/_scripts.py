@@ -66,25 +66,25 @@ SPECS: Final[dict[str, Spec]] = {
             "ttl_ms",
             "poll_ms",
             "metadata",
-            "events_maxlen",
+            "events",
         ),
     ),
     "find": Spec(("task", "requests", "grant"), ("endpoint", "binding")),
     "update": Spec(
         ("task", "requests", "answers", "journal", "events", "grant"),
-        ("task_id", "endpoint", "binding", "events_maxlen"),
+        ("task_id", "endpoint", "binding", "events"),
         variadic="answers",
     ),
     "request_cancel": Spec(
-        ("task", "events", "grant"), ("task_id", "endpoint", "binding", "events_maxlen")
+        ("task", "events", "grant"), ("task_id", "endpoint", "binding", "events")
     ),
     "set_status": Spec(
         ("task", "requests", "events"),
-        ("task_id", "fence", "has_message", "message", "events_maxlen"),
+        ("task_id", "fence", "has_message", "message", "events"),
     ),
     "request_input": Spec(
         ("task", "requests", "issued", "answers", "journal", "events"),
-        ("task_id", "fence", "has_message", "message", "events_maxlen"),
+        ("task_id", "fence", "has_message", "message", "events"),
         variadic="requests",
     ),
     "take_answers": Spec(("task", "answers"), ("fence",)),
@@ -98,7 +98,7 @@ SPECS: Final[dict[str, Spec]] = {
             "message",
             "outcome_field",
             "outcome",
-            "events_maxlen",
+            "events",
         ),
     ),
     "cancel_requested": Spec(("task",), ("fence",)),
@@ -111,7 +111,7 @@ SPECS: Final[dict[str, Spec]] = {
             "lease_ms",
             "max_attempts",
             "poison_error",
-            "events_maxlen",
+            "events",
         ),
     ),
     "claim_next": Spec(
@@ -123,7 +123,7 @@ SPECS: Final[dict[str, Spec]] = {
             "lease_ms",
             "max_attempts",
             "poison_error",
-            "events_maxlen",
+            "events",
         ),
     ),
     "renew": Spec(("task", "work"), ("fence", "consumer", "lease_ms")),

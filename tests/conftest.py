@@ -100,7 +100,7 @@ async def acl_user(server: RedisServer, prefix: str) -> AsyncIterator[tuple[str,
     (line,) = re.findall(r"^ACL SETUSER .*$", README.read_text(), re.M)
     user, password = f"app-{prefix}", secrets.token_hex(16)
     command = shlex.split(line.replace("rt-app", user).replace(">CHANGE-ME", f">{password}"))
-    command = [word.replace("~{rt:*", f"~{{{prefix}:*") for word in command]
+    command = [word.replace("{rt:*", f"{{{prefix}:*") for word in command]
     admin = Redis.from_url(server.url)
     try:
         await admin.execute_command(*command)  # type: ignore[no-untyped-call]

@@ -23,9 +23,17 @@ local function next_update(now, last)
   return previous
 end
 
--- One task-ID hint on the partition's bounded event stream.
-local function emit(events_key, maxlen, task_id)
-  redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*', 't', task_id)
+-- One task-ID hint on the partition's bounded event stream. `events` is the
+-- stream's MAXLEN, followed by "p" when the hint is also published on the
+-- stream's shard channel (named like the stream, so in its slot): on a cluster
+-- that is how tails learn of changes without one blocking read per partition.
+-- The stream stays the record; pcall, since a lost wake-up is allowed.
+local function emit(events_key, events, task_id)
+  local maxlen, publish = string.match(events, '^(%d+)(p?)$')
+  local id = redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*', 't', task_id)
+  if publish == 'p' then
+    redis.pcall('SPUBLISH', events_key, id .. ' ' .. task_id)
+  end
 end
 
 -- A client may see a task iff the grant key named by its binding's digest
@@ -70,7 +78,7 @@ end
 -- acknowledged and deleted; data no longer needed is dropped.
 -- keys: {task, requests, issued, answers, journal, work, events}
 local function terminate(keys, task_id, entry, last_update, status, message,
-                         outcome_field, outcome, events_maxlen)
+                         outcome_field, outcome, events)
   local task_key = keys[1]
   local fields = {'st', status, 'ua', int_text(next_update(now_ms(), last_update))}
   if message then
@@ -93,7 +101,7 @@ local function terminate(keys, task_id, entry, last_update, status, message,
     redis.pcall('XACK', keys[6], WORK_GROUP, entry)
     redis.call('XDEL', keys[6], entry)
   end
-  emit(keys[7], events_maxlen, task_id)
+  emit(keys[7], events, task_id)
 end
 
 -- Acknowledge and delete a work entry that will never run.

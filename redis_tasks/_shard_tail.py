@@ -1,0 +1,356 @@
+"""Event hints on a cluster: sharded pub/sub wake-ups, the streams as the record.
+
+On a standalone server one blocking ``XREAD`` covers every partition's event
+stream. A cluster refuses a read across slots, so the plain way is one blocking
+read per partition and process, each re-sent after every event it returns: with
+16 partitions that was 3.2 ``XREAD`` per task in a lifecycle run (0.45 on
+standalone), the largest part of the cluster's extra CPU in the client, the
+workers and Redis alike (profiled).
+
+So on a cluster every script that appends a hint also publishes it, as
+``"<entry id> <task id>"``, on the stream's *shard channel* (``SPUBLISH``; the
+channel is named like the stream, so it lives in the same slot). A tail holds one
+connection per primary, subscribed (``SSUBSCRIBE``, one command per slot) to the
+channels of the partitions that primary serves; Redis pushes each hint as it is
+published, many per write under load, and nothing has to be asked again.
+
+Pub/sub loses what is published while nobody listens, so the streams stay the
+record: positions are fixed before subscribing, every (re)subscription is
+followed by a read of each stream from its position, and every second the
+streams are read again (one pipelined write per primary). Hints seen both ways
+are delivered once (by entry ID). A process that does not publish (an older
+version, or a user without ``+spublish``) is thus still heard, within a second.
+A failover, a slot that moved (Redis sends ``sunsubscribe``) or any error ends
+the subscriptions; the tail regroups the partitions by their new primaries and
+subscribes again.
+
+The cost: one ``SPUBLISH`` inside each emitting script (about a microsecond with
+no subscriber), and the ACL's ``+spublish +ssubscribe`` with the channel pattern.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Callable
+from typing import Any, Final
+
+from redis.exceptions import MovedError, NoPermissionError, ResponseError
+
+from ._client import CLIENT_ERRORS
+from ._pipeline import pack, write
+from ._topology import Node, Topology
+
+__all__ = ["ShardTail"]
+
+logger = logging.getLogger("redis_tasks.events")
+
+#: Seconds between reads of the streams themselves (the catch-up).
+CATCH_UP_EVERY: Final = 1.0
+_CATCH_UP_COUNT: Final = 1000  # entries per stream per read
+_MAX_BACKOFF: Final = 5.0
+
+StreamId = tuple[int, int]
+
+
+def stream_id(raw: bytes) -> StreamId:
+    """``b"1700000000000-3"`` as ``(1700000000000, 3)``, which orders like the stream."""
+    ms, _, seq = raw.partition(b"-")
+    return int(ms), int(seq or b"0")
+
+
+class _Stream:
+    """One partition's event stream: how far it is accounted for, and what was pushed since.
+
+    ``position`` is an entry ID up to which every entry was delivered, and ``added``
+    the stream's ``entries-added`` counter when it ended there: so the entries
+    after ``position`` number ``entries-added - added``, and when the pushes since
+    account for all of them, nothing has to be read. Only a writer that does not
+    publish (or a push lost in a reconnect) makes the counts differ, and then the
+    entries are read, once.
+    """
+
+    __slots__ = ("added", "name", "position", "pushed")
+
+    def __init__(self, name: str, position: bytes, added: int) -> None:
+        self.name = name
+        self.position = position
+        self.added = added
+        self.pushed: set[bytes] = set()  # entries after position, delivered from pushes
+
+    def pushed_hint(self, entry_id: bytes) -> bool:
+        """Record a pushed hint; whether it is new (not delivered before)."""
+        if entry_id in self.pushed or stream_id(entry_id) <= stream_id(self.position):
+            return False
+        self.pushed.add(entry_id)
+        return True
+
+    def settle(self, added: int, last_id: bytes) -> bool:
+        """With the stream's counter ``added`` and newest ID ``last_id``: whether pushes
+        account for every entry up to ``last_id`` (then the stream is accounted for)."""
+        if self.added < 0:
+            return False  # a read was cut short: the count after position is unknown
+        last = stream_id(last_id)
+        arrived = [e for e in self.pushed if stream_id(e) <= last]
+        if added - self.added != len(arrived):
+            return False
+        self._advance(last_id, added)
+        return True
+
+    def read(
+        self,
+        entries: list[Any],
+        counter: tuple[int, bytes],
+        deliver: Callable[[str], None],
+        *,
+        complete: bool,
+    ) -> None:
+        """Deliver what was read after ``position`` that no push delivered.
+
+        ``counter`` is ``(entries-added, last-generated-id)`` from before the read;
+        ``complete``: the read reached the end of the stream, so the stream is
+        accounted for up to the last entry, and the counter there is the one read
+        plus the entries appended since. A read cut short only moves the position.
+        """
+        added, last_id = counter
+        last = stream_id(last_id)
+        newer = 0  # entries appended after the counter was read
+        for entry_id, fields in entries:
+            if entry_id not in self.pushed:
+                task_id = _field(fields, b"t")
+                if task_id is not None:
+                    deliver(task_id.decode("utf-8", "replace"))
+            if stream_id(entry_id) > last:
+                newer += 1
+        end = bytes(entries[-1][0]) if entries else self.position
+        if complete:
+            self._advance(max(end, last_id, key=stream_id), added + newer)
+        else:
+            self._advance(end, -1)
+
+    def _advance(self, position: bytes, added: int) -> None:
+        self.position, self.added = position, added
+        mark = stream_id(position)
+        self.pushed = {e for e in self.pushed if stream_id(e) > mark}
+
+
+def _field(fields: Any, name: bytes) -> bytes | None:
+    if isinstance(fields, dict):
+        value: bytes | None = fields.get(name)
+        return value
+    for i in range(0, len(fields) - 1, 2):
+        if fields[i] == name:
+            found: bytes = fields[i + 1]
+            return found
+    return None
+
+
+class _Regroup(Exception):
+    """The partitions' primaries changed: subscribe again where they are now."""
+
+
+class ShardTail:
+    """Delivers every hint of ``streams`` to ``deliver``, on a cluster (see the module)."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        streams: list[str],
+        deliver: Callable[[str], None],
+        ready: asyncio.Event,
+    ) -> None:
+        self._topology = topology
+        self._names = streams
+        self._deliver = deliver
+        self._ready = ready
+        #: Catch-ups made, streams that had to be read in them, subscriptions made.
+        self.catch_ups = 0
+        self.reads = 0
+        self.subscriptions = 0
+
+    async def run(self) -> None:
+        """Until cancelled: fix positions, subscribe per primary, deliver; regroup on change.
+
+        Raises :class:`NoPermissionError` when the ACL refuses ``SSUBSCRIBE``.
+        """
+        backoff = 0.05
+        streams: dict[str, _Stream] | None = None
+        while True:
+            try:
+                if streams is None:
+                    streams = await self._positions()
+                await self._subscribed(streams)
+            except asyncio.CancelledError:
+                raise
+            except _Regroup:
+                backoff = 0.05
+                continue
+            except NoPermissionError:
+                raise  # no +ssubscribe: the publisher tails the streams instead
+            except CLIENT_ERRORS as exc:
+                cause = exc.__cause__ or exc
+                logger.warning("task event tail failed (%s); retrying", type(cause).__name__)
+                self._topology.failed()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, _MAX_BACKOFF)
+
+    async def _positions(self) -> dict[str, _Stream]:
+        """Every stream accounted for up to its newest entry: what is added from now on
+        is delivered."""
+        found: dict[str, tuple[Node, list[str]]] = {}
+        for name in self._names:
+            node = self._topology.node_for(name)
+            found.setdefault(node.name, (node, []))[1].append(name)
+        counters: dict[str, tuple[int, bytes]] = {}
+        for node, names in found.values():
+            counters.update(zip(names, await self._counters(node, names), strict=True))
+        return {name: _Stream(name, counters[name][1], counters[name][0]) for name in self._names}
+
+    async def _counters(self, node: Node, names: list[str]) -> list[tuple[int, bytes]]:
+        """``(entries-added, last-generated-id)`` of each stream (``XINFO STREAM``, one
+        write to ``node``); ``(0, b"0-0")`` for a stream not created yet."""
+        async with asyncio.timeout(self._topology.timeout):
+            replies = await asyncio.gather(
+                *(node.pipeline.call((b"XINFO", b"STREAM", name)) for name in names),
+                return_exceptions=True,
+            )
+        counters = []
+        for reply in replies:
+            if isinstance(reply, MovedError):
+                self._topology.moved(reply.slot_id, reply.host, int(reply.port))
+                raise _Regroup from reply
+            if isinstance(reply, ResponseError) and "no such key" in str(reply).lower():
+                counters.append((0, b"0-0"))
+                continue
+            if isinstance(reply, BaseException):
+                raise reply
+            info = reply if isinstance(reply, dict) else dict(zip(*[iter(reply)] * 2, strict=True))
+            counters.append((int(info[b"entries-added"]), bytes(info[b"last-generated-id"])))
+        return counters
+
+    async def _subscribed(self, streams: dict[str, _Stream]) -> None:
+        """One subscription per primary until any of them ends; raises why it ended."""
+        groups: dict[str, tuple[Node, list[_Stream]]] = {}
+        for stream in streams.values():
+            node = self._topology.node_for(stream.name)
+            groups.setdefault(node.name, (node, []))[1].append(stream)
+        ready = [asyncio.Event() for _ in groups]
+        loop = asyncio.get_running_loop()
+        tasks: list[asyncio.Task[None]] = []
+        for (node, members), event in zip(groups.values(), ready, strict=True):
+            tasks.append(loop.create_task(self._listen(node, members, event)))
+            tasks.append(loop.create_task(self._catch_up_every(node, members, event)))
+
+        async def all_ready() -> None:
+            for event in ready:
+                await event.wait()
+            self._ready.set()
+
+        announcer = loop.create_task(all_ready())
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in (*tasks, announcer):
+                task.cancel()
+            await asyncio.gather(*tasks, announcer, return_exceptions=True)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        raise _Regroup  # pragma: no cover - every task ends by raising
+
+    async def _listen(self, node: Node, members: list[_Stream], ready: asyncio.Event) -> None:
+        by_channel = {stream.name.encode(): stream for stream in members}
+        connection: Any = None
+        try:
+            async with asyncio.timeout(self._topology.timeout):
+                connection = await node.pool.get_connection()  # type: ignore[no-untyped-call]
+                # One SSUBSCRIBE per stream: one command may not span slots.
+                await write(connection, pack([(b"SSUBSCRIBE", name) for name in by_channel]))
+                for _ in by_channel:
+                    reply = await connection.read_response(timeout=math.inf, push_request=True)
+                    if not (isinstance(reply, list) and reply[:1] == [b"ssubscribe"]):
+                        raise _Regroup
+            self.subscriptions += 1
+            # Subscribed: whatever was published before is in the streams.
+            await self._catch_up(node, members)
+            ready.set()
+            while True:
+                # RESP3 (redis-py's default) delivers pub/sub messages as pushes.
+                message = await connection.read_response(timeout=math.inf, push_request=True)
+                kind = message[0] if isinstance(message, list) and message else None
+                if kind == b"smessage":
+                    stream = by_channel.get(bytes(message[1]))
+                    entry_id, _, task_id = bytes(message[2]).partition(b" ")
+                    if stream is not None and task_id and stream.pushed_hint(entry_id):
+                        self._deliver(task_id.decode("utf-8", "replace"))
+                elif kind == b"sunsubscribe":
+                    raise _Regroup  # the slot moved to another primary
+        except MovedError as exc:
+            self._topology.moved(exc.slot_id, exc.host, int(exc.port))
+            raise _Regroup from exc
+        finally:
+            if connection is not None:
+                # A subscribed connection is no use to anyone else: close it.
+                await connection.disconnect()
+                await node.pool.release(connection)
+
+    async def _catch_up_every(
+        self, node: Node, members: list[_Stream], ready: asyncio.Event
+    ) -> None:
+        await ready.wait()
+        while True:
+            await asyncio.sleep(CATCH_UP_EVERY)
+            if any(self._topology.node_for(s.name) is not node for s in members):
+                raise _Regroup  # learnt elsewhere (a MOVED to a script call, a refresh)
+            await self._catch_up(node, members)
+
+    async def _catch_up(self, node: Node, members: list[_Stream]) -> None:
+        """Account for every stream of ``members``: settled by its counter where pushes
+        delivered everything, read from its position where they did not."""
+        self.catch_ups += 1
+        counters = await self._counters(node, [s.name for s in members])
+        pending = [
+            (stream, added, last_id)
+            for stream, (added, last_id) in zip(members, counters, strict=True)
+            if not stream.settle(added, last_id)
+        ]
+        self.reads += len(pending)
+        while pending:
+            async with asyncio.timeout(self._topology.timeout):
+                replies = await asyncio.gather(
+                    *(
+                        node.pipeline.call(
+                            (b"XREAD", b"COUNT", _CATCH_UP_COUNT, b"STREAMS", s.name, s.position)
+                        )
+                        for s, _, _ in pending
+                    ),
+                    return_exceptions=True,
+                )
+            more = []
+            for (stream, added, last_id), reply in zip(pending, replies, strict=True):
+                if isinstance(reply, MovedError):
+                    self._topology.moved(reply.slot_id, reply.host, int(reply.port))
+                    raise _Regroup from reply
+                if isinstance(reply, BaseException):
+                    raise reply
+                entries = _entries(reply)
+                complete = len(entries) < _CATCH_UP_COUNT
+                stream.read(entries, (added, last_id), self._deliver, complete=complete)
+                if not complete:
+                    # Entries past the counter read now count into it at the end.
+                    more.append((stream, added + _newer_than(entries, last_id), last_id))
+            pending = more
+
+
+def _newer_than(entries: list[Any], last_id: bytes) -> int:
+    last = stream_id(last_id)
+    return sum(1 for entry_id, _ in entries if stream_id(entry_id) > last)
+
+
+def _entries(reply: Any) -> list[Any]:
+    """The entries of a raw one-stream ``XREAD`` reply (RESP2 list or RESP3 map)."""
+    if not reply:
+        return []
+    (_, entries), *_ = reply.items() if isinstance(reply, dict) else reply
+    return list(entries or ())

@@ -1,0 +1,198 @@
+"""Task events on a cluster: hints pushed on shard channels, the streams as the record.
+
+Every hint arrives once, whether it came as a push, from a read of the stream, or
+both; a writer that does not publish is still heard (from the streams); a slot
+that moves and a primary that fails are followed; and a user the ACL refuses the
+shard channels still gets every event, from per-partition reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+import shlex
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from redis_tasks import RedisTaskManager, TaskRequestContext
+from redis_tasks._keys import KeySpace
+from redis_tasks._shard_tail import ShardTail, stream_id
+from redis_tasks.testing import RedisCluster, start_redis_cluster, wait_failover
+
+from .conftest import README
+from .helpers import ALICE, ORIGIN, EventLog, wait_until
+from .test_cluster import _node_id, _reshard, owner
+
+
+@pytest.fixture
+def private_cluster() -> Iterator[RedisCluster]:
+    """A cluster of the test's own, for tests that kill or reshape nodes."""
+    with tempfile.TemporaryDirectory(prefix="redis-tasks-events-cluster-") as directory:
+        cluster = start_redis_cluster(Path(directory))
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def shard_tail(manager: RedisTaskManager) -> ShardTail:
+    tail = manager.event_publisher.shard_tail  # type: ignore[attr-defined]
+    assert isinstance(tail, ShardTail)
+    return tail
+
+
+async def caught_up(tail: ShardTail, times: int) -> None:
+    """Wait until the tail has read the streams ``times`` more times."""
+    target = tail.catch_ups + times * 3  # one per primary
+
+    async def done() -> bool:
+        return tail.catch_ups >= target
+
+    await wait_until(done, within=15, what="catch-up reads of the streams")
+
+
+def test_stream_ids_order_like_the_stream() -> None:
+    assert stream_id(b"1700000000000-3") == (1700000000000, 3)
+    assert stream_id(b"9-10") > stream_id(b"9-9") > stream_id(b"8-99")
+    assert stream_id(b"0-0") < stream_id(b"1-0")
+
+
+async def test_every_hint_arrives_once_over_pushes_and_stream_reads(
+    redis_cluster: RedisCluster, prefix: str
+) -> None:
+    async with (
+        RedisTaskManager.from_url(redis_cluster.url, prefix=prefix) as writer,
+        RedisTaskManager.from_url(redis_cluster.url, prefix=prefix) as reader,
+    ):
+        log = EventLog()
+        with reader.event_publisher.subscribe(log):
+            await reader.event_publisher.wait_ready()
+            tail = shard_tail(reader)
+            tasks = await asyncio.gather(*(writer.create_task(ALICE, ORIGIN) for _ in range(400)))
+            await asyncio.gather(*(writer.complete_task(t.task_id, {"ok": 1}) for t in tasks))
+            for task in tasks:
+                await log.wait_for(task.task_id, 2)
+            reads = tail.reads
+            await caught_up(tail, 2)  # the streams were accounted for after every push
+            # Every writer publishes: the counters match the pushes, nothing is read.
+            assert tail.reads == reads
+            counts = Counter(log.ids)
+            assert {counts[t.task_id] for t in tasks} == {2}  # created, completed: once each
+            assert len({int(t.task_id.split(".")[0]) for t in tasks}) == 16
+
+
+async def test_a_writer_that_does_not_publish_is_heard_from_the_streams(
+    redis_cluster: RedisCluster, prefix: str
+) -> None:
+    async with (
+        RedisTaskManager.from_url(redis_cluster.url, prefix=prefix) as writer,
+        RedisTaskManager.from_url(redis_cluster.url, prefix=prefix) as reader,
+    ):
+        assert writer._events.endswith("p")
+        writer._events = writer._events.removesuffix("p")  # as an older version writes
+        log = EventLog()
+        with reader.event_publisher.subscribe(log):
+            await reader.event_publisher.wait_ready()
+            reads = shard_tail(reader).reads
+            silent = [await writer.create_task(ALICE, ORIGIN) for _ in range(20)]
+            for task in silent:
+                await log.wait_for(task.task_id, 1)  # within a catch-up interval
+            assert all(log.count(t.task_id) == 1 for t in silent)
+            assert shard_tail(reader).reads > reads  # found by reading the streams
+
+
+@pytest.mark.slow
+async def test_hints_follow_a_slot_that_moves_and_a_primary_that_fails(
+    private_cluster: RedisCluster, prefix: str
+) -> None:
+    seed = private_cluster.primaries[0]
+    keys = KeySpace(prefix)
+    slot = keys.slot(0)
+    source_port, _ = owner(private_cluster, slot)
+    target = next(p for p in private_cluster.primaries if p.port != source_port)
+    ids = {node.port: _node_id(node) for node in private_cluster.primaries}
+    async with (
+        RedisTaskManager.from_url(seed.url, prefix=prefix, partitions=1) as writer,
+        RedisTaskManager.from_url(seed.url, prefix=prefix) as reader,
+    ):
+        log = EventLog()
+        with reader.event_publisher.subscribe(log):
+            await reader.event_publisher.wait_ready()
+            tail = shard_tail(reader)
+            subscribed = tail.subscriptions
+            before = await writer.create_task(ALICE, ORIGIN)
+            await log.wait_for(before.task_id, 1)
+            await asyncio.to_thread(_reshard, seed, ids[source_port], ids[target.port], slot + 1)
+            assert owner(private_cluster, slot)[0] == target.port
+            moved = [await writer.create_task(ALICE, ORIGIN) for _ in range(10)]
+            for task in moved:
+                await log.wait_for(task.task_id, 1)
+
+            async def resubscribed() -> bool:
+                return tail.subscriptions > subscribed
+
+            await wait_until(resubscribed, what="subscriptions on the slot's new primary")
+            # The slot's new primary fails: its replica takes over, the hints follow.
+            victim = next(p for p in private_cluster.primaries if p.port == target.port)
+            victim.process.kill()
+            await asyncio.to_thread(wait_failover, private_cluster, victim)
+            after = [await writer.create_task(ALICE, ORIGIN) for _ in range(10)]
+            for task in after:
+                await log.wait_for(task.task_id, 1, within=30)
+            assert all(log.count(t.task_id) == 1 for t in [before, *moved, *after])
+
+
+def _acl_line(prefix: str, *, shard_channels: bool) -> tuple[str, list[str]]:
+    """The README's ACL line for ``prefix`` (without the shard-channel rights if told)."""
+    (line,) = re.findall(r"^ACL SETUSER .*$", README.read_text(), re.M)
+    user, password = f"app-{prefix}", secrets.token_hex(16)
+    words = shlex.split(line.replace("rt-app", user).replace(">CHANGE-ME", f">{password}"))
+    words = [w.replace("{rt:*", f"{{{prefix}:*") for w in words]
+    if not shard_channels:
+        words = [w for w in words if w not in ("+spublish", "+ssubscribe") and w[0] != "&"]
+    return f"redis://{user}:{password}@", words
+
+
+@pytest.mark.parametrize("shard_channels", [True, False])
+async def test_events_reach_a_restricted_user_with_or_without_shard_channels(
+    redis_cluster: RedisCluster, prefix: str, shard_channels: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    credentials, command = _acl_line(prefix, shard_channels=shard_channels)
+    user = command[2]
+    admins = [redis.Redis.from_url(node.url) for node in redis_cluster.servers]
+    try:
+        for admin in admins:  # a cluster's ACLs are per node
+            admin.execute_command(*command)  # type: ignore[no-untyped-call]
+            admin.acl_log_reset()
+        url = redis_cluster.url.replace("redis://", credentials)
+        async with (
+            RedisTaskManager.from_url(url, prefix=prefix) as writer,
+            RedisTaskManager.from_url(url, prefix=prefix) as reader,
+        ):
+            assert writer._events.endswith("p") is shard_channels
+            log = EventLog()
+            with reader.event_publisher.subscribe(log):
+                await reader.event_publisher.wait_ready()
+                task = await writer.create_task(ALICE, ORIGIN)
+                await writer.complete_task(task.task_id, {"ok": 1})
+                await log.wait_for(task.task_id, 2)
+                found = await reader.find_task(TaskRequestContext(ALICE, task.task_id))
+                assert found is not None
+            assert (reader.event_publisher.shard_tail is not None) is shard_channels  # type: ignore[attr-defined]
+        denied = [e for admin in admins for e in admin.acl_log() if e.get("username") == user]
+        if shard_channels:
+            assert denied == [], denied
+        else:  # the one probe of each kind per manager, then the streams are read
+            assert {e["object"] for e in denied} <= {"spublish", "ssubscribe"}
+            warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+            assert any("SPUBLISH refused" in w for w in warnings)
+    finally:
+        for admin in admins:
+            admin.acl_deluser(user)
+            admin.close()
