@@ -49,6 +49,8 @@ logger = logging.getLogger("redis_tasks.events")
 #: Seconds between reads of the streams themselves (the catch-up).
 CATCH_UP_EVERY: Final = 1.0
 _CATCH_UP_COUNT: Final = 1000  # entries per stream per read
+_SETTLE_TRIES: Final = 5  # counter checks before a stream is read...
+_SETTLE_WAIT: Final = 0.02  # ...seconds apart
 _MAX_BACKOFF: Final = 5.0
 
 StreamId = tuple[int, int]
@@ -310,11 +312,19 @@ class ShardTail:
         delivered everything, read from its position where they did not."""
         self.catch_ups += 1
         counters = await self._counters(node, [s.name for s in members])
-        pending = [
-            (stream, added, last_id)
-            for stream, (added, last_id) in zip(members, counters, strict=True)
-            if not stream.settle(added, last_id)
-        ]
+        pending = list(
+            zip(members, (a for a, _ in counters), (i for _, i in counters), strict=True)
+        )
+        for _ in range(_SETTLE_TRIES):
+            pending = [
+                (s, added, last_id) for s, added, last_id in pending if not s.settle(added, last_id)
+            ]
+            if not pending:
+                return
+            # Under load the pushes of the newest entries are still on their way (sent
+            # before the counter, on the other connection): give them a moment rather
+            # than read every entry of the last second again.
+            await asyncio.sleep(_SETTLE_WAIT)
         self.reads += len(pending)
         while pending:
             async with asyncio.timeout(self._topology.timeout):

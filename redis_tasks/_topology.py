@@ -29,7 +29,6 @@ harm; the deadline is what bounds a call, never a count of attempts.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -66,8 +65,6 @@ __all__ = [
     "connect",
     "pause_after",
 ]
-
-logger = logging.getLogger("redis_tasks")
 
 T = TypeVar("T")
 
