@@ -31,6 +31,7 @@ no subscriber), and the ACL's ``+spublish +ssubscribe`` with the channel pattern
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import math
 from collections.abc import Callable
@@ -70,22 +71,27 @@ class _Stream:
     after ``position`` number ``entries-added - added``, and when the pushes since
     account for all of them, nothing has to be read. Only a writer that does not
     publish (or a push lost in a reconnect) makes the counts differ, and then the
-    entries are read, once.
+    entries are read, once. Pushes of one stream arrive in the order of its
+    entries (one connection, published in append order), so they are kept in a
+    list that stays sorted.
     """
 
-    __slots__ = ("added", "name", "position", "pushed")
+    __slots__ = ("added", "name", "position", "pushed", "since")
 
     def __init__(self, name: str, position: bytes, added: int) -> None:
         self.name = name
         self.position = position
+        self.since = stream_id(position)
         self.added = added
-        self.pushed: set[bytes] = set()  # entries after position, delivered from pushes
+        # Entries after position delivered from pushes, ascending: (ID, raw ID).
+        self.pushed: list[tuple[StreamId, bytes]] = []
 
     def pushed_hint(self, entry_id: bytes) -> bool:
         """Record a pushed hint; whether it is new (not delivered before)."""
-        if entry_id in self.pushed or stream_id(entry_id) <= stream_id(self.position):
+        key = stream_id(entry_id)
+        if key <= self.since or (self.pushed and key <= self.pushed[-1][0]):
             return False
-        self.pushed.add(entry_id)
+        self.pushed.append((key, entry_id))
         return True
 
     def settle(self, added: int, last_id: bytes) -> bool:
@@ -93,9 +99,8 @@ class _Stream:
         account for every entry up to ``last_id`` (then the stream is accounted for)."""
         if self.added < 0:
             return False  # a read was cut short: the count after position is unknown
-        last = stream_id(last_id)
-        arrived = [e for e in self.pushed if stream_id(e) <= last]
-        if added - self.added != len(arrived):
+        arrived = bisect.bisect_right(self.pushed, stream_id(last_id), key=_first)
+        if added - self.added != arrived:
             return False
         self._advance(last_id, added)
         return True
@@ -117,9 +122,10 @@ class _Stream:
         """
         added, last_id = counter
         last = stream_id(last_id)
+        pushed = {raw for _, raw in self.pushed}
         newer = 0  # entries appended after the counter was read
         for entry_id, fields in entries:
-            if entry_id not in self.pushed:
+            if entry_id not in pushed:
                 task_id = _field(fields, b"t")
                 if task_id is not None:
                     deliver(task_id.decode("utf-8", "replace"))
@@ -132,9 +138,12 @@ class _Stream:
             self._advance(end, -1)
 
     def _advance(self, position: bytes, added: int) -> None:
-        self.position, self.added = position, added
-        mark = stream_id(position)
-        self.pushed = {e for e in self.pushed if stream_id(e) > mark}
+        self.position, self.since, self.added = position, stream_id(position), added
+        del self.pushed[: bisect.bisect_right(self.pushed, self.since, key=_first)]
+
+
+def _first(pair: tuple[StreamId, bytes]) -> StreamId:
+    return pair[0]
 
 
 def _field(fields: Any, name: bytes) -> bytes | None:

@@ -22,7 +22,7 @@ import redis
 
 from redis_tasks import RedisTaskManager, TaskRequestContext
 from redis_tasks._keys import KeySpace
-from redis_tasks._shard_tail import ShardTail, stream_id
+from redis_tasks._shard_tail import ShardTail, _Stream, stream_id
 from redis_tasks.testing import RedisCluster, start_redis_cluster, wait_failover
 
 from .conftest import README
@@ -61,6 +61,48 @@ def test_stream_ids_order_like_the_stream() -> None:
     assert stream_id(b"1700000000000-3") == (1700000000000, 3)
     assert stream_id(b"9-10") > stream_id(b"9-9") > stream_id(b"8-99")
     assert stream_id(b"0-0") < stream_id(b"1-0")
+
+
+def entry(n: int, task: str) -> tuple[bytes, list[bytes]]:
+    return f"{n}-0".encode(), [b"t", task.encode()]
+
+
+def test_a_stream_is_settled_by_its_counter_when_pushes_account_for_every_entry() -> None:
+    stream = _Stream("s", b"10-0", added=5)
+    assert stream.pushed_hint(b"11-0")
+    assert not stream.pushed_hint(b"11-0")  # a duplicate
+    assert not stream.pushed_hint(b"9-0")  # already accounted for
+    assert stream.pushed_hint(b"12-0")
+    # The counter says two entries were added up to 12-0: both were pushed.
+    assert stream.settle(7, b"12-0")
+    assert (stream.position, stream.added, stream.pushed) == (b"12-0", 7, [])
+    # Three added, two pushed so far (one in flight, or a writer that does not publish).
+    assert stream.pushed_hint(b"13-0")
+    assert stream.pushed_hint(b"15-0")
+    assert not stream.settle(10, b"15-0")
+    assert stream.position == b"12-0"  # nothing moved
+    delivered: list[str] = []
+    stream.read(
+        [entry(13, "a"), entry(14, "b"), entry(15, "c"), entry(16, "d")],
+        (10, b"15-0"),
+        delivered.append,
+        complete=True,
+    )
+    assert delivered == ["b", "d"]  # 13 and 15 came as pushes; 16 was added meanwhile
+    assert (stream.position, stream.added) == (b"16-0", 11)
+    assert not stream.pushed_hint(b"16-0")  # read already: its push is dropped
+
+
+def test_a_read_cut_short_leaves_the_count_unknown_until_the_end() -> None:
+    stream = _Stream("s", b"0-0", added=0)
+    delivered: list[str] = []
+    stream.read([entry(1, "a"), entry(2, "b")], (3, b"3-0"), delivered.append, complete=False)
+    assert (stream.position, stream.added) == (b"2-0", -1)
+    assert not stream.settle(3, b"3-0")  # unknown count: must read on
+    stream.read([entry(3, "c")], (3, b"3-0"), delivered.append, complete=True)
+    assert delivered == ["a", "b", "c"]
+    assert (stream.position, stream.added) == (b"3-0", 3)
+    assert stream.settle(3, b"3-0")
 
 
 async def test_every_hint_arrives_once_over_pushes_and_stream_reads(
