@@ -172,13 +172,15 @@ def test_every_scenario_runs_against_a_cluster_node_s_url(redis_cluster: RedisCl
 def test_both_topologies_in_one_run_are_compared() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "redis_tasks", "bench", "drain", "pickup", "lifecycle", "find",
-         "--topology", "both", *TINY_ARGS],
+         "--topology", "both", "--replicas", "1", *TINY_ARGS],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert set(results["topologies"]) == {"standalone", "cluster"}
     assert results["topologies"]["cluster"]["environment"]["primaries"] == 3
+    for run in results["topologies"].values():  # one replica per primary on both
+        assert run["environment"]["replicas_per_primary"] == 1
     ratios_ = results["comparison"]["cluster_over_standalone"]
     assert set(ratios_) == {"drain_w1", "lifecycle_w1", "find", "pickup_p50", "pickup_p99"}
     assert all(value > 0 for value in ratios_.values())

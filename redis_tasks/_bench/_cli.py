@@ -37,6 +37,16 @@ def _counts(text: str) -> tuple[int, ...]:
     return counts
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("give a whole number") from None
+    if not 0 <= value <= 5:
+        raise argparse.ArgumentTypeError("must be 0 to 5")
+    return value
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -80,6 +90,13 @@ def add_bench_command(commands: Any) -> None:
         "--start-cluster",
         action="store_true",
         help="the same as --topology cluster",
+    )
+    bench.add_argument(
+        "--replicas",
+        type=_count,
+        default=None,
+        help="replicas per primary of the private servers (default: none for standalone, "
+        "one per primary for the cluster); with --topology both, give the same to both",
     )
     defaults = Settings()
     sizes = bench.add_argument_group("sizes")
@@ -132,6 +149,7 @@ async def _environment(url: str) -> dict[str, Any]:
             "redis_version": await probe.version(),
             "redis_mode": "cluster" if probe.cluster else "standalone",
             "primaries": probe.primaries,
+            "replicas_per_primary": await probe.replicas(),
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "machine": platform.machine(),
@@ -304,7 +322,11 @@ def run_bench(args: argparse.Namespace) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="redis-tasks-bench-") as scratch:
         log_path = Path(scratch) / "bench.log"
-        from redis_tasks.testing import start_redis_cluster, start_redis_server
+        from redis_tasks.testing import (
+            start_redis_cluster,
+            start_redis_server,
+            start_replicated_server,
+        )
 
         topology = "cluster" if args.start_cluster else args.topology
         if topology is None and not args.redis_url:
@@ -314,11 +336,19 @@ def run_bench(args: argparse.Namespace) -> int:
         progress = Progress(quiet=args.quiet)
         try:
             if topology in ("standalone", "both"):
-                servers.append(start_redis_server(Path(scratch) / "redis"))
+                replicas = args.replicas or 0
+                servers.append(
+                    start_replicated_server(Path(scratch) / "redis", replicas=replicas)
+                    if replicas
+                    else start_redis_server(Path(scratch) / "redis")
+                )
                 urls["standalone"] = servers[-1].url
             if topology in ("cluster", "both"):
-                progress.note("starting a private 3-primary, 3-replica cluster")
-                servers.append(start_redis_cluster(Path(scratch) / "cluster"))
+                replicas = 1 if args.replicas is None else args.replicas
+                progress.note(f"starting a private 3-primary cluster, {replicas} replica(s) each")
+                servers.append(
+                    start_redis_cluster(Path(scratch) / "cluster", replicas_per_primary=replicas)
+                )
                 urls["cluster"] = servers[-1].url
             if topology is None:
                 urls["redis"] = args.redis_url

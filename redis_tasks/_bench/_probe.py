@@ -123,6 +123,13 @@ class Probe:
         """CPU seconds the primaries' server processes have used, together."""
         return sum(await self.cpu_by_primary())
 
+    async def replicas(self) -> int:
+        """How many replicas the primaries have, the fewest of any (0 without)."""
+        return min(
+            int(reply.get("connected_slaves", 0))
+            for reply in await self._each_primary("INFO", "replication")
+        )
+
     async def version(self) -> str:
         """The server's ``redis_version``."""
         reply = (await self._each_primary("INFO", "server"))[0]

@@ -136,8 +136,8 @@ def _table(results: dict[str, Any]) -> str:
     settings = results["settings"]
     lines.append(
         f"Redis {env['redis_version']} ({env['redis_mode']}, "
-        f"{env.get('primaries', 1)} primar{'y' if env.get('primaries', 1) == 1 else 'ies'}), "
-        f"{env['cpus']} CPUs, "
+        f"{env.get('primaries', 1)} primar{'y' if env.get('primaries', 1) == 1 else 'ies'}, "
+        f"{env.get('replicas_per_primary', 0)} replica(s) each), {env['cpus']} CPUs, "
         f"Python {env['python']}; no-op jobs, worker concurrency {settings['concurrency']}"
     )
     systems: dict[str, Any] = results.get("systems", {})
