@@ -7,8 +7,9 @@ Redis, limits throughput. An :class:`AutoPipeline` serves one node (one pool):
 it queues the calls made during one turn of the event loop and, at the end of
 that turn, writes them to one connection in one packed write and reads the
 replies back in order, resolving each caller's future as its reply arrives. A
-lone call goes out one turn later, so nothing waits for company. On a cluster
-every primary has its own, so one turn's calls go out as one write per node.
+lone call goes out one turn later, so nothing waits for company; while two
+batches are on the wire, calls gather for the next (:data:`MAX_IN_FLIGHT`). On a
+cluster every primary has its own, so one turn's calls go out as one write per node.
 
 Each script stays atomic on its own; a pipeline only shares the connection, so
 the guarantees are exactly those of separate calls. Two kinds of call carry a
@@ -45,6 +46,12 @@ MAX_BATCH: Final = 128
 #: pool: a checkout (lock, condition, health probe, metrics hooks) cost more than
 #: the write it served (profiled). Enough for the batches of a busy turn.
 KEEP: Final = 4
+#: Batches a pipeline has on the wire at once; calls made meanwhile wait for one to
+#: come back and go out together. Under load batches grow instead of multiplying: on
+#: a cluster, where each turn's calls are split over the primaries, drain went from
+#: 14,600 to 15,900 jobs/s (medians of 4 interleaved rounds; 1, 4 and 8 measured
+#: within noise of 2). A lone call still goes out at the end of its turn.
+MAX_IN_FLIGHT: Final = 2
 _ASKING: Final = (b"ASKING",)
 
 
@@ -140,8 +147,10 @@ class AutoPipeline:
         self._pool = pool
         self._timeout = timeout
         self._queue: list[Call] = []
+        self._since = 0.0  # when the oldest queued call was made (loop time)
         self._idle: list[Any] = []  # connections kept between batches (at most KEEP)
         self._scheduled = False
+        self._in_flight = 0  # batches written whose replies are not all read
         # asyncio keeps only weak references to tasks: these keep the sends alive.
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -162,8 +171,10 @@ class AutoPipeline:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
+        if not self._queue:
+            self._since = loop.time()
         self._queue.append(Call(command, future, asking, wait))
-        if not self._scheduled:
+        if not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
             self._scheduled = True
             loop.call_soon(self._flush)
         return future
@@ -191,14 +202,24 @@ class AutoPipeline:
 
     def _flush(self) -> None:
         self._scheduled = False
+        if self._in_flight >= MAX_IN_FLIGHT:
+            return  # the batch in flight flushes the queue when its replies are in
         batch = [call for call in self._queue if not call.future.done()]
         self._queue = []
         for start in range(0, len(batch), MAX_BATCH):
-            task = asyncio.ensure_future(self._send(batch[start : start + MAX_BATCH]))
+            self._in_flight += 1
+            task = asyncio.ensure_future(self._send(batch[start : start + MAX_BATCH], self._since))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._sent)
 
-    async def _send(self, batch: list[Call]) -> None:
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._in_flight -= 1
+        if self._queue and not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    async def _send(self, batch: list[Call], since: float | None = None) -> None:
         pool = self._pool
         commands: list[tuple[Any, ...]] = []
         wait: tuple[Any, ...] | None = None
@@ -210,8 +231,11 @@ class AutoPipeline:
                 wait = call.wait
         if wait is not None:
             commands.append(wait)
+        start = asyncio.get_running_loop().time() if since is None else since
         try:
-            async with asyncio.timeout(self._timeout):
+            # The batch's deadline counts from its oldest call, which may have waited
+            # for the batch before it.
+            async with asyncio.timeout_at(start + self._timeout):
                 connection = await self._checkout()
                 try:
                     await write(connection, pack(commands))

@@ -11,7 +11,8 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
-from redis_tasks._pipeline import MAX_BATCH, AutoPipeline, pack
+from redis_tasks import _pipeline
+from redis_tasks._pipeline import MAX_BATCH, MAX_IN_FLIGHT, AutoPipeline, pack
 from redis_tasks.testing import RedisServer
 
 
@@ -147,3 +148,34 @@ async def test_a_call_cancelled_before_its_turn_ends_is_never_sent(
     withdrawn = pipeline.call(("SET", f"{prefix}:w", "1"))
     withdrawn.cancel()
     assert await pipeline.call(("EXISTS", f"{prefix}:w")) == 0
+
+
+async def test_calls_made_while_two_batches_are_out_go_in_the_next_write(
+    client: Redis, redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[int] = []
+    real_write = _pipeline.write
+
+    async def counting(connection: Any, data: bytes) -> None:
+        writes.append(data.count(b"ECHO"))
+        await real_write(connection, data)
+
+    monkeypatch.setattr(_pipeline, "write", counting)
+    pipeline = AutoPipeline(client.connection_pool, timeout=5)
+    pauser = Redis.from_url(redis_server.url)
+    await pauser.client_pause(300, all=True)  # the first batches stay out meanwhile
+    try:
+        first = [pipeline.call(("ECHO", f"{prefix}-a{i}")) for i in range(3)]
+        await asyncio.sleep(0)  # end of turn: the first batch goes out
+        second = [pipeline.call(("ECHO", f"{prefix}-b{i}")) for i in range(3)]
+        await asyncio.sleep(0)
+        third = [pipeline.call(("ECHO", f"{prefix}-c{i}")) for i in range(3)]
+        await asyncio.sleep(0)
+        fourth = [pipeline.call(("ECHO", f"{prefix}-d{i}")) for i in range(3)]
+        replies = await asyncio.gather(*first, *second, *third, *fourth)
+    finally:
+        await pauser.aclose()
+    assert replies == [f"{prefix}-{turn}{i}".encode() for turn in "abcd" for i in range(3)]
+    assert MAX_IN_FLIGHT == 2
+    assert writes == [3, 3, 6]  # turns three and four waited, then went out together
+    await pipeline.aclose()
