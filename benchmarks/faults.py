@@ -79,6 +79,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from redis_tasks import (
     BackendError,
@@ -636,14 +637,25 @@ async def _find(manager: RedisTaskManager, task_id: str) -> Task | None:
 
 
 async def _stored_task_ids(manager: RedisTaskManager) -> set[str]:
-    """The ID of every task stored under the prefix (task hashes, not companion keys)."""
-    found = set()
+    """The ID of every task stored under the prefix (task hashes, not companion keys).
+
+    The scan starts over if a connection the faults left broken fails under it.
+    """
     pattern = manager.keyspace.pattern() + "}:task:*"
-    async for key in manager.client.scan_iter(match=pattern, count=1000):
-        rest = bytes(key).decode().split("}:task:", 1)[1]
-        if ":" not in rest:  # ...:req, :iss and the like belong to a task counted already
-            found.add(rest)
-    return found
+    for attempt in range(5):
+        found = set()
+        try:
+            for client in manager.primary_clients():
+                async for key in client.scan_iter(match=pattern, count=1000):
+                    rest = bytes(key).decode().split("}:task:", 1)[1]
+                    if ":" not in rest:  # ...:req, :iss and the like belong to a task
+                        found.add(rest)
+        except RedisConnectionError:
+            if attempt == 4:
+                raise
+            continue
+        return found
+    raise AssertionError("unreachable")
 
 
 async def _settle(
