@@ -22,7 +22,7 @@ from ._errors import BackendError, TaskNotFoundError
 from ._ids import parse_task_id
 from ._keys import KeySpace
 from ._pipeline import pack
-from ._rawio import KeptConnection
+from ._rawio import KeptConnection, entry_field
 from ._shard_tail import ShardTail
 from ._topology import Topology
 
@@ -309,23 +309,11 @@ class RedisEventPublisher(TaskEventPublisher):
                     name = stream.decode() if isinstance(stream, bytes) else stream
                     for entry_id, fields in entries:
                         positions[name] = entry_id
-                        task_id = _field(fields, b"t")
+                        task_id = entry_field(fields, b"t")
                         if task_id is not None:
                             self._deliver(task_id.decode("utf-8", "replace"))
         finally:
             await tail.close()
-
-
-def _field(fields: Any, name: bytes) -> bytes | None:
-    """``name``'s value in an entry's fields: a raw ``[k, v, ...]`` list or a dict."""
-    if isinstance(fields, dict):
-        value: bytes | None = fields.get(name)
-        return value
-    for i in range(0, len(fields) - 1, 2):
-        if fields[i] == name:
-            found: bytes = fields[i + 1]
-            return found
-    return None
 
 
 class _Tail:

@@ -18,7 +18,19 @@ from redis.exceptions import MovedError, ResponseError
 from ._pipeline import write
 from ._topology import TRANSIENT, Node, Topology
 
-__all__ = ["KeptConnection"]
+__all__ = ["KeptConnection", "entry_field"]
+
+
+def entry_field(fields: Any, name: bytes) -> bytes | None:
+    """``name``'s value in a stream entry's raw fields: a ``[k, v, ...]`` list or a map."""
+    if isinstance(fields, dict):
+        value: bytes | None = fields.get(name)
+        return value
+    for i in range(0, len(fields) - 1, 2):
+        if fields[i] == name:
+            found: bytes = fields[i + 1]
+            return found
+    return None
 
 
 class KeptConnection:

@@ -41,6 +41,7 @@ from redis.exceptions import MovedError, NoPermissionError, ResponseError
 
 from ._client import CLIENT_ERRORS
 from ._pipeline import pack, write
+from ._rawio import entry_field
 from ._topology import Node, Topology
 
 __all__ = ["ShardTail"]
@@ -126,7 +127,7 @@ class _Stream:
         newer = 0  # entries appended after the counter was read
         for entry_id, fields in entries:
             if entry_id not in pushed:
-                task_id = _field(fields, b"t")
+                task_id = entry_field(fields, b"t")
                 if task_id is not None:
                     deliver(task_id.decode("utf-8", "replace"))
             if stream_id(entry_id) > last:
@@ -144,17 +145,6 @@ class _Stream:
 
 def _first(pair: tuple[StreamId, bytes]) -> StreamId:
     return pair[0]
-
-
-def _field(fields: Any, name: bytes) -> bytes | None:
-    if isinstance(fields, dict):
-        value: bytes | None = fields.get(name)
-        return value
-    for i in range(0, len(fields) - 1, 2):
-        if fields[i] == name:
-            found: bytes = fields[i + 1]
-            return found
-    return None
 
 
 class _Regroup(Exception):

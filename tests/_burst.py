@@ -15,18 +15,14 @@ from multiprocessing.synchronize import Barrier
 from typing import Any
 
 from redis_tasks import (
-    JsonRpcError,
     RedisTaskManager,
-    RequestContext,
-    TaskOrigin,
     TaskRequestContext,
     TaskTerminalError,
     TaskUpdateContext,
 )
 
-ALICE = RequestContext("/mcp", "alice")
-ORIGIN = TaskOrigin.from_persisted_string('{"tool": "burst", "arguments": {}}')
-WAYS = ("complete", "fail", "cancel")
+from ._procs import WAYS, _attempt
+from .helpers import ALICE, ORIGIN
 
 
 @dataclass(frozen=True)
@@ -45,16 +41,6 @@ class Plan:
 def total(plan: Plan) -> int:
     """How many calls one process makes."""
     return plan.creates + plan.finds + plan.updates + plan.transitions_per_task * len(plan.race_ids)
-
-
-async def _end(manager: RedisTaskManager, task_id: str, way: str, token: str) -> str:
-    if way == "complete":
-        await manager.complete_task(task_id, {"winner": token})
-    elif way == "fail":
-        await manager.fail_task(task_id, JsonRpcError(code=-32000, message="x", data=token))
-    else:
-        await manager.cancel_task(task_id, token)
-    return "won"
 
 
 async def _guard(kind: str, subject: str, token: str, call: Any) -> tuple[str, str, str, str]:
@@ -102,7 +88,7 @@ def calls(manager: RedisTaskManager, plan: Plan, who: int) -> list[Any]:
         for n in range(plan.transitions_per_task):
             way = WAYS[(n + who) % len(WAYS)]
             token = f"p{who}t{n}"
-            by_kind[3].append(_guard(way, task_id, token, _end(manager, task_id, way, token)))
+            by_kind[3].append(_guard(way, task_id, token, _attempt(manager, task_id, way, token)))
     mixed: list[Any] = []
     longest = max(len(kind) for kind in by_kind)
     for i in range(longest):

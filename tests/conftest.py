@@ -68,6 +68,17 @@ def redis_cluster() -> Iterator[RedisCluster]:
             cluster.stop()
 
 
+@pytest.fixture
+def private_cluster() -> Iterator[RedisCluster]:
+    """A cluster of the test's own (persistence on), for tests that kill or reshape nodes."""
+    with tempfile.TemporaryDirectory(prefix="redis-tasks-own-cluster-") as directory:
+        cluster = start_redis_cluster(Path(directory), "--appendonly", "yes")
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+
 def server_url(request: pytest.FixtureRequest, kind: str) -> str:
     """The URL of the session's real server of ``kind`` ("redis" or "cluster")."""
     fixture = "redis_server" if kind == "redis" else "redis_cluster"

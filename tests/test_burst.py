@@ -21,6 +21,7 @@ from redis_tasks import (
 
 from . import _burst
 from .conftest import SERVERS, server_url
+from .helpers import ALICE, ORIGIN
 
 pytestmark = pytest.mark.slow
 
@@ -50,13 +51,10 @@ async def test_two_bursts_of_5000_calls_get_every_answer_and_one_winner_per_task
 ) -> None:
     url = server_url(request, server)
     async with RedisTaskManager.from_url(url, prefix=prefix) as manager:
-        race = [
-            (await manager.create_task(_burst.ALICE, _burst.ORIGIN)).task_id
-            for _ in range(RACE_TASKS)
-        ]
+        race = [(await manager.create_task(ALICE, ORIGIN)).task_id for _ in range(RACE_TASKS)]
         inputs = []
         for _ in range(INPUT_TASKS):
-            task = await manager.create_task(_burst.ALICE, _burst.ORIGIN)
+            task = await manager.create_task(ALICE, ORIGIN)
             await manager.request_input(
                 task.task_id, {f"k{i}": _question(f"k{i}") for i in range(INPUT_KEYS)}
             )
@@ -98,7 +96,7 @@ async def test_two_bursts_of_5000_calls_get_every_answer_and_one_winner_per_task
         for task_id, tries in attempts.items():
             assert Counter(g for _, _, g in tries) == {"won": 1, "terminal": len(tries) - 1}
             way, token, _ = next(t for t in tries if t[2] == "won")
-            ended = await manager.find_task(TaskRequestContext(_burst.ALICE, task_id))
+            ended = await manager.find_task(TaskRequestContext(ALICE, task_id))
             assert ended is not None
             assert ended.status is STATUS[way]
             stored = (
@@ -114,12 +112,12 @@ async def test_two_bursts_of_5000_calls_get_every_answer_and_one_winner_per_task
         created = [g for kind, _, _, g in outcomes if kind == "create"]
         assert len(set(created)) == PROCESSES * 1000
         for task_id in created[::50]:
-            assert await manager.find_task(TaskRequestContext(_burst.ALICE, task_id)) is not None
+            assert await manager.find_task(TaskRequestContext(ALICE, task_id)) is not None
         assert all(g == "found" for kind, _, _, g in outcomes if kind == "find")
 
         # Every outstanding key got exactly one accepted answer, from one of its senders.
         for task_id in inputs:
-            answered = await manager.find_task(TaskRequestContext(_burst.ALICE, task_id))
+            answered = await manager.find_task(TaskRequestContext(ALICE, task_id))
             assert answered is not None
             assert answered.status is TaskStatus.WORKING  # all keys answered
             answers = await manager.take_input_responses(task_id)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import tempfile
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from redis_tasks import (
     TaskStatus,
 )
 from redis_tasks._keys import KeySpace
-from redis_tasks.testing import RedisCluster, RedisServer, start_redis_cluster, wait_failover
+from redis_tasks.testing import RedisCluster, RedisServer, wait_failover
 
 from . import _burst
 from .fleet import Fleet, all_completed_once
@@ -82,17 +81,6 @@ def on_replica(cluster: RedisCluster, port: int, key: str) -> dict[bytes, bytes]
         return data
     finally:
         client.close()
-
-
-@pytest.fixture
-def private_cluster() -> Iterator[RedisCluster]:
-    """A cluster of the test's own, for tests that kill or reshape nodes."""
-    with tempfile.TemporaryDirectory(prefix="redis-tasks-own-cluster-") as directory:
-        cluster = start_redis_cluster(Path(directory), "--appendonly", "yes")
-        try:
-            yield cluster
-        finally:
-            cluster.stop()
 
 
 async def test_a_cluster_is_detected_from_any_nodes_url(
@@ -248,11 +236,7 @@ async def test_a_partitions_slot_migrating_mid_run_loses_no_task(
     private_cluster: RedisCluster, prefix: str, tmp_path: Path
 ) -> None:
     seed = private_cluster.primaries[0]
-    keys = KeySpace(prefix)
-    slot = keys.slot(0)  # partition 0 sits in the first 64 slots, on the first primary
-    source_port, _ = owner(private_cluster, slot)
-    target = next(p for p in private_cluster.primaries if p.port != source_port)
-    ids = {node.port: _node_id(node) for node in private_cluster.primaries}
+    move = SlotMove.of(private_cluster, prefix)
     fleet = Fleet(seed.url, prefix, f"ns-{uuid.uuid4().hex[:8]}", tmp_path, cluster=True)
     try:
         for _ in range(2):
@@ -264,16 +248,12 @@ async def test_a_partitions_slot_migrating_mid_run_loses_no_task(
             async def progress(count: int) -> None:
                 nonlocal resharding
                 if count >= 300 and resharding is None:
-                    resharding = asyncio.create_task(
-                        asyncio.to_thread(
-                            _reshard, seed, ids[source_port], ids[target.port], slot + 1
-                        )
-                    )
+                    resharding = asyncio.create_task(asyncio.to_thread(move.run))
 
             created, failed = await _create_while(manager, 1500, progress)
             assert resharding is not None
             await resharding
-            assert owner(private_cluster, slot)[0] == target.port  # the slot moved
+            assert move.moved()
             await all_completed_once(manager, fleet.workers, created)
         assert failed == 0
     finally:
@@ -289,31 +269,50 @@ def _node_id(node: RedisServer) -> str:
         client.close()
 
 
-def _reshard(
-    seed: RedisServer, source: str, target: str, slots: int, keys_per_migrate: int = 10
-) -> None:
-    """``redis-cli --cluster reshard``: move the source's first ``slots`` slots to target."""
-    subprocess.run(
-        [
-            "redis-cli",
-            "--cluster",
-            "reshard",
-            f"127.0.0.1:{seed.port}",
-            "--cluster-from",
-            source,
-            "--cluster-to",
-            target,
-            "--cluster-slots",
-            str(slots),
-            "--cluster-yes",
-            "--cluster-pipeline",
-            str(keys_per_migrate),
-        ],
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        timeout=120,
-    )
+@dataclass(frozen=True)
+class SlotMove:
+    """Partition 0's slot, the primary that owns it and another one to move it to."""
+
+    cluster: RedisCluster
+    slot: int
+    source: RedisServer
+    target: RedisServer
+
+    @classmethod
+    def of(cls, cluster: RedisCluster, prefix: str) -> SlotMove:
+        slot = KeySpace(prefix).slot(0)  # in the first 64 slots, on the first primary
+        source_port, _ = owner(cluster, slot)
+        source = next(p for p in cluster.primaries if p.port == source_port)
+        target = next(p for p in cluster.primaries if p.port != source_port)
+        return cls(cluster, slot, source, target)
+
+    def run(self, keys_per_migrate: int = 10) -> None:
+        """``redis-cli --cluster reshard``: move the source's slots up to ours to target."""
+        subprocess.run(
+            [
+                "redis-cli",
+                "--cluster",
+                "reshard",
+                f"127.0.0.1:{self.cluster.primaries[0].port}",
+                "--cluster-from",
+                _node_id(self.source),
+                "--cluster-to",
+                _node_id(self.target),
+                "--cluster-slots",
+                str(self.slot + 1),
+                "--cluster-yes",
+                "--cluster-pipeline",
+                str(keys_per_migrate),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+
+    def moved(self) -> bool:
+        """Whether the target owns the slot now."""
+        return owner(self.cluster, self.slot)[0] == self.target.port
 
 
 async def test_a_refused_write_is_reported_as_refused_not_as_unconfirmed(
@@ -457,18 +456,13 @@ async def test_a_slot_migrating_under_pipelined_bursts_loses_and_duplicates_noth
     made exactly one task, and one of each task's racing outcomes won."""
     seed = private_cluster.primaries[0]
     keys = KeySpace(prefix)
-    slot = keys.slot(0)
-    source_port, _ = owner(private_cluster, slot)
-    target = next(p for p in private_cluster.primaries if p.port != source_port)
-    ids = {node.port: _node_id(node) for node in private_cluster.primaries}
+    move = SlotMove.of(private_cluster, prefix)
     async with RedisTaskManager.from_url(seed.url, prefix=prefix, partitions=1) as manager:
         # Keys to migrate: the slot holds a few thousand, moved one per MIGRATE, so
         # the move takes long enough for bursts to meet it.
         await asyncio.gather(*(manager.create_task(ALICE, ORIGIN) for _ in range(1500)))
         made = 1500
-        resharding = asyncio.create_task(
-            asyncio.to_thread(_reshard, seed, ids[source_port], ids[target.port], slot + 1, 1)
-        )
+        resharding = asyncio.create_task(asyncio.to_thread(move.run, 1))
         bursts = finished = 0
         outcomes: Counter[str] = Counter()
         while not resharding.done() or bursts < 2:
@@ -499,13 +493,13 @@ async def test_a_slot_migrating_under_pipelined_bursts_loses_and_duplicates_noth
             assert len(set(created)) == plan.creates
             assert all(g == "found" for kind, _, _, g in got if kind == "find")
         await resharding
-        assert owner(private_cluster, slot)[0] == target.port  # the slot moved
+        assert move.moved()
         stats = manager._topology.stats
         print(f"slot migration under {bursts} bursts of 1,000 calls: {dict(outcomes)}, {stats}")
         assert set(outcomes) == {"answered"}
         assert stats.moved + stats.asked + stats.retried > 0  # the bursts met the move
         # Exactly one task record and one work entry per create, none twice.
-        target_client = redis.Redis.from_url(target.url)
+        target_client = redis.Redis.from_url(move.target.url)
         try:
             records = sum(
                 1

@@ -12,33 +12,21 @@ import asyncio
 import re
 import secrets
 import shlex
-import tempfile
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import redis
 
 from redis_tasks import RedisTaskManager, TaskRequestContext
-from redis_tasks._keys import KeySpace
 from redis_tasks._shard_tail import ShardTail, _Stream, stream_id
-from redis_tasks.testing import RedisCluster, start_redis_cluster, wait_failover
+from redis_tasks.testing import RedisCluster, wait_failover
 
 from .conftest import README
 from .helpers import ALICE, ORIGIN, EventLog, wait_until
-from .test_cluster import _node_id, _reshard, owner
-
-
-@pytest.fixture
-def private_cluster() -> Iterator[RedisCluster]:
-    """A cluster of the test's own, for tests that kill or reshape nodes."""
-    with tempfile.TemporaryDirectory(prefix="redis-tasks-events-cluster-") as directory:
-        cluster = start_redis_cluster(Path(directory))
-        try:
-            yield cluster
-        finally:
-            cluster.stop()
+from .test_cluster import SlotMove
 
 
 def shard_tail(manager: RedisTaskManager) -> ShardTail:
@@ -105,13 +93,22 @@ def test_a_read_cut_short_leaves_the_count_unknown_until_the_end() -> None:
     assert stream.settle(3, b"3-0")
 
 
+@asynccontextmanager
+async def writer_and_reader(
+    url: str, prefix: str, **writer_options: Any
+) -> AsyncIterator[tuple[RedisTaskManager, RedisTaskManager]]:
+    """Two managers of one prefix: one writes, the other listens."""
+    async with (
+        RedisTaskManager.from_url(url, prefix=prefix, **writer_options) as writer,
+        RedisTaskManager.from_url(url, prefix=prefix) as reader,
+    ):
+        yield writer, reader
+
+
 async def test_every_hint_arrives_once_over_pushes_and_stream_reads(
     redis_cluster: RedisCluster, prefix: str
 ) -> None:
-    async with (
-        RedisTaskManager.from_url(redis_cluster.url, prefix=prefix) as writer,
-        RedisTaskManager.from_url(redis_cluster.url, prefix=prefix) as reader,
-    ):
+    async with writer_and_reader(redis_cluster.url, prefix) as (writer, reader):
         log = EventLog()
         with reader.event_publisher.subscribe(log):
             await reader.event_publisher.wait_ready()
@@ -132,10 +129,7 @@ async def test_every_hint_arrives_once_over_pushes_and_stream_reads(
 async def test_a_writer_that_does_not_publish_is_heard_from_the_streams(
     redis_cluster: RedisCluster, prefix: str
 ) -> None:
-    async with (
-        RedisTaskManager.from_url(redis_cluster.url, prefix=prefix) as writer,
-        RedisTaskManager.from_url(redis_cluster.url, prefix=prefix) as reader,
-    ):
+    async with writer_and_reader(redis_cluster.url, prefix) as (writer, reader):
         assert writer._events.endswith("p")
         writer._events = writer._events.removesuffix("p")  # as an older version writes
         log = EventLog()
@@ -154,15 +148,8 @@ async def test_hints_follow_a_slot_that_moves_and_a_primary_that_fails(
     private_cluster: RedisCluster, prefix: str
 ) -> None:
     seed = private_cluster.primaries[0]
-    keys = KeySpace(prefix)
-    slot = keys.slot(0)
-    source_port, _ = owner(private_cluster, slot)
-    target = next(p for p in private_cluster.primaries if p.port != source_port)
-    ids = {node.port: _node_id(node) for node in private_cluster.primaries}
-    async with (
-        RedisTaskManager.from_url(seed.url, prefix=prefix, partitions=1) as writer,
-        RedisTaskManager.from_url(seed.url, prefix=prefix) as reader,
-    ):
+    move = SlotMove.of(private_cluster, prefix)
+    async with writer_and_reader(seed.url, prefix, partitions=1) as (writer, reader):
         log = EventLog()
         with reader.event_publisher.subscribe(log):
             await reader.event_publisher.wait_ready()
@@ -170,8 +157,8 @@ async def test_hints_follow_a_slot_that_moves_and_a_primary_that_fails(
             subscribed = tail.subscriptions
             before = await writer.create_task(ALICE, ORIGIN)
             await log.wait_for(before.task_id, 1)
-            await asyncio.to_thread(_reshard, seed, ids[source_port], ids[target.port], slot + 1)
-            assert owner(private_cluster, slot)[0] == target.port
+            await asyncio.to_thread(move.run)
+            assert move.moved()
             moved = [await writer.create_task(ALICE, ORIGIN) for _ in range(10)]
             for task in moved:
                 await log.wait_for(task.task_id, 1)
@@ -181,7 +168,7 @@ async def test_hints_follow_a_slot_that_moves_and_a_primary_that_fails(
 
             await wait_until(resubscribed, what="subscriptions on the slot's new primary")
             # The slot's new primary fails: its replica takes over, the hints follow.
-            victim = next(p for p in private_cluster.primaries if p.port == target.port)
+            victim = move.target
             victim.process.kill()
             await asyncio.to_thread(wait_failover, private_cluster, victim)
             after = [await writer.create_task(ALICE, ORIGIN) for _ in range(10)]
@@ -213,10 +200,7 @@ async def test_events_reach_a_restricted_user_with_or_without_shard_channels(
             admin.execute_command(*command)  # type: ignore[no-untyped-call]
             admin.acl_log_reset()
         url = redis_cluster.url.replace("redis://", credentials)
-        async with (
-            RedisTaskManager.from_url(url, prefix=prefix) as writer,
-            RedisTaskManager.from_url(url, prefix=prefix) as reader,
-        ):
+        async with writer_and_reader(url, prefix) as (writer, reader):
             assert writer._events.endswith("p") is shard_channels
             log = EventLog()
             with reader.event_publisher.subscribe(log):
