@@ -68,7 +68,13 @@ def add_worker_command(commands: Any) -> None:
         help="seconds running handlers get at shutdown (default: one lease)",
     )
     worker.add_argument("--name", default=None, help="consumer name (default: host-pid-random)")
-    worker.add_argument("--timeout", type=float, default=5.0, help="Redis call timeout (s)")
+    worker.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        help="every Redis call's deadline in seconds, retries included (default 5; on a "
+        "cluster, at least 2 x cluster-node-timeout + 2 s rides through a failover)",
+    )
     worker.add_argument(
         "--wait-replicas",
         type=int,
