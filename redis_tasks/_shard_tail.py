@@ -54,6 +54,7 @@ _CATCH_UP_COUNT: Final = 1000  # entries per stream per read
 _SETTLE_TRIES: Final = 5  # counter checks before a stream is read...
 _SETTLE_WAIT: Final = 0.02  # ...seconds apart
 _MAX_BACKOFF: Final = 5.0
+_REGROUP_PAUSE: Final = 0.1  # seconds between regroups that follow each other
 
 StreamId = tuple[int, int]
 
@@ -177,6 +178,8 @@ class ShardTail:
         """
         backoff = 0.05
         streams: dict[str, _Stream] | None = None
+        loop = asyncio.get_running_loop()
+        regrouped = -math.inf
         while True:
             try:
                 if streams is None:
@@ -186,6 +189,11 @@ class ShardTail:
                 raise
             except _Regroup:
                 backoff = 0.05
+                # Regroup at once after a move, but not in a loop while the slot map
+                # is still catching up with the cluster.
+                if loop.time() - regrouped < _REGROUP_PAUSE:
+                    await asyncio.sleep(_REGROUP_PAUSE)
+                regrouped = loop.time()
                 continue
             except NoPermissionError:
                 raise  # no +ssubscribe: the publisher tails the streams instead
