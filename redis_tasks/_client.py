@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Final, TypeAlias
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
@@ -25,9 +26,9 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 from redis.retry import Retry
 
-from ._errors import BackendError
+from ._errors import BackendError, RedisTasksError
 
-__all__ = ["CLIENT_ERRORS", "Client", "ConnectionSettings", "is_cluster"]
+__all__ = ["CLIENT_ERRORS", "Client", "ConnectionSettings", "backend_errors", "is_cluster"]
 
 #: Either kind of redis-py asyncio client.
 Client: TypeAlias = Redis | RedisCluster
@@ -51,12 +52,13 @@ _CONNECTION_PARAMETERS: Final = frozenset(
 class ConnectionSettings:
     """How every connection to every node is made.
 
-    ``connection`` holds the connection keywords (credentials, TLS, socket
-    timeouts, ...) without the address; ``seeds`` are the addresses the caller
-    named. ``timeout`` bounds the wait for a pooled connection too.
+    ``connection`` holds the keywords of ``connection_class`` (credentials, TLS,
+    socket timeouts, ...) without the address; ``seeds`` are the addresses the
+    caller named. ``timeout`` bounds the wait for a pooled connection too.
     """
 
     seeds: tuple[tuple[str, int], ...]
+    connection_class: type[Connection]
     connection: dict[str, Any] = field(repr=False)
     max_connections: int
     timeout: float
@@ -84,38 +86,61 @@ class ConnectionSettings:
             connection["connection_class"] = SSLConnection
         connection.update(options)
         connection["decode_responses"] = False
-        return cls(((host, port),), connection, max_connections, timeout)
+        connection_class = connection.pop("connection_class", Connection)
+        return cls(((host, port),), connection_class, connection, max_connections, timeout)
 
     @classmethod
     def from_cluster_client(cls, client: RedisCluster, timeout: float) -> ConnectionSettings:
         """The settings of a ready ``RedisCluster`` (its startup nodes are the seeds)."""
         kwargs = dict(client.connection_kwargs)
         connection = {k: v for k, v in kwargs.items() if k in _CONNECTION_PARAMETERS}
-        connection["connection_class"] = kwargs.get("connection_class", Connection)
         connection["retry"] = Retry(NoBackoff(), 0)
         connection["decode_responses"] = False
         seeds = tuple((node.host, int(node.port)) for node in client.startup_nodes)
-        return cls(seeds, connection, int(kwargs.get("max_connections", 256)), timeout)
+        connection_class = kwargs.get("connection_class", Connection)
+        max_connections = int(kwargs.get("max_connections", 256))
+        return cls(seeds, connection_class, connection, max_connections, timeout)
 
     def pool(self, host: str, port: int) -> BlockingConnectionPool:
         """A blocking pool of up to ``max_connections`` connections to ``host:port``."""
-        options = dict(self.connection)
-        connection_class = options.pop("connection_class", Connection)
         return BlockingConnectionPool(
-            connection_class=connection_class,
+            connection_class=self.connection_class,
             max_connections=self.max_connections,
             timeout=self.timeout,
             host=host,
             port=port,
-            **options,
+            **self.connection,
         )
 
     def single(self, host: str, port: int) -> AbstractConnection:
         """One connection outside any pool (for a question that must not queue)."""
-        options = dict(self.connection)
-        connection_class = options.pop("connection_class", Connection)
-        connection: AbstractConnection = connection_class(host=host, port=port, **options)
-        return connection
+        return self.connection_class(host=host, port=port, **self.connection)
+
+
+class _BackendErrors:
+    """See :data:`backend_errors`. A class, not ``contextlib.contextmanager``: it
+    wraps every script call, and one shared instance allocates nothing per call."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None or isinstance(exc, RedisTasksError) or not isinstance(exc, Exception):
+            return  # nothing, ours already, or a cancellation: it goes on as it is
+        if isinstance(exc, TimeoutError):
+            raise BackendError("Redis call timed out") from exc
+        raise BackendError("Redis call failed") from exc
+
+
+#: ``with backend_errors:`` is the one mapping of client failures to the exception
+#: tree: a timeout or any client error becomes :class:`BackendError` (cause
+#: attached, a message naming none); the library's own errors pass through.
+backend_errors: Final = _BackendErrors()
 
 
 async def is_cluster(client: Redis, seconds: float) -> bool:

@@ -181,8 +181,6 @@ class RedisEventPublisher(TaskEventPublisher):
         self._keys = keys
         self._streams = [keys.events(p) for p in range(partitions)]
         self._maxlen = maxlen
-        # Block for less than the socket timeout so an idle read never times out.
-        self._block_ms = max(1, min(1000, int(topology.timeout * 500)))
         self._tails: list[asyncio.Task[None]] = []
         self._ready: asyncio.Event | None = None
         self._started = 0  # tails that have fixed their start positions
@@ -193,8 +191,12 @@ class RedisEventPublisher(TaskEventPublisher):
         """Talk to ``topology`` from now on (the manager found a cluster); ``publishing``:
         this manager's scripts publish hints on the streams' shard channels too."""
         self._topology = topology
-        self._block_ms = max(1, min(1000, int(topology.timeout * 500)))
         self._publishing = publishing
+
+    @property
+    def _block_ms(self) -> int:
+        # Block for less than the socket timeout so an idle read never times out.
+        return max(1, min(1000, int(self._topology.timeout * 500)))
 
     async def publish_task_changed(self, task_id: str) -> None:
         """Append ``task_id`` to its partition's event stream."""

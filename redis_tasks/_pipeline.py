@@ -150,8 +150,8 @@ class AutoPipeline:
         self._since = 0.0  # when the oldest queued call was made (loop time)
         self._idle: list[Any] = []  # connections kept between batches (at most KEEP)
         self._scheduled = False
-        self._in_flight = 0  # batches written whose replies are not all read
-        # asyncio keeps only weak references to tasks: these keep the sends alive.
+        # The batches on the wire. (asyncio keeps only weak references to tasks:
+        # this also keeps the sends alive.)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def call(
@@ -174,7 +174,7 @@ class AutoPipeline:
         if not self._queue:
             self._since = loop.time()
         self._queue.append(Call(command, future, asking, wait))
-        if not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
+        if not self._scheduled and len(self._tasks) < MAX_IN_FLIGHT:
             self._scheduled = True
             loop.call_soon(self._flush)
         return future
@@ -202,20 +202,18 @@ class AutoPipeline:
 
     def _flush(self) -> None:
         self._scheduled = False
-        if self._in_flight >= MAX_IN_FLIGHT:
+        if len(self._tasks) >= MAX_IN_FLIGHT:
             return  # the batch in flight flushes the queue when its replies are in
         batch = [call for call in self._queue if not call.future.done()]
         self._queue = []
         for start in range(0, len(batch), MAX_BATCH):
-            self._in_flight += 1
             task = asyncio.ensure_future(self._send(batch[start : start + MAX_BATCH], self._since))
             self._tasks.add(task)
             task.add_done_callback(self._sent)
 
     def _sent(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._in_flight -= 1
-        if self._queue and not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
+        if self._queue and not self._scheduled and len(self._tasks) < MAX_IN_FLIGHT:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 

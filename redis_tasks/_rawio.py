@@ -18,7 +18,16 @@ from redis.exceptions import MovedError, ResponseError
 from ._pipeline import write
 from ._topology import TRANSIENT, Node, Topology
 
-__all__ = ["KeptConnection", "entry_field"]
+__all__ = ["KeptConnection", "entry_field", "stream_entries"]
+
+
+def stream_entries(reply: Any) -> list[Any]:
+    """The entries of a raw one-stream ``XREAD``/``XREADGROUP`` reply (a RESP2 list or a
+    RESP3 map; ``None`` when nothing came): ``[[entry id, fields], ...]``."""
+    if not reply:
+        return []
+    (_, entries), *_ = reply.items() if isinstance(reply, dict) else reply
+    return list(entries or ())
 
 
 def entry_field(fields: Any, name: bytes) -> bytes | None:
@@ -37,9 +46,10 @@ class KeptConnection:
     """One loop's connection for blocking reads of a stream, on the node that serves it.
 
     :meth:`request` sends a packed command and returns its reply (raw: no
-    response callbacks). On any failure the connection is dropped (half a reply
-    may be waiting on it) and the topology is told: a ``MOVED`` says where the
-    stream lives now, anything else may mean the slot map is stale.
+    response callbacks). An error reply leaves the connection in step; any other
+    failure drops it (half a reply may be waiting on it). Either way the topology
+    is told: a ``MOVED`` says where the stream lives now, a transient failure
+    that the slot map may be stale.
     """
 
     def __init__(self) -> None:
@@ -63,7 +73,7 @@ class KeptConnection:
         except ResponseError as exc:
             # An error reply is a whole reply: the connection is still in step.
             if isinstance(exc, MovedError):
-                topology.moved(exc.slot_id, exc.host, int(exc.port))
+                topology.redirected(exc)
             elif isinstance(exc, TRANSIENT):
                 topology.failed()
             raise

@@ -17,7 +17,7 @@ from typing import Any, Self, TypeVar
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import NoPermissionError
 
-from ._client import CLIENT_ERRORS, Client, ConnectionSettings, is_cluster
+from ._client import CLIENT_ERRORS, Client, ConnectionSettings, backend_errors, is_cluster
 from ._codes import ReturnCode, error_for
 from ._errors import BackendError, TaskNotFoundError
 from ._events import RedisEventPublisher, TaskEventPublisher
@@ -340,16 +340,13 @@ class RedisTaskManager:
         # One pipeline per node, on one connection: sixteen calls in parallel opened
         # sixteen connections at every start, and over TLS on a loaded host their
         # handshakes ran past the connect timeout.
-        by_node: dict[str, tuple[Node, list[str]]] = {}
         try:
-            for node in topology.primaries() if load_scripts else []:
-                by_node[node.name] = (node, [])
-            for p in partitions:
-                stream = self._keys.work(p)
-                node = topology.node_for(stream)
-                by_node.setdefault(node.name, (node, []))[1].append(stream)
+            groups = topology.by_node((self._keys.work(p) for p in partitions), str)
         except CLIENT_ERRORS as exc:
             raise BackendError("could not prepare the work streams on Redis") from exc
+        if load_scripts:  # scripts go to every primary, with streams or without
+            serving = {node.name for node, _ in groups}
+            groups += [(node, []) for node in topology.primaries() if node.name not in serving]
 
         async def prepare(node: Node, streams: list[str]) -> list[Any]:
             pipe = node.client.pipeline(transaction=False)
@@ -364,7 +361,7 @@ class RedisTaskManager:
         try:
             async with asyncio.timeout(self._timeout * 2):
                 replies = await asyncio.gather(
-                    *(prepare(node, streams) for node, streams in by_node.values())
+                    *(prepare(node, streams) for node, streams in groups)
                 )
         except CLIENT_ERRORS as exc:
             topology.failed()
@@ -393,12 +390,8 @@ class RedisTaskManager:
         """Send one raw command (a blocking stream read) on ``kept``, the connection a
         read loop keeps on ``key``'s node; its raw reply within ``within`` seconds.
         Not retried (the loop backs off); failures raise :class:`BackendError`."""
-        try:
+        with backend_errors:
             return await kept.request(self._topology, key, pack([command]), within)
-        except TimeoutError as exc:
-            raise BackendError("Redis call timed out") from exc
-        except CLIENT_ERRORS as exc:
-            raise BackendError("Redis call failed") from exc
 
     async def execute(
         self, key: str, command: Callable[[Redis], Awaitable[T]], *, within: float | None = None

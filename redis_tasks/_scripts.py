@@ -21,9 +21,9 @@ from typing import Any, Final
 
 from redis.exceptions import NoScriptError
 
-from ._client import CLIENT_ERRORS
+from ._client import backend_errors
 from ._codes import ReturnCode, error_for
-from ._errors import BackendError, InternalError, RedisTasksError, ReplicationError
+from ._errors import BackendError, InternalError, ReplicationError
 from ._keys import WORK_GROUP
 from ._status import TERMINAL_STATUSES
 from ._topology import Node, Topology
@@ -274,16 +274,10 @@ class ScriptRunner:
         # timer per call at tens of thousands of calls a second; retries get what
         # is left of the call's one deadline.
         deadline = asyncio.get_running_loop().time() + self.timeout
-        try:
+        with backend_errors:
             reply = await topology.call(
                 topology.slot(keys[0]), attempt, deadline=deadline, timed=False
             )
-        except TimeoutError as exc:
-            raise BackendError("Redis call timed out") from exc
-        except RedisTasksError:
-            raise  # already ours
-        except CLIENT_ERRORS as exc:
-            raise BackendError("Redis call failed") from exc
         if wait is not None:
             reply, acked = reply
             # Only a script that answered OK wrote something for the replicas to

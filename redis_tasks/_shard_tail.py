@@ -41,7 +41,7 @@ from redis.exceptions import MovedError, NoPermissionError, ResponseError
 
 from ._client import CLIENT_ERRORS
 from ._pipeline import pack, write
-from ._rawio import entry_field
+from ._rawio import entry_field, stream_entries
 from ._topology import Node, Topology
 
 __all__ = ["ShardTail"]
@@ -207,12 +207,8 @@ class ShardTail:
     async def _positions(self) -> dict[str, _Stream]:
         """Every stream accounted for up to its newest entry: what is added from now on
         is delivered."""
-        found: dict[str, tuple[Node, list[str]]] = {}
-        for name in self._names:
-            node = self._topology.node_for(name)
-            found.setdefault(node.name, (node, []))[1].append(name)
         counters: dict[str, tuple[int, bytes]] = {}
-        for node, names in found.values():
+        for node, names in self._topology.by_node(self._names, str):
             counters.update(zip(names, await self._counters(node, names), strict=True))
         return {name: _Stream(name, counters[name][1], counters[name][0]) for name in self._names}
 
@@ -227,7 +223,7 @@ class ShardTail:
         counters = []
         for reply in replies:
             if isinstance(reply, MovedError):
-                self._topology.moved(reply.slot_id, reply.host, int(reply.port))
+                self._topology.redirected(reply)
                 raise _Regroup from reply
             if isinstance(reply, ResponseError) and "no such key" in str(reply).lower():
                 counters.append((0, b"0-0"))
@@ -240,14 +236,11 @@ class ShardTail:
 
     async def _subscribed(self, streams: dict[str, _Stream]) -> None:
         """One subscription per primary until any of them ends; raises why it ended."""
-        groups: dict[str, tuple[Node, list[_Stream]]] = {}
-        for stream in streams.values():
-            node = self._topology.node_for(stream.name)
-            groups.setdefault(node.name, (node, []))[1].append(stream)
+        groups = self._topology.by_node(streams.values(), lambda stream: stream.name)
         ready = [asyncio.Event() for _ in groups]
         loop = asyncio.get_running_loop()
         tasks: list[asyncio.Task[None]] = []
-        for (node, members), event in zip(groups.values(), ready, strict=True):
+        for (node, members), event in zip(groups, ready, strict=True):
             tasks.append(loop.create_task(self._listen(node, members, event)))
             tasks.append(loop.create_task(self._catch_up_every(node, members, event)))
 
@@ -296,7 +289,7 @@ class ShardTail:
                 elif kind == b"sunsubscribe":
                     raise _Regroup  # the slot moved to another primary
         except MovedError as exc:
-            self._topology.moved(exc.slot_id, exc.host, int(exc.port))
+            self._topology.redirected(exc)
             raise _Regroup from exc
         finally:
             if connection is not None:
@@ -319,9 +312,9 @@ class ShardTail:
         delivered everything, read from its position where they did not."""
         self.catch_ups += 1
         counters = await self._counters(node, [s.name for s in members])
-        pending = list(
-            zip(members, (a for a, _ in counters), (i for _, i in counters), strict=True)
-        )
+        pending = [
+            (s, added, last_id) for s, (added, last_id) in zip(members, counters, strict=True)
+        ]
         for _ in range(_SETTLE_TRIES):
             pending = [
                 (s, added, last_id) for s, added, last_id in pending if not s.settle(added, last_id)
@@ -347,11 +340,11 @@ class ShardTail:
             more = []
             for (stream, added, last_id), reply in zip(pending, replies, strict=True):
                 if isinstance(reply, MovedError):
-                    self._topology.moved(reply.slot_id, reply.host, int(reply.port))
+                    self._topology.redirected(reply)
                     raise _Regroup from reply
                 if isinstance(reply, BaseException):
                     raise reply
-                entries = _entries(reply)
+                entries = stream_entries(reply)
                 complete = len(entries) < _CATCH_UP_COUNT
                 stream.read(entries, (added, last_id), self._deliver, complete=complete)
                 if not complete:
@@ -363,11 +356,3 @@ class ShardTail:
 def _newer_than(entries: list[Any], last_id: bytes) -> int:
     last = stream_id(last_id)
     return sum(1 for entry_id, _ in entries if stream_id(entry_id) > last)
-
-
-def _entries(reply: Any) -> list[Any]:
-    """The entries of a raw one-stream ``XREAD`` reply (RESP2 list or RESP3 map)."""
-    if not reply:
-        return []
-    (_, entries), *_ = reply.items() if isinstance(reply, dict) else reply
-    return list(entries or ())

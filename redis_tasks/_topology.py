@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -50,7 +50,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._client import ConnectionSettings, is_cluster
+from ._client import ConnectionSettings, backend_errors, is_cluster
 from ._errors import BackendError
 from ._pipeline import AutoPipeline
 
@@ -67,6 +67,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 _FIRST_PAUSE: Final = 0.025
 _MAX_PAUSE: Final = 0.25
@@ -154,6 +155,10 @@ class Topology(ABC):
         """``MOVED``: ``slot`` is served at ``host:port`` from now on."""
         return  # a standalone server never redirects
 
+    def redirected(self, exc: MovedError) -> None:
+        """Learn from a ``MOVED`` reply where its slot is served now."""
+        self.moved(exc.slot_id, exc.host, int(exc.port))
+
     def failed(self) -> None:
         """A call failed in a way a stale slot map may explain."""
         return  # nothing to learn on a standalone server
@@ -169,6 +174,14 @@ class Topology(ABC):
     def node_for(self, key: str) -> Node:
         """The node that serves ``key`` now."""
         return self.node_for_slot(self.slot(key))
+
+    def by_node(self, items: Iterable[K], key: Callable[[K], str]) -> list[tuple[Node, list[K]]]:
+        """``items`` grouped by the node that serves ``key(item)`` now, in order."""
+        groups: dict[str, tuple[Node, list[K]]] = {}
+        for item in items:
+            node = self.node_for(key(item))
+            groups.setdefault(node.name, (node, []))[1].append(item)
+        return list(groups.values())
 
     async def call(
         self,
@@ -196,7 +209,7 @@ class Topology(ABC):
                     return await attempt(node, asking is not None)
             except MovedError as exc:
                 self.stats.moved += 1
-                self.moved(exc.slot_id, exc.host, int(exc.port))
+                self.redirected(exc)
                 asking = None
                 redirects += 1
                 pause = 0.0 if redirects <= _REDIRECTS else pause_after(redirects - _REDIRECTS)
@@ -228,8 +241,8 @@ class Topology(ABC):
         self, key: str, command: Callable[[Redis], Awaitable[T]], *, within: float | None = None
     ) -> T:
         """Run ``command(client)`` with the client of ``key``'s node, under the one retry
-        rule and a deadline of ``timeout`` (default: the topology's); failures raise
-        :class:`BackendError` with the cause attached.
+        rule and a deadline of ``within`` seconds (default: the topology's timeout);
+        failures raise :class:`BackendError` with the cause attached.
 
         For commands other than scripts (stream reads, group set-up). An ``ASK`` is
         followed by retrying after the migration, since ``ASKING`` cannot be put
@@ -244,12 +257,8 @@ class Topology(ABC):
                 raise TryAgainError("ASK redirect: retried after the migration")
             return await command(node.client)
 
-        try:
+        with backend_errors:
             return await self.call(self.slot(key), attempt, deadline=deadline)
-        except TimeoutError as exc:
-            raise BackendError("Redis call timed out") from exc
-        except Exception as exc:
-            raise BackendError("Redis call failed") from exc
 
 
 class StandaloneTopology(Topology):

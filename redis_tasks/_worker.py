@@ -47,7 +47,7 @@ from ._ids import parse_task_id
 from ._keys import WORK_GROUP
 from ._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from ._models import JsonRpcError
-from ._rawio import KeptConnection
+from ._rawio import KeptConnection, stream_entries
 from ._redis import RedisTaskManager
 
 __all__ = ["Worker"]
@@ -74,12 +74,9 @@ def _frames(exc: BaseException) -> str:
 
 
 def _entries(reply: Any) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    """The entries of a raw one-stream ``XREADGROUP`` reply (RESP2 list or RESP3 map)."""
-    if not reply:
-        return []
-    (_, entries), *_ = reply.items() if isinstance(reply, dict) else reply
+    """The entries of a raw one-stream ``XREADGROUP`` reply, their fields as a dict."""
     out = []
-    for entry_id, fields in entries or ():
+    for entry_id, fields in stream_entries(reply):
         if isinstance(fields, dict):
             out.append((entry_id, fields))
         else:  # a flat [field, value, ...] list; None once the entry was deleted
