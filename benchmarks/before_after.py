@@ -1,0 +1,87 @@
+"""This checkout's worker against an earlier revision's, side by side in one run.
+
+Usage: python -m benchmarks.before_after --rev c37a6b7 [--rounds 3] [--json FILE]
+
+A change to a hot path is judged by the same harness on the same servers in the
+same run: the earlier revision is checked out into a temporary git worktree and
+its own adapter (``redis_tasks._bench._adapter`` of that tree) runs as one more
+system beside ours. ``drain`` (1 and 2 worker processes for ours, 1 for the
+earlier one) and ``pickup`` then run on a private standalone server and a private
+3-primary, 3-replica cluster, rounds alternating between systems and topologies.
+Only the adapters differ: the harness, its probe and its report are this
+checkout's. Needs git and a source checkout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from redis_tasks._bench._cli import _run
+from redis_tasks._bench._progress import Progress
+from redis_tasks._bench._report import table
+from redis_tasks._bench._scenarios import Settings
+from redis_tasks._bench._systems import System, ours
+from redis_tasks.testing import start_redis_cluster, start_redis_server
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def earlier(rev: str, tree: Path) -> System:
+    """``rev``'s adapter, run from a worktree at ``tree`` by this interpreter."""
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
+        check=True,
+        capture_output=True,
+    )
+    return System(
+        f"redis-tasks@{rev[:7]}",
+        ("env", f"PYTHONPATH={tree}", sys.executable, "-m", "redis_tasks._bench._adapter"),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rev", required=True, help="the earlier git revision")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=10_000, help="jobs per drain round")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="redis-tasks-before-after-") as scratch:
+        tree = Path(scratch) / "earlier"
+        system = earlier(args.rev, tree)
+        standalone = start_redis_server(Path(scratch) / "redis")
+        cluster = start_redis_cluster(Path(scratch) / "cluster")
+        try:
+            settings = Settings(tasks=args.tasks, workers=(1, 2), rounds=args.rounds)
+            with (Path(scratch) / "bench.log").open("ab") as log:
+                results = asyncio.run(
+                    _run(
+                        {"standalone": standalone.url, "cluster": cluster.url},
+                        settings,
+                        ("drain", "pickup"),
+                        [ours(), system],
+                        log,
+                        Progress(),
+                    )
+                )
+        finally:
+            standalone.stop()
+            cluster.stop()
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                check=False,
+                capture_output=True,
+            )
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
