@@ -6,7 +6,7 @@
     1 task           the task record hash
     2 work           the partition's work stream
     3 events         the partition's event stream
-    4 grant          the grant key of (endpoint, binding)
+    4 grant          the grant key of (endpoint, binding): a string "1"
   ARGV:
     1 task_id
     2 endpoint
@@ -38,7 +38,7 @@ local poll_ms = ARGV[7]
 local metadata = ARGV[8]
 local events = ARGV[9]
 
-local existing = redis.call('HMGET', task_key, 'ep', 'pk', 'or', 'ca')
+local existing = hmget(task_key, 'ep', 'pk', 'or', 'ca')
 if existing[1] then
   if existing[1] == endpoint and existing[2] == binding and existing[3] == origin then
     return {RC_OK, tonumber(existing[4])}
@@ -50,21 +50,26 @@ local now = now_ms()
 local entry = redis.call('XADD', work_key, '*', 't', task_id)
 local fields = {
   'st', 'working', 'ca', int_text(now), 'ua', int_text(now), 'ttl', ARGV[6], 'pi', poll_ms,
-  'ep', endpoint, 'pk', binding, 'or', origin, 'pl', payload, 'fn', '0', 'wk', entry,
+  'fn', '0', 'wk', entry,
 }
+add_field(fields, 'ep', endpoint)
+add_field(fields, 'pk', binding)
+add_field(fields, 'or', origin)
+add_field(fields, 'pl', payload)
 if metadata ~= '' then
-  table.insert(fields, 'md')
-  table.insert(fields, metadata)
+  add_field(fields, 'md', metadata)
 end
 if ttl_ms > 0 then
   table.insert(fields, 'ex')
   table.insert(fields, int_text(now + ttl_ms))
 end
 redis.call('HSET', task_key, unpack(fields))
-redis.call('HSET', grant_key, 'g', '1')
 if ttl_ms > 0 then
   redis.call('PEXPIREAT', task_key, now + ttl_ms)
-  redis.call('PEXPIREAT', grant_key, now + ttl_ms)
+  -- A string holding a shared integer: the smallest key Redis keeps.
+  redis.call('SET', grant_key, '1', 'PXAT', now + ttl_ms)
+else
+  redis.call('SET', grant_key, '1')
 end
 emit(events_key, events, task_id)
 return {RC_OK, now}

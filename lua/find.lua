@@ -24,8 +24,8 @@ local binding = ARGV[2]
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
 end
-local t = redis.call(
-  'HMGET', task_key, 'st', 'sm', 'ca', 'ua', 'ttl', 'pi', 'or', 'rs', 'er', 'md', 'ep', 'pk')
+local t = hmget(
+  task_key, 'st', 'sm', 'ca', 'ua', 'ttl', 'pi', 'or', 'rs', 'er', 'md', 'ep', 'pk')
 -- The record's own binding, checked again: a grant never outlives its record
 -- (both expire together), but a stale one must not open a record rebound since.
 if t[11] ~= endpoint or t[12] ~= binding then

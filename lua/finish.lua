@@ -37,7 +37,7 @@ local outcome_field = ARGV[6]
 local outcome = ARGV[7]
 local events = ARGV[8]
 
-local t = redis.call('HMGET', task_key, 'st', 'fn', 'ua', 'wk', 'sm', outcome_field ~= '' and outcome_field or 'st')
+local t = hmget(task_key, 'st', 'fn', 'ua', 'wk', 'sm', outcome_field ~= '' and outcome_field or 'st')
 local guard = worker_guard(t[1], t[2], fence)
 if guard == RC_TERMINAL and t[1] == status
     and t[5] == (has_message and message or false)

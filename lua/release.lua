@@ -30,7 +30,7 @@ if t[4] then
 end
 local entry = redis.call('XADD', work_key, '*', 't', task_id)
 local attempts = math.max((tonumber(t[3]) or 1) - 1, 0)
-redis.call('HSET', task_key, 'fn', int_text(tonumber(t[2]) + 1), 'at', int_text(attempts),
+redis.call('HSET', task_key, 'fn', int_text((tonumber(t[2]) or 0) + 1), 'at', int_text(attempts),
   'ld', '0', 'wk', entry)
 redis.call('HDEL', task_key, 'lo')
 return {RC_OK}

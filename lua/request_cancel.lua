@@ -28,7 +28,7 @@ local events = ARGV[4]
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
 end
-local t = redis.call('HMGET', task_key, 'ep', 'pk', 'st', 'cx')
+local t = hmget(task_key, 'ep', 'pk', 'st', 'cx')
 if t[1] ~= endpoint or t[2] ~= binding then
   return {RC_NOT_FOUND}
 end

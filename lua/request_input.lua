@@ -39,7 +39,7 @@ local message = ARGV[4]
 local events = ARGV[5]
 local first_request = 6
 
-local t = redis.call('HMGET', task_key, 'st', 'fn', 'ua', 'sm', 'ex')
+local t = hmget(task_key, 'st', 'fn', 'ua', 'sm', 'ex')
 local guard = worker_guard(t[1], t[2], fence)
 if guard ~= RC_OK then
   return {guard}
@@ -87,10 +87,8 @@ if #pending_keys == 0 then
     return {RC_OK, answers}
   end
   redis.call('DEL', requests_key)
+  set_long(task_key, {}, 'sm', nil, current_message)
   redis.call('HSET', task_key, 'st', 'working', 'ua', int_text(next_update(now_ms(), t[3])))
-  if current_message then
-    redis.call('HDEL', task_key, 'sm')
-  end
   emit(events_key, events, task_id)
   return {RC_OK, answers}
 end
@@ -114,12 +112,7 @@ if #new_issued > 0 then
   expire_with_task(issued_key, expire_at)
 end
 local fields = {'st', 'input_required', 'ua', int_text(next_update(now_ms(), t[3]))}
-if has_message then
-  table.insert(fields, 'sm')
-  table.insert(fields, message)
-elseif current_message then
-  redis.call('HDEL', task_key, 'sm')
-end
+set_long(task_key, fields, 'sm', has_message and message or nil, current_message)
 redis.call('HSET', task_key, unpack(fields))
 emit(events_key, events, task_id)
 return {RC_OK, answers}

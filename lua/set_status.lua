@@ -28,7 +28,7 @@ local has_message = ARGV[3] == '1'
 local message = ARGV[4]
 local events = ARGV[5]
 
-local t = redis.call('HMGET', task_key, 'st', 'fn', 'ua', 'sm')
+local t = hmget(task_key, 'st', 'fn', 'ua', 'sm')
 local guard = worker_guard(t[1], t[2], fence)
 if guard ~= RC_OK then
   return {guard}
@@ -41,12 +41,7 @@ if t[1] == 'working' and same_message then
 end
 
 local fields = {'st', 'working', 'ua', int_text(next_update(now_ms(), t[3]))}
-if has_message then
-  table.insert(fields, 'sm')
-  table.insert(fields, message)
-elseif current_message then
-  redis.call('HDEL', task_key, 'sm')
-end
+set_long(task_key, fields, 'sm', has_message and message or nil, current_message)
 redis.call('HSET', task_key, unpack(fields))
 if t[1] == 'input_required' then
   redis.call('DEL', requests_key)

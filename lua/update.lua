@@ -38,7 +38,7 @@ local first_answer = 5
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
 end
-local t = redis.call('HMGET', task_key, 'ep', 'pk', 'st', 'ua', 'ex', 'sm')
+local t = hmget(task_key, 'ep', 'pk', 'st', 'ua', 'ex', 'sm')
 if t[1] ~= endpoint or t[2] ~= binding then
   return {RC_NOT_FOUND}
 end
@@ -81,10 +81,8 @@ expire_with_task(journal_key, expire_at)
 local updated = int_text(next_update(now_ms(), t[4]))
 if redis.call('EXISTS', requests_key) == 0 then
   -- The last answer: back to working, and the wait's message no longer applies.
+  set_long(task_key, {}, 'sm', nil, t[6])
   redis.call('HSET', task_key, 'st', 'working', 'ua', updated)
-  if t[6] then
-    redis.call('HDEL', task_key, 'sm')
-  end
 else
   redis.call('HSET', task_key, 'ua', updated)
 end

@@ -9,8 +9,7 @@ single slot::
     {rt:7.42}:task:<id>:iss    hash: every input key ever issued (key -> fingerprint)
     {rt:7.42}:task:<id>:ans    hash: accepted answers the worker has not taken yet
     {rt:7.42}:task:<id>:jrn    hash: the answer journal (every accepted answer)
-    {rt:7.42}:task:<id>:grant:<digest>
-                               hash: exists iff the binding with that digest may see the task
+    {rt:7.42}:g:<id>:<digest>  string "1": exists iff the binding with that digest may see the task
     {rt:7.42}:work             stream + consumer group ``workers``: tasks to run
     {rt:7.42}:events           stream, MAXLEN ~ bounded: one task-ID entry per change
 
@@ -26,6 +25,7 @@ infrastructure, bounded by acknowledgement (work) and by MAXLEN (events).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 from dataclasses import dataclass
@@ -47,6 +47,7 @@ class TaskKeys:
     """All keys of one task, in the order the scripts' headers use."""
 
     task: str
+    grant_base: str  # the grant key of a binding is this, ":", the binding's digest
     requests: str
     issued: str
     answers: str
@@ -63,7 +64,10 @@ class TaskKeys:
         prefix keeps distinct pairs from joining into the same bytes.
         """
         material = len(endpoint).to_bytes(4, "big") + endpoint + binding
-        return f"{self.task}:grant:{hashlib.blake2b(material, digest_size=16).hexdigest()}"
+        # 96 bits, base64url: the key stays short (it is stored once per task),
+        # and a collision would still meet the record's own binding check.
+        digest = hashlib.blake2b(material, digest_size=12).digest()
+        return f"{self.grant_base}:{base64.urlsafe_b64encode(digest).decode()}"
 
     def terminal(self) -> tuple[str, ...]:
         """The KEYS of scripts that may end the task, in the order ``terminate()`` takes."""
@@ -128,6 +132,7 @@ class KeySpace:
         base = f"{tag}:task:{task_id}"
         return TaskKeys(
             task=base,
+            grant_base=f"{tag}:g:{task_id}",
             requests=f"{base}:req",
             issued=f"{base}:iss",
             answers=f"{base}:ans",

@@ -27,6 +27,8 @@ from redis_tasks import (
     TaskUpdateContext,
 )
 from redis_tasks._keys import KeySpace
+from redis_tasks._models import RequestContext
+from redis_tasks._origin import TaskOrigin
 from redis_tasks._pipeline import AutoPipeline
 from redis_tasks._scripts import SPECS, _check_header, lua_dir, scripts
 from redis_tasks.testing import RedisServer, start_redis_server
@@ -324,3 +326,53 @@ async def test_an_evicting_maxmemory_policy_is_warned_about_at_start(
         async with RedisTaskManager.from_url(redis_server.url, prefix=prefix):
             pass
     assert not [r for r in caplog.records if getattr(r, "event", "") == "eviction_policy"]
+
+
+# Sizes around the 64-byte piece and the 512-byte bound of lua/includes/common.lua.
+_LONG_SIZES = (1, 63, 64, 65, 128, 129, 511, 512, 513, 3000)
+
+
+def _origin_of(size: int) -> TaskOrigin:
+    text = '{"tool":"t","arguments":{"x":"' + "o" * size + '"}}'
+    return TaskOrigin.from_persisted_string(text)
+
+
+@pytest.mark.parametrize("size", _LONG_SIZES)
+async def test_long_values_round_trip_and_the_record_stays_a_listpack(
+    standalone_backend: Backend, size: int
+) -> None:
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
+    who = RequestContext("/" + "e" * (min(size, 250) - 1), "k" * min(size, 250))
+    origin = _origin_of(size)
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    metadata = {"m": "d" * size}
+    task = await m.create_task(who, origin, payload=payload, metadata=metadata)
+    partition = int(task.task_id.split(".")[0])
+    record_key = standalone_backend.keys.task(partition, task.task_id).task
+    small = len(origin.to_persisted_string()) <= 512 and size < 500
+    assert (await client.object("encoding", record_key) == b"listpack") == small
+    ctx = TaskRequestContext(who, task.task_id)
+    entry: Any = await client.hget(record_key, "wk")
+    claim = await m.claim_task(
+        task.task_id, entry.decode(), consumer="c", lease=timedelta(seconds=30), max_attempts=3
+    )
+    assert claim.origin is not None
+    assert claim.origin.to_persisted_string() == origin.to_persisted_string()
+    assert claim.payload == payload
+    # Status messages replace each other, long and short, without leftovers.
+    for message in ("s" * size, "short", "t" * min(size * 2, 4096), None, "u" * size):
+        await m.mark_working(task.task_id, message, fence=claim.fence)
+        found = await m.find_task(ctx)
+        assert found is not None and found.status_message == message
+    result = {"content": [{"type": "text", "text": "r" * size}]}
+    await m.complete_task(task.task_id, result, fence=claim.fence)
+    found = await m.find_task(ctx)
+    assert found is not None
+    assert found.result == result and found.metadata == metadata
+    assert found.status_message is None  # completing without a message clears it
+    fields = set(await client.hkeys(record_key))
+    assert not {f for f in fields if f.startswith((b"pl", b"wk", b"sm"))}
+    # Another binding still sees nothing.
+    assert await m.find_task(TaskRequestContext(BOB, task.task_id)) is None

@@ -7,7 +7,7 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
                            poison_error, events)
   local task_key = keys[1]
   local work_key = keys[6]
-  local t = redis.call('HMGET', task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo')
+  local t = hmget(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo')
   local status = t[1]
   if not status then
     drop_entry(work_key, entry_id)
@@ -22,7 +22,7 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     if t[10] == consumer and t[7] == entry_id then
       -- No attempt is recorded when the lease came from a renewal before any
       -- claim; a nil here would cut the reply short (Lua tables end at a nil).
-      return {RC_OK, tonumber(t[2]), tonumber(t[3]) or 0, t[8], t[9] or ''}
+      return {RC_OK, tonumber(t[2]) or 0, tonumber(t[3]) or 0, t[8], t[9] or ''}
     end
     return {RC_LEASE_HELD}
   end

@@ -23,6 +23,82 @@ local function next_update(now, last)
   return previous
 end
 
+-- Long values are kept in pieces, so the record stays a listpack. A hash
+-- holding one value longer than hash-max-listpack-value (64 bytes by default)
+-- becomes a hashtable, about twice the memory for the same fields; a typical
+-- origin (a tool name and its arguments) is longer than that. A value of
+-- PIECE + 1 to PIECE * MAX_PIECES bytes is stored as `<field>` (the first
+-- PIECE bytes), `<field>+1`, `<field>+2`...; shorter and longer values are
+-- stored whole (a record holding a value that long is a hashtable whatever
+-- we do, and pieces would only add fields to it). So a stored first piece of
+-- exactly PIECE bytes may have more, and any other length has none.
+local PIECE = 64
+local MAX_PIECES = 8
+local LONG = {sm = true, ep = true, pk = true, ['or'] = true, pl = true, md = true,
+              rs = true, er = true}
+
+-- The field names of `name`'s continuation pieces (to read, drop or replace a
+-- value that may have been stored in pieces); appended to `names`.
+local function add_pieces(names, name)
+  for n = 1, MAX_PIECES - 1 do
+    names[#names + 1] = name .. '+' .. n
+  end
+  return names
+end
+
+-- HMGET that joins pieces: the values of `...` in `key`, false where absent.
+local function hmget(key, ...)
+  local names = {...}
+  local values = redis.call('HMGET', key, unpack(names))
+  for i = 1, #names do
+    local first = values[i]
+    if first and #first == PIECE and LONG[names[i]] then
+      local rest = redis.call('HMGET', key, unpack(add_pieces({}, names[i])))
+      local parts = {first}
+      for n = 1, #rest do
+        if not rest[n] then
+          break
+        end
+        parts[n + 1] = rest[n]
+      end
+      values[i] = table.concat(parts)
+    end
+  end
+  return values
+end
+
+-- Append `name`, `value` to an HSET argument list, in pieces when it is long.
+local function add_field(fields, name, value)
+  local size = #value
+  if size <= PIECE or size > PIECE * MAX_PIECES then
+    fields[#fields + 1] = name
+    fields[#fields + 1] = value
+    return
+  end
+  fields[#fields + 1] = name
+  fields[#fields + 1] = string.sub(value, 1, PIECE)
+  local n, at = 1, PIECE + 1
+  while at <= size do
+    fields[#fields + 1] = name .. '+' .. n
+    fields[#fields + 1] = string.sub(value, at, at + PIECE - 1)
+    n, at = n + 1, at + PIECE
+  end
+end
+
+-- Set (`value`) or remove (`value` nil) the long field `name`, whose current
+-- value as hmget joined it is `current`: the pieces of a current value go at
+-- once, the new value is appended to the HSET list `fields` for the caller.
+local function set_long(key, fields, name, value, current)
+  if current and #current > PIECE and #current <= PIECE * MAX_PIECES then
+    redis.call('HDEL', key, unpack(add_pieces({}, name)))
+  end
+  if value then
+    add_field(fields, name, value)
+  elseif current then
+    redis.call('HDEL', key, name)
+  end
+end
+
 -- One task-ID hint on the partition's bounded event stream. `events` is the
 -- stream's MAXLEN, followed by "p" when the hint is also published on the
 -- stream's shard channel (named like the stream, so in its slot): on a cluster
@@ -82,19 +158,19 @@ local function terminate(keys, task_id, entry, last_update, status, message,
   local task_key = keys[1]
   local fields = {'st', status, 'ua', int_text(next_update(now_ms(), last_update))}
   if message then
-    table.insert(fields, 'sm')
-    table.insert(fields, message)
+    add_field(fields, 'sm', message)
   end
   if outcome_field ~= '' then
-    table.insert(fields, outcome_field)
-    table.insert(fields, outcome)
+    add_field(fields, outcome_field, outcome)
   end
+  -- Old pieces go before the new value lands: a shorter message must not be
+  -- joined with the tail of a longer one.
+  local dropped = add_pieces(add_pieces({'pl', 'wk', 'ld', 'lo'}, 'pl'), 'sm')
+  if not message then
+    dropped[#dropped + 1] = 'sm'
+  end
+  redis.call('HDEL', task_key, unpack(dropped))
   redis.call('HSET', task_key, unpack(fields))
-  if message then
-    redis.call('HDEL', task_key, 'pl', 'wk', 'ld', 'lo')
-  else
-    redis.call('HDEL', task_key, 'pl', 'wk', 'ld', 'lo', 'sm')
-  end
   redis.call('DEL', keys[2], keys[3], keys[4], keys[5])
   if entry then
     -- pcall: an operator may have deleted the group; the entry goes regardless.
