@@ -16,8 +16,9 @@ Record fields (short names keep Redis memory and script arguments small)::
     cx  "1" once cancellation was requested
     fn  fence (lease generation)         wk  work-stream entry ID
 
-In Redis, the long fields (``sm ep pk or pl md rs er``) of 65 to 512 bytes are stored in 64-byte pieces (``or``, ``or+1``, ...), so that the hash stays a
-listpack under Redis's default ``hash-max-listpack-value``; the scripts join them
+In Redis, the long fields (``sm ep pk or pl md rs er``) of 65 to 512 bytes are
+stored in 64-byte pieces (``or``, ``or+1``, ...), so that the hash stays a listpack
+under Redis's default ``hash-max-listpack-value``; the scripts join them
 (``lua/includes/common.lua``), and what a script returns is the whole value.
 """
 

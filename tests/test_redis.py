@@ -365,14 +365,16 @@ async def test_long_values_round_trip_and_the_record_stays_a_listpack(
     for message in ("s" * size, "short", "t" * min(size * 2, 4096), None, "u" * size):
         await m.mark_working(task.task_id, message, fence=claim.fence)
         found = await m.find_task(ctx)
-        assert found is not None and found.status_message == message
+        assert found is not None
+        assert found.status_message == message
     result = {"content": [{"type": "text", "text": "r" * size}]}
     await m.complete_task(task.task_id, result, fence=claim.fence)
     found = await m.find_task(ctx)
     assert found is not None
-    assert found.result == result and found.metadata == metadata
+    assert found.result == result
+    assert found.metadata == metadata
     assert found.status_message is None  # completing without a message clears it
-    fields = set(await client.hkeys(record_key))
+    fields = {f if isinstance(f, bytes) else f.encode() for f in await client.hkeys(record_key)}
     assert not {f for f in fields if f.startswith((b"pl", b"wk", b"sm"))}
     # Another binding still sees nothing.
     assert await m.find_task(TaskRequestContext(BOB, task.task_id)) is None

@@ -23,8 +23,11 @@ from redis_tasks._bench._systems import PEERS, AdapterError, System, ours, peer
 
 __all__ = ["SCENARIOS", "add_bench_command", "run_bench"]
 
+#: The memory scenario's (origin bytes, payload bytes): a small call, the issue's
+#: case, and a large one still stored in pieces.
+MEMORY_CASES: Final = ((40, 0), (100, 64), (400, 256))
 #: Every scenario, in the order a run takes them.
-SCENARIOS: Final = ("limit", "drain", "pickup", "lifecycle", "find", "notify")
+SCENARIOS: Final = ("limit", "drain", "pickup", "lifecycle", "find", "notify", "memory")
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -111,7 +114,21 @@ def add_bench_command(commands: Any) -> None:
     sizes.add_argument("--rounds", type=_positive, default=defaults.rounds)
     sizes.add_argument("--pickups", type=_positive, default=defaults.pickups)
     sizes.add_argument("--lifecycle-tasks", type=_positive, default=defaults.lifecycle_tasks)
-    sizes.add_argument("--clients", type=_positive, default=defaults.clients)
+    sizes.add_argument(
+        "--clients", type=_positive, default=defaults.clients, help="lifecycle: clients in all"
+    )
+    sizes.add_argument(
+        "--lifecycle-processes",
+        type=_positive,
+        default=defaults.lifecycle_processes,
+        help="lifecycle: client processes the clients are spread over",
+    )
+    sizes.add_argument(
+        "--memory-tasks",
+        type=_positive,
+        default=defaults.memory_tasks,
+        help="memory: tasks (jobs) per measurement",
+    )
     sizes.add_argument("--pollers", type=_positive, default=defaults.pollers)
     sizes.add_argument("--find-ops", type=_positive, default=defaults.find_ops)
     sizes.add_argument("--notifies", type=_positive, default=defaults.notifies)
@@ -201,6 +218,8 @@ async def _run(
     if "notify" in scenarios:
         for name, bench in benches.items():
             runs[name]["notify"] = await bench.notify()
+    if "memory" in scenarios:
+        await _memory(benches, systems, runs)
     for run in runs.values():
         run["systems"] = {k: v for k, v in run["systems"].items() if v}
         run["ratios"] = ratios(run)
@@ -211,6 +230,25 @@ async def _run(
     if len(runs) == 1:
         return {**header, **next(iter(runs.values()))}
     return {**header, "topologies": runs, "comparison": compare(runs)}
+
+
+async def _memory(
+    benches: dict[str, Bench], systems: list[System], runs: dict[str, dict[str, Any]]
+) -> None:
+    """Bytes per queued job of every system; ours also per retained task, by size."""
+    for name, bench in benches.items():
+        for system in systems:
+            try:
+                row = await bench.memory_queued(system)
+            except AdapterError as exc:
+                runs[name]["systems"][system.name]["memory_error"] = str(exc)
+                continue
+            runs[name]["systems"][system.name]["memory"] = row
+        runs[name]["memory"] = {
+            "retained": [
+                await bench.memory_retained(origin, payload) for origin, payload in MEMORY_CASES
+            ]
+        }
 
 
 async def _rounds(
@@ -305,6 +343,8 @@ def run_bench(args: argparse.Namespace) -> int:
         pickups=args.pickups,
         lifecycle_tasks=args.lifecycle_tasks,
         clients=args.clients,
+        lifecycle_processes=args.lifecycle_processes,
+        memory_tasks=args.memory_tasks,
         pollers=args.pollers,
         find_ops=args.find_ops,
         notifies=args.notifies,

@@ -19,7 +19,16 @@ __all__ = ["Probe", "RedisAddress"]
 
 # The harness's own commands, left out of per-job counts.
 _OURS: Final = frozenset(
-    {"info", "config|resetstat", "config", "cluster|nodes", "cluster|slots", "ping", "hello"}
+    {
+        "info",
+        "config|resetstat",
+        "config",
+        "cluster|nodes",
+        "cluster|slots",
+        "ping",
+        "hello",
+        "memory|usage",
+    }
 )
 _TIMEOUT: Final = 10.0
 
@@ -122,6 +131,28 @@ class Probe:
     async def cpu_seconds(self) -> float:
         """CPU seconds the primaries' server processes have used, together."""
         return sum(await self.cpu_by_primary())
+
+    async def used_memory(self) -> int:
+        """``used_memory`` of the primaries, together (bytes)."""
+        return sum(
+            int(reply["used_memory"]) for reply in await self._each_primary("INFO", "memory")
+        )
+
+    async def memory_usage(self, keys: list[str]) -> int:
+        """``MEMORY USAGE`` of ``keys`` (each asked of its own primary), together; a
+        missing key counts 0."""
+        assert self._topology is not None
+        topology = self._topology
+        async with asyncio.timeout(_TIMEOUT):
+            sizes = await asyncio.gather(
+                *(
+                    topology.node_for(key).client.execute_command(  # type: ignore[no-untyped-call]
+                        "MEMORY", "USAGE", key, "SAMPLES", "0"
+                    )
+                    for key in keys
+                )
+            )
+        return sum(int(size or 0) for size in sizes)
 
     async def replicas(self) -> int:
         """How many replicas the primaries have, the fewest of any (0 without)."""

@@ -8,6 +8,11 @@ from typing import Any, Final
 __all__ = ["compare", "plot", "ratios", "table"]
 
 OURS: Final = "redis-tasks"
+#: Issue 14's bounds: lifecycle over drain (same workers), and bytes per task for a
+#: 100-byte origin with a 64-byte payload, queued and retained after completion.
+_LIFECYCLE_SHARE: Final = 0.8
+_MEMORY_CASE: Final = (100, 64)
+_MEMORY_BOUND: Final = 700
 
 
 def _best_peer(systems: dict[str, Any], key: str, *, highest: bool) -> tuple[str, float] | None:
@@ -48,20 +53,36 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     best_drain = _best_peer(systems, "drain", highest=True)
     our_drain = _figure(ours, "drain")
     if best_drain and our_drain:
-        out["targets"]["drain_3x_best_peer"] = {
+        out["targets"]["drain_4x_best_peer"] = {
             "best_peer": best_drain[0],
             "ratio": round(our_drain / best_drain[1], 2),
-            "met": our_drain >= 3 * best_drain[1],
+            "met": our_drain >= 4 * best_drain[1],
         }
-    best_p50 = _best_peer(systems, "p50", highest=False)
-    our_p99 = _figure(ours, "p99")
-    if best_p50 and our_p99:
-        out["targets"]["pickup_p99_below_best_peer_p50"] = {
-            "best_peer": best_p50[0],
-            "ours_p99_ms": our_p99,
-            "peer_p50_ms": best_p50[1],
-            "met": our_p99 < best_p50[1],
-        }
+    for key in ("p50", "p99"):
+        best, ours_lat = _best_peer(systems, key, highest=False), _figure(ours, key)
+        if best and ours_lat:
+            out["targets"][f"pickup_{key}_at_most_best_peer"] = {
+                "best_peer": best[0],
+                "ours_ms": ours_lat,
+                "peer_ms": best[1],
+                "met": ours_lat <= best[1],
+            }
+    drains = ours.get("drain", {})
+    for workers, row in results.get("lifecycle", {}).items():
+        if workers in drains:
+            share = row["rate"] / drains[workers]["rate"]
+            out["targets"][f"lifecycle_w{workers}_0.8x_drain"] = {
+                "fraction": round(share, 2),
+                "met": share >= _LIFECYCLE_SHARE,
+            }
+    for case in results.get("memory", {}).get("retained", []):
+        if (case["origin_bytes"], case["payload_bytes"]) == _MEMORY_CASE:
+            queued, retained = case["queued"]["total"], case["retained"]["total"]
+            out["targets"]["memory_at_most_700_bytes"] = {
+                "queued_bytes": queued,
+                "retained_bytes": retained,
+                "met": max(queued, retained) <= _MEMORY_BOUND,
+            }
     find, limit = results.get("find"), results.get("limit", {}).get("find")
     if find and limit:
         share = find["rate"] / limit["rate"]
@@ -171,7 +192,9 @@ def _table(results: dict[str, Any]) -> str:
     if "lifecycle" in results:
         for workers, row in results["lifecycle"].items():
             lines.append(
-                f"lifecycle w={workers}: {row['rate']} tasks/s with {row['clients']} clients; "
+                f"lifecycle w={workers}: {row['rate']} tasks/s with {row['clients']} clients"
+                + (f" in {row['client_processes']} processes" if "client_processes" in row else "")
+                + "; "
                 f"create-to-terminal p50 {row['p50']} / p99 {row['p99']} / "
                 f"p99.9 {row['p99.9']} ms"
                 + (
@@ -181,6 +204,22 @@ def _table(results: dict[str, Any]) -> str:
                     else ""
                 )
             )
+    memory = results.get("memory", {})
+    for row in memory.get("retained", []):
+        queued, retained = row["queued"], row["retained"]
+        lines.append(
+            f"memory, origin {row['origin_bytes']} B + payload {row['payload_bytes']} B: "
+            f"queued {queued['total']} B/task ({queued['streams']} in streams), retained "
+            f"after completion {retained['total']} B/task ({retained['keys']} in its keys)"
+        )
+    queued_jobs = {
+        name: result["memory"]["bytes_per_job"]
+        for name, result in systems.items()
+        if "memory" in result
+    }
+    if queued_jobs:
+        parts = [f"{name} {value}" for name, value in queued_jobs.items()]
+        lines.append(f"memory per queued no-op job, bytes: {', '.join(parts)}")
     if "find" in results:
         row = results["find"]
         lines.append(

@@ -14,9 +14,10 @@ import asyncio
 import contextlib
 import csv
 import dataclasses
-import itertools
+import json
 import secrets
 import shutil
+import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import IO, Any, Final
 
 from redis_tasks._ids import parse_task_id
 from redis_tasks._models import TaskRequestContext
+from redis_tasks._origin import TaskOrigin
 from redis_tasks._redis import RedisTaskManager
 from redis_tasks._scripts import scripts
 
@@ -32,9 +34,11 @@ from ._probe import Probe, RedisAddress
 from ._progress import Progress, percentile
 from ._systems import AdapterError, AdapterProcess, System, ours
 
-__all__ = ["Bench", "Settings", "pickup_figures"]
+__all__ = ["Bench", "Settings", "pickup_figures", "sized_origin"]
 
 _ENQUEUE_CHUNK: Final = 2_000  # jobs per enqueue command: the progress bar's step
+_CREATE_CHUNK: Final = 500  # creates in flight at once in this process
+_MEMORY_WARM: Final = 50  # jobs before the memory baseline: queue structures exist
 _WARM_TRIES: Final = 200
 _REPORT_EVERY: Final = 0.02  # seconds between drain progress reports
 _SETTLE: Final = 0.3  # seconds for the last acknowledgements to land before counting
@@ -51,6 +55,8 @@ class Settings:
     pickups: int = 200
     lifecycle_tasks: int = 5_000
     clients: int = 32
+    lifecycle_processes: int = 2
+    memory_tasks: int = 20_000
     pollers: int = 64
     find_ops: int = 50_000
     notifies: int = 200
@@ -64,6 +70,15 @@ def _ms(seconds: float) -> float:
 def _latencies(samples_ms: Sequence[float], *quantiles: float) -> dict[str, float]:
     names = {0.5: "p50", 0.99: "p99", 0.999: "p99.9"}
     return {names[q]: round(percentile(list(samples_ms), q), 3) for q in quantiles}
+
+
+def sized_origin(size: int) -> TaskOrigin:
+    """A no-op tool call whose persisted origin is exactly ``size`` bytes (at least 36)."""
+    head, tail = '{"tool":"noop","arguments":{"x":"', '"}}'
+    pad = size - len(head) - len(tail)
+    if pad < 0:
+        raise ValueError(f"an origin takes at least {len(head) + len(tail)} bytes")
+    return TaskOrigin.from_persisted_string(head + "x" * pad + tail)
 
 
 def pickup_figures(samples_ms: Sequence[float]) -> dict[str, Any]:
@@ -108,7 +123,8 @@ class Bench:
                 )
                 started.append(proc)
                 procs.append(proc)
-            await self._warm(client, procs)
+            if procs:
+                await self._warm(client, procs)
             yield client, procs
             # Workers first: a worker still reading while its queue is deleted
             # would only recreate what the clean removes.
@@ -212,65 +228,129 @@ class Bench:
     # -- redis-tasks only -------------------------------------------------------
 
     async def lifecycle(self, workers: int) -> dict[str, Any]:
-        """N tasks created by C clients, each polled to terminal: tasks/s, latency, and
-        the CPU each part spent per task (this client process, the workers, Redis)."""
-        n, label = self.settings.lifecycle_tasks, f"lifecycle w={workers}"
+        """N tasks created by C clients spread over P client processes, each task polled
+        to terminal: tasks/s, latency, and the CPU each part spent per task (the client
+        processes, the workers, Redis)."""
+        settings = self.settings
+        n, label = settings.lifecycle_tasks, f"lifecycle w={workers}"
+        procs_n = max(1, min(settings.lifecycle_processes, settings.clients))
         queue = self.new_queue()
-        async with (
-            Probe(self.url) as probe,
-            self._processes(ours(), queue, workers) as (_, procs),
-            RedisTaskManager.from_url(self.url, prefix=queue) as manager,
-        ):
-            changed: dict[str, asyncio.Event] = {}
-
-            def on_change(task_id: str) -> None:
-                event = changed.get(task_id)
-                if event is not None:
-                    event.set()
-
-            registration = manager.event_publisher.subscribe(on_change)
-            await manager.event_publisher.wait_ready()
-            numbers = itertools.count()
-            samples: list[float] = []
-
-            async def client() -> None:
-                while next(numbers) < n:
-                    began = time.perf_counter()
-                    task = await manager.create_task(WHO, ORIGIN)
-                    event = changed[task.task_id] = asyncio.Event()
-                    ctx = TaskRequestContext(WHO, task.task_id)
-                    while True:
-                        event.clear()
-                        found = await manager.find_task(ctx)
-                        if found is None:
-                            raise AdapterError("a benchmark task vanished")
-                        if found.is_terminal:
-                            break
-                        # The publisher wakes us; the timeout only bounds a missed event.
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(0.05):
-                                await event.wait()
-                    del changed[task.task_id]
-                    samples.append(time.perf_counter() - began)
-                    self.progress.update(label, len(samples), n)
-
-            workers_before = sum([(await proc.report())[2] for proc in procs])
-            redis_before = await probe.cpu_seconds()
-            client_before = time.process_time()
-            started = time.perf_counter()
-            await asyncio.gather(*(client() for _ in range(self.settings.clients)))
-            elapsed = time.perf_counter() - started
-            client_cpu = time.process_time() - client_before
-            redis_cpu = await probe.cpu_seconds() - redis_before
-            worker_cpu = sum([(await proc.report())[2] for proc in procs]) - workers_before
-            registration.close()
+        client_system = System(
+            "lifecycle client", (sys.executable, "-m", "redis_tasks._bench._lifecycle_client")
+        )
+        clients: list[AdapterProcess] = []
+        async with Probe(self.url) as probe, self._processes(ours(), queue, workers) as (_, procs):
+            try:
+                for i in range(procs_n):
+                    proc = await AdapterProcess.start(
+                        client_system, (self.url, queue), self.log, f"lifecycle client {i}"
+                    )
+                    clients.append(proc)
+                    await proc.read_until("ready")
+                workers_before = sum([(await proc.report())[2] for proc in procs])
+                redis_before = await probe.cpu_seconds()
+                self.progress.update(label, 0, n)
+                # Tasks and clients split as evenly as they go; every process starts at once.
+                shares = [
+                    (n // procs_n + (i < n % procs_n), settings.clients // procs_n
+                     + (i < settings.clients % procs_n))
+                    for i in range(procs_n)
+                ]  # fmt: skip
+                for proc, (count, concurrent) in zip(clients, shares, strict=True):
+                    await proc.send(f"run {count} {concurrent}")
+                lines = await asyncio.gather(*(p.read_until("result ") for p in clients))
+                redis_cpu = await probe.cpu_seconds() - redis_before
+                worker_cpu = sum([(await proc.report())[2] for proc in procs]) - workers_before
+            finally:
+                await asyncio.gather(*(p.stop() for p in clients), return_exceptions=True)
+        results = [json.loads(line.removeprefix("result ")) for line in lines]
+        self.progress.update(label, n, n)
+        samples = [s for r in results for s in r["samples_ms"]]
+        elapsed = max(r["ended"] for r in results) - min(r["started"] for r in results)
+        client_cpu = sum(r["cpu"] for r in results)
         return {
             "rate": round(n / elapsed),
-            **_latencies([s * 1000 for s in samples], 0.5, 0.99, 0.999),
-            "clients": self.settings.clients,
+            **_latencies(samples, 0.5, 0.99, 0.999),
+            "clients": settings.clients,
+            "client_processes": procs_n,
             "client_us_per_task": round(client_cpu / n * 1e6),
             "worker_us_per_task": round(worker_cpu / n * 1e6),
             "redis_us_per_task": round(redis_cpu / n * 1e6),
+        }
+
+    async def memory_queued(self, system: System) -> dict[str, Any]:
+        """Redis memory per queued no-op job (created, not yet run), any system.
+
+        ``used_memory`` before and after the client enqueued N jobs with no worker
+        running, on the primaries together; a few jobs go first, so the queue's own
+        structures (streams, groups, loaded scripts) are not counted per job.
+        """
+        n, label = self.settings.memory_tasks, f"{system.name} memory"
+        queue = self.new_queue()
+        async with Probe(self.url) as probe, self._processes(system, queue, 0) as (client, _):
+            await client.ask(f"enqueue {_MEMORY_WARM}")
+            before = await probe.used_memory()
+            for start in range(0, n, _ENQUEUE_CHUNK):
+                await client.ask(f"enqueue {min(_ENQUEUE_CHUNK, n - start)}")
+                self.progress.update(label, min(n, start + _ENQUEUE_CHUNK), n)
+            after = await probe.used_memory()
+        return {"bytes_per_job": round((after - before) / n), "jobs": n}
+
+    async def memory_retained(self, origin_bytes: int, payload_bytes: int) -> dict[str, Any]:
+        """Redis memory per task of redis-tasks, queued and then retained after
+        completion, for an origin and a payload of the given sizes.
+
+        Each figure is split into what the partitions' streams took (bounded:
+        the work entry goes when the task ends, the event stream is trimmed to its
+        MAXLEN) and the rest, the keys that stay for the task's whole retention
+        and so grow with the creation rate times the TTL.
+        """
+        n, label = self.settings.memory_tasks, f"memory origin {origin_bytes} B"
+        origin = sized_origin(origin_bytes)
+        payload = b"p" * payload_bytes
+        result = {"content": [{"type": "text", "text": "done"}]}
+        async with (
+            Probe(self.url) as probe,
+            RedisTaskManager.from_url(self.url, prefix=self.new_queue()) as manager,
+        ):
+            streams = [
+                key
+                for p in range(manager.partitions)
+                for key in (manager.keyspace.work(p), manager.keyspace.events(p))
+            ]
+            for _ in range(_MEMORY_WARM):
+                await manager.create_task(WHO, origin, payload=payload)
+            before = await probe.used_memory(), await probe.memory_usage(streams)
+            task_ids: list[str] = []
+            for start in range(0, n, _CREATE_CHUNK):
+                batch = min(_CREATE_CHUNK, n - start)
+                created = await asyncio.gather(
+                    *(manager.create_task(WHO, origin, payload=payload) for _ in range(batch))
+                )
+                task_ids.extend(task.task_id for task in created)
+                self.progress.update(f"{label} create", len(task_ids), n)
+            queued = await probe.used_memory(), await probe.memory_usage(streams)
+            for start in range(0, n, _CREATE_CHUNK):
+                chunk = task_ids[start : start + _CREATE_CHUNK]
+                await asyncio.gather(*(manager.complete_task(t, result) for t in chunk))
+                self.progress.update(f"{label} complete", start + len(chunk), n)
+            retained = await probe.used_memory(), await probe.memory_usage(streams)
+            await delete_prefix(manager)
+
+        def split(after: tuple[int, int]) -> dict[str, int]:
+            total, in_streams = after[0] - before[0], after[1] - before[1]
+            return {
+                "total": round(total / n),
+                "streams": round(in_streams / n),
+                "keys": round((total - in_streams) / n),
+            }
+
+        return {
+            "origin_bytes": origin_bytes,
+            "payload_bytes": payload_bytes,
+            "tasks": n,
+            "queued": split(queued),
+            "retained": split(retained),
         }
 
     async def find(self) -> dict[str, Any]:
