@@ -501,3 +501,55 @@ async def test_the_lean_mcp_client_reads_json_chunked_sse_and_errors() -> None:
     assert b"Authorization: Bearer t0ken\r\n" in seen[0]
     assert b"Mcp-Method: tools/call\r\nMcp-Name: noop\r\n" in seen[0]
     assert b"MCP-Protocol-Version: 2026-07-28\r\n" in seen[0]
+
+
+def test_the_mcp_peer_needs_its_app_and_interpreter(tmp_path: Path) -> None:
+    from redis_tasks._bench._mcp_load import McpSettings, mcp_system
+
+    missing = McpSettings(peer_python=str(tmp_path / "python"), peers_dir=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no MCP peer app"):
+        mcp_system("redis://127.0.0.1:1/0", "bench-x", missing, "fastmcp-tasks")
+    (tmp_path / "fastmcp_tasks_app.py").write_text("")
+    with pytest.raises(FileNotFoundError, match="interpreter"):
+        mcp_system("redis://127.0.0.1:1/0", "bench-x", missing, "fastmcp-tasks")
+    found = McpSettings(peer_python=sys.executable, peers_dir=str(tmp_path))
+    system = mcp_system("redis://127.0.0.1:1/0", "bench-x", found, "fastmcp-tasks")
+    assert (system.name, system.is_ours) == ("fastmcp-tasks", False)
+    assert system.keys == ("bench-x:*", "{bench-x}:*")  # its keys are deleted after a run
+    assert mcp_system("redis://127.0.0.1:1/0", "bench-x", found, None).is_ours
+    with pytest.raises(ValueError, match="unknown MCP peer"):
+        mcp_system("redis://127.0.0.1:1/0", "bench-x", found, "other")
+
+
+FASTMCP_PYTHON = Path(__file__).resolve().parent.parent / "benchmarks/.venv-fastmcp/bin/python"
+
+
+@pytest.mark.skipif(
+    not FASTMCP_PYTHON.is_file(), reason="no fastmcp-tasks venv (make bench-fastmcp)"
+)
+def test_the_mcp_scenario_loads_fastmcp_tasks_beside_ours(redis_server: RedisServer) -> None:
+    url = redis_server.url
+    client = redis.Redis.from_url(url)
+    try:
+        before = set(client.scan_iter(match="bench-*", count=1000))
+    finally:
+        client.close()
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "mcp", "--redis-url", url, *MCP_TINY,
+         "--mcp-peer", "fastmcp-tasks", "--mcp-peer-python", str(FASTMCP_PYTHON),
+         "--json", "-", "--quiet"],
+        capture_output=True, text=True, timeout=300, check=False,
+        cwd=FASTMCP_PYTHON.parent.parent.parent.parent,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    peer = results["mcp_peers"]["fastmcp-tasks"]
+    assert (peer["completed"], peer["errors"], peer["lost"]) == (40, 0, 0)
+    assert peer["get"]["errors"] == peer["sdk_call"]["errors"] == 0
+    assert peer["ours_over_it"]["tasks_per_s"] > 0
+    assert "library" not in peer  # the in-process timing is of our library only
+    client = redis.Redis.from_url(url)
+    try:
+        assert set(client.scan_iter(match="bench-*", count=1000)) == before
+    finally:
+        client.close()

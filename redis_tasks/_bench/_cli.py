@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any, Final
 
-from redis_tasks._bench._mcp_load import McpSettings, add_mcp_options, mcp_scenario, mcp_settings
+from redis_tasks._bench._mcp_load import McpSettings, add_mcp_options, mcp_runs, mcp_settings
 from redis_tasks._bench._probe import Probe
 from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import compare, plot, ratios, table
@@ -206,9 +206,7 @@ async def _run(
             runs[name]["notify"] = await bench.notify()
     if "mcp" in scenarios:
         for name, bench in benches.items():
-            runs[name]["mcp"] = await mcp_scenario(
-                bench.url, mcp or McpSettings(), bench.progress, log
-            )
+            runs[name].update(await mcp_runs(bench.url, mcp or McpSettings(), bench.progress, log))
     for run in runs.values():
         run["systems"] = {k: v for k, v in run["systems"].items() if v}
         run["ratios"] = ratios(run)

@@ -54,6 +54,7 @@ __all__ = [
     "McpSystem",
     "add_mcp_options",
     "mcp_lines",
+    "mcp_runs",
     "mcp_scenario",
     "mcp_settings",
     "mcp_system",
@@ -81,7 +82,11 @@ class McpSettings:
     polls: int = 10_000
     client_processes: int = 2
     concurrency: int = 32
+    #: Also load this peer (one of :data:`MCP_PEERS`) in the same run, after ours.
     peer: str | None = None
+    #: The peer's virtualenv interpreter and the directory of its app.
+    peer_python: str = "benchmarks/.venv-fastmcp/bin/python"
+    peers_dir: str = "benchmarks/peers"
 
 
 @dataclass(frozen=True)
@@ -90,8 +95,10 @@ class McpSystem:
 
     ``server(port)`` and ``worker(i)`` give command lines; ``env`` is added to
     every process's environment; ``wire`` is the lean client's :class:`Wire`
-    settings; ``readers`` is how many blocked stream reads each ready worker
-    holds on Redis.
+    settings; ``readers`` and ``server_readers`` are how many blocked
+    ``XREADGROUP`` each ready worker and server process holds on Redis (how the
+    harness tells they are ready); ``keys`` are the patterns of every key a run
+    leaves (deleted after it).
     """
 
     name: str
@@ -102,9 +109,11 @@ class McpSystem:
     task_tool: str = "noop"
     constant_tool: str = "constant"
     readers: int = 16
+    server_readers: int = 0
     path: str = "/mcp"
     is_ours: bool = True
     cwd: str | None = None
+    keys: tuple[str, ...] = ()
 
 
 def _ours(url: str, prefix: str, settings: McpSettings) -> McpSystem:
@@ -135,15 +144,53 @@ def _ours(url: str, prefix: str, settings: McpSettings) -> McpSystem:
     )
 
 
-def mcp_system(
-    url: str, prefix: str, settings: McpSettings, peers_dir: Path | None = None
-) -> McpSystem:
-    """The system ``settings.peer`` names (ours when none), for ``url`` and ``prefix``."""
-    if settings.peer is None:
+def _fastmcp_tasks(url: str, prefix: str, settings: McpSettings) -> McpSystem:
+    """fastmcp-tasks (FastMCP + Docket) from its own virtualenv: ``make bench-fastmcp``."""
+    python = Path(settings.peer_python)
+    app = Path(settings.peers_dir) / "fastmcp_tasks_app.py"
+    if not app.is_file():
+        raise FileNotFoundError(f"no MCP peer app at {app} (run from a source checkout)")
+    if not python.is_file():
+        raise FileNotFoundError(f"no MCP peer interpreter at {python} (make bench-fastmcp)")
+    interpreter = str(python.absolute())
+
+    def server(port: int) -> list[str]:
+        return [interpreter, "-m", "uvicorn", "fastmcp_tasks_app:app",
+                "--host", "127.0.0.1", "--port", str(port),
+                "--log-level", "warning", "--no-access-log"]  # fmt: skip
+
+    def worker(index: int) -> list[str]:
+        return [interpreter, "-m", "fastmcp_tasks.worker_cli", "worker",
+                "fastmcp_tasks_app.py:mcp"]  # fmt: skip
+
+    return McpSystem(
+        name="fastmcp-tasks",
+        server=server,
+        worker=worker,
+        env={
+            "FASTMCP_DOCKET_URL": url,
+            "FASTMCP_DOCKET_NAME": prefix,
+            "FASTMCP_DOCKET_CONCURRENCY": str(settings.concurrency),
+            "RT_BENCH_POLL_MS": str(settings.poll_ms),
+        },
+        wire={"token": "bench-token"},
+        # Docket blocks one XREADGROUP per worker, in the servers' own workers too.
+        readers=1,
+        server_readers=1,
+        is_ours=False,
+        cwd=str(app.parent.absolute()),
+        # Docket prefixes every key with the queue name (hash-tagged on a cluster).
+        keys=(f"{prefix}:*", f"{{{prefix}}}:*"),
+    )
+
+
+def mcp_system(url: str, prefix: str, settings: McpSettings, peer: str | None) -> McpSystem:
+    """``peer`` (one of :data:`MCP_PEERS`), or ours when None, for ``url`` and ``prefix``."""
+    if peer is None:
         return _ours(url, prefix, settings)
-    if settings.peer not in MCP_PEERS:
-        raise ValueError(f"unknown MCP peer {settings.peer!r}; known: {', '.join(MCP_PEERS)}")
-    raise ValueError(f"MCP peer {settings.peer!r} is not available in this build")
+    if peer not in MCP_PEERS:
+        raise ValueError(f"unknown MCP peer {peer!r}; known: {', '.join(MCP_PEERS)}")
+    return _fastmcp_tasks(url, prefix, settings)
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -330,7 +377,7 @@ async def _running(
         for port, server in zip(stack.ports, stack.servers, strict=True):
             await _listening(port, server)
         # Every worker blocks a read per partition once it is ready for work.
-        wanted = settings.workers * system.readers
+        wanted = settings.workers * system.readers + settings.servers * system.server_readers
         deadline = time.monotonic() + _START_TIMEOUT
         while await probe.blocked_clients("xreadgroup", mark) < wanted:
             stack.check()
@@ -519,19 +566,65 @@ async def _library_timing(
     }
 
 
+async def mcp_runs(
+    url: str, settings: McpSettings, progress: Progress, log: IO[bytes]
+) -> dict[str, Any]:
+    """The ``mcp`` scenario on ours and, when asked, the peer, one after the other.
+
+    Returns ``{"mcp": ours}``, with ``"mcp_peers": {name: figures}`` for a peer.
+    """
+    if settings.peer is not None:
+        mcp_system(url, "check", settings, settings.peer)  # a missing venv fails first
+    out: dict[str, Any] = {"mcp": await mcp_scenario(url, settings, progress, log)}
+    if settings.peer is not None:
+        peer = await mcp_scenario(url, settings, progress, log, peer=settings.peer)
+        out["mcp_peers"] = {settings.peer: peer}
+        out["mcp_peers"][settings.peer]["ours_over_it"] = _ratios(out["mcp"], peer)
+    return out
+
+
+def _ratios(ours: dict[str, Any], theirs: dict[str, Any]) -> dict[str, float]:
+    """Our figures over the peer's: above 1 means ours is faster or cheaper."""
+    pairs = {
+        "tasks_per_s": (ours["rate"], theirs["rate"]),
+        "p50": (theirs["p50"], ours["p50"]),
+        "p99": (theirs["p99"], ours["p99"]),
+        "create_p50": (theirs["create_p50"], ours["create_p50"]),
+        "get_per_s": (ours["get"]["rate"], theirs["get"]["rate"]),
+        "get_server_us": (
+            theirs["get"].get("servers_us_per_poll"),
+            ours["get"].get("servers_us_per_poll"),
+        ),
+        "server_plus_worker_us_per_task": (
+            _sum(theirs, "servers_us_per_task", "workers_us_per_task"),
+            _sum(ours, "servers_us_per_task", "workers_us_per_task"),
+        ),
+        "redis_us_per_task": (theirs.get("redis_us_per_task"), ours.get("redis_us_per_task")),
+    }
+    return {name: round(a / b, 2) for name, (a, b) in pairs.items() if a and b}
+
+
+def _sum(row: dict[str, Any], *keys: str) -> float | None:
+    values = [row.get(key) for key in keys]
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
 async def mcp_scenario(
     url: str,
     settings: McpSettings,
     progress: Progress,
     log: IO[bytes],
-    peers_dir: Path | None = None,
+    peer: str | None = None,
 ) -> dict[str, Any]:
-    """Run the ``mcp`` scenario against ``url``; the figures as a JSON-ready dict."""
-    for module in ("mcp", "uvicorn"):
-        if not _importable(module):
-            raise AdapterError(f"the mcp scenario needs {module}: pip install 'redis-tasks[mcp]'")
+    """Run the ``mcp`` scenario against ``url`` on ours (or ``peer``); the figures."""
+    if peer is None:
+        for module in ("mcp", "uvicorn"):
+            if not _importable(module):
+                raise AdapterError(
+                    f"the mcp scenario needs {module}: pip install 'redis-tasks[mcp]'"
+                )
     prefix = f"bench-{secrets.token_hex(4)}"
-    system = mcp_system(url, prefix, settings, peers_dir)
+    system = mcp_system(url, prefix, settings, peer)
     n = settings.tasks
     job = {
         "endpoints": [],
@@ -569,7 +662,18 @@ async def mcp_scenario(
             )
         finally:
             await delete_prefix(manager)
+            for pattern in system.keys:
+                await _delete_matching(manager, pattern)
     return _figures(system, settings, life, get, call, library)
+
+
+async def _delete_matching(manager: RedisTaskManager, pattern: str) -> None:
+    """Unlink every key matching ``pattern`` on every primary (a peer's keys)."""
+    for client in manager.primary_clients():
+        keys = [key async for key in client.scan_iter(match=pattern, count=1000)]
+        # One slot per UNLINK on a cluster: a peer's keys share its hash tag there.
+        for i in range(0, len(keys), 1000):
+            await client.unlink(*keys[i : i + 1000])
 
 
 def _importable(module: str) -> bool:
@@ -590,7 +694,7 @@ def _figures(
     completed = len(life["latency_ms"])
     out: dict[str, Any] = {
         "system": system.name,
-        **{k: v for k, v in asdict(settings).items() if k != "peer"},
+        **{k: v for k, v in asdict(settings).items() if not k.startswith("peer")},
         "rate": round(completed / life["span"]),
         **_lat(life["latency_ms"]),
         **_lat(life["create_ms"], "create_"),
@@ -668,6 +772,18 @@ def add_mcp_options(bench: Any) -> None:
         help="requests in each of those two phases",
     )
     group.add_argument(
+        "--mcp-peer",
+        choices=MCP_PEERS,
+        default=None,
+        help="also load this other server of the extension, same sizes, same run "
+        "(from a source checkout: make bench-fastmcp)",
+    )
+    group.add_argument(
+        "--mcp-peer-python",
+        default=defaults.peer_python,
+        help="the MCP peer's virtualenv interpreter (default: %(default)s)",
+    )
+    group.add_argument(
         "--mcp-client-processes",
         type=_positive,
         default=defaults.client_processes,
@@ -687,6 +803,9 @@ def mcp_settings(args: Any) -> McpSettings:
         polls=args.mcp_polls,
         client_processes=args.mcp_client_processes,
         concurrency=args.concurrency,
+        peer=args.mcp_peer,
+        peer_python=args.mcp_peer_python,
+        peers_dir=str(args.peers_dir),
     )
 
 
@@ -743,4 +862,8 @@ def mcp_lines(row: dict[str, Any]) -> list[str]:
             f"{library['find_task_us']} + render {library['render_us']}), SDK and HTTP "
             f"{share['sdk_http_us']} us ({share['sdk_http']:.0%})"
         )
+    ratios = row.get("ours_over_it")
+    if ratios:
+        parts = ", ".join(f"{name} {value}x" for name, value in ratios.items())
+        lines.append(f"  redis-tasks vs {row['system']} (above 1: ours better): {parts}")
     return lines

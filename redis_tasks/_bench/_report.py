@@ -201,6 +201,8 @@ def _table(results: dict[str, Any]) -> str:
         )
     if "mcp" in results:
         lines += mcp_lines(results["mcp"])
+    for row in results.get("mcp_peers", {}).values():
+        lines += mcp_lines(row)
     verdicts = results.get("ratios", {})
     for name, row in verdicts.get("per_peer", {}).items():
         parts = [f"{key} {value}x" for key, value in row.items()]
