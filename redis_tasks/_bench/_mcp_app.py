@@ -55,6 +55,7 @@ class _Tokens:
     """Accepts the one benchmark token; never use a static token outside a benchmark."""
 
     async def verify_token(self, token: str) -> AccessToken | None:
+        """The token's principal, or None (the SDK answers 401)."""
         return access_token(token)
 
 

@@ -382,7 +382,9 @@ async def _running(
         while await probe.blocked_clients("xreadgroup", mark) < wanted:
             stack.check()
             if time.monotonic() > deadline:
-                raise AdapterError(f"{system.name} workers were not reading within 120 s")
+                raise AdapterError(
+                    f"{system.name} workers were not reading within {_START_TIMEOUT} s"
+                )
             await asyncio.sleep(_POLL)  # poll interval of this condition wait
         yield stack
     finally:
