@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
 
-.PHONY: demo test lint typecheck unit redis-server clean bench bench-peers
+.PHONY: demo test lint typecheck unit redis-server clean bench bench-peers bench-fastmcp
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,10 +52,20 @@ $(PEERS_VENV)/.installed: benchmarks/requirements-peers.txt
 
 bench-peers: $(PEERS_VENV)/.installed
 
+## bench-fastmcp: fastmcp-tasks' own virtualenv, for `redis-tasks bench mcp --mcp-peer fastmcp-tasks`
+FASTMCP_VENV := benchmarks/.venv-fastmcp
+$(FASTMCP_VENV)/.installed: benchmarks/requirements-fastmcp.txt
+	$(PYTHON) -m venv $(FASTMCP_VENV)
+	$(FASTMCP_VENV)/bin/pip install -q --upgrade pip
+	$(FASTMCP_VENV)/bin/pip install -q -r benchmarks/requirements-fastmcp.txt
+	touch $@
+
+bench-fastmcp: $(FASTMCP_VENV)/.installed
+
 ## bench: every scenario, the peers side by side; JSON and a PNG plot in benchmarks/
-bench: redis-server $(VENV)/.installed-dev bench-peers
-	$(BIN)/redis-tasks bench --peers all --workers 1,2,4 \
+bench: redis-server $(VENV)/.installed-dev bench-peers bench-fastmcp
+	$(BIN)/redis-tasks bench --peers all --workers 1,2,4 --mcp-peer fastmcp-tasks \
 	  --json benchmarks/results.json --plot benchmarks/results.png
 
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) dist build .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(PEERS_VENV) $(FASTMCP_VENV) dist build .mypy_cache .ruff_cache .pytest_cache .hypothesis

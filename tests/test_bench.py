@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import json
 import subprocess
@@ -155,10 +157,12 @@ def test_the_command_line_prints_json_without_the_url(redis_server: RedisServer)
     assert str(redis_server.port) not in done.stdout
 
 
+MCP_TINY = ["--mcp-servers", "2", "--mcp-workers", "1", "--mcp-clients", "4", "--mcp-tasks", "40",
+            "--mcp-pollers", "4", "--mcp-polls", "100", "--mcp-client-processes", "2"]  # fmt: skip
 TINY_ARGS = ["--tasks", "200", "--rounds", "1", "--pickups", "3", "--workers", "1",
              "--lifecycle-tasks", "40", "--clients", "4", "--pollers", "4", "--find-ops", "100",
-             "--notifies", "3", "--limit-requests", "300", "--memory-tasks", "200", "--json", "-",
-             "--quiet"]  # fmt: skip
+             "--notifies", "3", "--limit-requests", "300", "--memory-tasks", "200", *MCP_TINY,
+             "--json", "-", "--quiet"]  # fmt: skip
 
 
 def test_every_scenario_runs_against_a_cluster_node_s_url(redis_cluster: RedisCluster) -> None:
@@ -178,6 +182,8 @@ def test_every_scenario_runs_against_a_cluster_node_s_url(redis_cluster: RedisCl
     for scenario in ("lifecycle", "find", "notify", "limit", "memory"):
         assert results[scenario], scenario
     assert ours["memory"]["bytes_per_job"] > 0
+    assert results["mcp"]["completed"] == 40
+    assert results["mcp"]["errors"] == results["mcp"]["lost"] == 0
     assert str(redis_cluster.replicas[0].port) not in done.stdout
 
 
@@ -404,7 +410,9 @@ def test_the_table_and_the_plot(tmp_path: Path) -> None:
 
 
 def test_the_scenarios_are_the_documented_ones() -> None:
-    assert SCENARIOS == ("limit", "drain", "pickup", "lifecycle", "find", "notify", "memory")
+    assert SCENARIOS == (
+        "limit", "drain", "pickup", "lifecycle", "find", "notify", "memory", "mcp",
+    )  # fmt: skip
 
 
 def test_the_side_channel_script_s_ks_test() -> None:
@@ -423,3 +431,177 @@ def test_the_side_channel_script_s_ks_test() -> None:
     values = [(i * 7919) % 10007 / 10007 for i in range(4000)]
     d, p = ks_two_sample(values[::2], values[1::2])
     assert p > 0.5
+
+
+def test_the_mcp_scenario_measures_servers_workers_and_the_sdk(redis_server: RedisServer) -> None:
+    url = redis_server.url
+    before = bench_keys(url)
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "mcp", "--redis-url", url, *MCP_TINY,
+         "--json", "-", "--quiet"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    mcp = results["mcp"]
+    assert mcp["system"] == "redis-tasks"
+    assert (mcp["completed"], mcp["errors"], mcp["lost"]) == (40, 0, 0)
+    assert mcp["rate"] > 0
+    assert 0 < mcp["p50"] <= mcp["p99"]
+    assert 0 < mcp["create_p50"] <= mcp["create_p99"] <= mcp["p99"]
+    assert mcp["polls_per_task"] >= 1
+    for part in ("servers", "workers", "redis", "clients"):
+        assert mcp[f"{part}_us_per_task"] > 0, part
+    for phase, unit in (("get", "poll"), ("sdk_call", "call")):
+        row = mcp[phase]
+        assert row["rate"] > 0
+        assert row["errors"] == 0, row["error_kinds"]
+        assert row[f"servers_us_per_{unit}"] > 0
+        assert row["per_server_core"] > 0
+    library = mcp["library"]
+    assert library["find_task_us"] > 0
+    assert library["library_us"] >= library["find_task_us"]
+    share = mcp["share"]
+    assert 0 < share["library"] < 1
+    assert abs(share["library"] + share["sdk_http"] - 1) < 0.002
+    assert results["settings"]["mcp"]["tasks"] == 40
+    assert bench_keys(url) == before
+    assert url not in done.stdout
+
+
+def test_the_mcp_table_lines() -> None:
+    run = results(ours_drain=3000, ours_p99=1.4, find=10_000)
+    row = {"rate": 900, "p50": 2.0, "p99": 9.0, "errors": 0, "servers_us_per_poll": 500,
+           "per_server_core": 2000, "clients_us_per_poll": 90}  # fmt: skip
+    run["mcp"] = {
+        "system": "redis-tasks", "servers": 2, "workers": 2, "clients": 64, "poll_ms": 20,
+        "pollers": 64, "rate": 700, "p50": 30.0, "p99": 80.0, "create_p50": 5.0,
+        "create_p99": 20.0, "errors": 0, "lost": 0, "polls_per_task": 1.2,
+        "servers_us_per_task": 2000, "workers_us_per_task": 900, "redis_us_per_task": 300,
+        "get": row, "sdk_call": {**row, "servers_us_per_call": 480},
+        "library": {"authorize_us": 3.0, "find_task_us": 25.0, "render_us": 6.0},
+        "share": {"library": 0.068, "sdk_http": 0.932, "library_us": 34.0,
+                  "sdk_http_us": 466.0},
+    }  # fmt: skip
+    text = table(run)
+    assert "mcp (redis-tasks, 2 servers, 2 workers, 64 clients, poll 20 ms): 700 tasks/s" in text
+    assert "CPU us/task: servers 2000 + workers 900 + Redis 300" in text
+    assert "tasks/get, 64 pollers: 900 polls/s" in text
+    assert "library 34.0 us (7%: authorize 3.0 + find_task 25.0 + render 6.0)" in text
+
+
+async def test_the_lean_mcp_client_reads_json_chunked_sse_and_errors() -> None:
+    from redis_tasks._bench._mcp_client import Connection, Endpoint, RpcFailure, Wire
+
+    seen: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError):  # the client hung up
+            await answer(reader, writer)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while head := await reader.readuntil(b"\r\n\r\n"):
+            seen.append(head)
+            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            request = json.loads(await reader.readexactly(length))
+            method, rid = request["method"], request["id"]
+            if method == "tasks/get":  # an SSE stream, chunked, a notification first
+                events = (
+                    b'event: message\r\ndata: {"jsonrpc":"2.0","method":"notifications/x"}\r\n\r\n'
+                    + f'event: message\r\ndata: {{"jsonrpc":"2.0","id":{rid},'.encode()
+                    + b'"result":{"status":"completed"}}\r\n\r\n'
+                )
+                chunks = b"".join(
+                    f"{len(part):x}\r\n".encode() + part + b"\r\n"
+                    for part in (events[:30], events[30:])
+                )
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"transfer-encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+                )
+            else:
+                body = json.dumps(
+                    {"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "x"}}
+                    if method == "tasks/cancel"
+                    else {"jsonrpc": "2.0", "id": rid, "result": {"resultType": "task"}}
+                ).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    + f"content-length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+            await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    conn = Connection(Endpoint("127.0.0.1", port), Wire(token="t0ken"), timeout=10)
+    try:
+        await conn.open()
+        assert await conn.call("tools/call", {"name": "noop"}, name="noop") == {
+            "resultType": "task"
+        }
+        assert await conn.call("tasks/get", {"taskId": "7.x"}, name="7.x") == {
+            "status": "completed"
+        }
+        with pytest.raises(RpcFailure) as failure:
+            await conn.call("tasks/cancel", {"taskId": "7.x"}, name="7.x")
+        assert failure.value.kind == "rpc -32602"
+    finally:
+        await conn.close()
+        server.close()
+        await server.wait_closed()
+    assert b"Authorization: Bearer t0ken\r\n" in seen[0]
+    assert b"Mcp-Method: tools/call\r\nMcp-Name: noop\r\n" in seen[0]
+    assert b"MCP-Protocol-Version: 2026-07-28\r\n" in seen[0]
+
+
+def test_the_mcp_peer_needs_its_app_and_interpreter(tmp_path: Path) -> None:
+    from redis_tasks._bench._mcp_load import McpSettings, mcp_system
+
+    missing = McpSettings(peer_python=str(tmp_path / "python"), peers_dir=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no MCP peer app"):
+        mcp_system("redis://127.0.0.1:1/0", "bench-x", missing, "fastmcp-tasks")
+    (tmp_path / "fastmcp_tasks_app.py").write_text("")
+    with pytest.raises(FileNotFoundError, match="interpreter"):
+        mcp_system("redis://127.0.0.1:1/0", "bench-x", missing, "fastmcp-tasks")
+    found = McpSettings(peer_python=sys.executable, peers_dir=str(tmp_path))
+    system = mcp_system("redis://127.0.0.1:1/0", "bench-x", found, "fastmcp-tasks")
+    assert (system.name, system.is_ours) == ("fastmcp-tasks", False)
+    assert system.keys == ("bench-x:*", "{bench-x}:*")  # its keys are deleted after a run
+    assert mcp_system("redis://127.0.0.1:1/0", "bench-x", found, None).is_ours
+    with pytest.raises(ValueError, match="unknown MCP peer"):
+        mcp_system("redis://127.0.0.1:1/0", "bench-x", found, "other")
+
+
+FASTMCP_PYTHON = Path(__file__).resolve().parent.parent / "benchmarks/.venv-fastmcp/bin/python"
+
+
+@pytest.mark.skipif(
+    not FASTMCP_PYTHON.is_file(), reason="no fastmcp-tasks venv (make bench-fastmcp)"
+)
+def test_the_mcp_scenario_loads_fastmcp_tasks_beside_ours(redis_server: RedisServer) -> None:
+    url = redis_server.url
+    client = redis.Redis.from_url(url)
+    try:
+        before = set(client.scan_iter(match="bench-*", count=1000))
+    finally:
+        client.close()
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "mcp", "--redis-url", url, *MCP_TINY,
+         "--mcp-peer", "fastmcp-tasks", "--mcp-peer-python", str(FASTMCP_PYTHON),
+         "--json", "-", "--quiet"],
+        capture_output=True, text=True, timeout=300, check=False,
+        cwd=FASTMCP_PYTHON.parent.parent.parent.parent,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    peer = results["mcp_peers"]["fastmcp-tasks"]
+    assert (peer["completed"], peer["errors"], peer["lost"]) == (40, 0, 0)
+    assert peer["get"]["errors"] == peer["sdk_call"]["errors"] == 0
+    assert peer["ours_over_it"]["tasks_per_s"] > 0
+    assert "library" not in peer  # the in-process timing is of our library only
+    client = redis.Redis.from_url(url)
+    try:
+        assert set(client.scan_iter(match="bench-*", count=1000)) == before
+    finally:
+        client.close()

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any, Final
 
+from redis_tasks._bench._mcp_load import McpSettings, add_mcp_options, mcp_runs, mcp_settings
 from redis_tasks._bench._probe import Probe
 from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import compare, plot, ratios, table
@@ -27,7 +28,7 @@ __all__ = ["SCENARIOS", "add_bench_command", "run_bench"]
 #: case, and a large one still stored in pieces.
 MEMORY_CASES: Final = ((40, 0), (100, 64), (400, 256))
 #: Every scenario, in the order a run takes them.
-SCENARIOS: Final = ("limit", "drain", "pickup", "lifecycle", "find", "notify", "memory")
+SCENARIOS: Final = ("limit", "drain", "pickup", "lifecycle", "find", "notify", "memory", "mcp")
 
 
 def _counts(text: str) -> tuple[int, ...]:
@@ -133,6 +134,7 @@ def add_bench_command(commands: Any) -> None:
     sizes.add_argument("--find-ops", type=_positive, default=defaults.find_ops)
     sizes.add_argument("--notifies", type=_positive, default=defaults.notifies)
     sizes.add_argument("--limit-requests", type=_positive, default=defaults.limit_requests)
+    add_mcp_options(bench)
     peers = bench.add_argument_group("peers (drain and pickup, side by side)")
     peers.add_argument(
         "--peers",
@@ -180,6 +182,7 @@ async def _run(
     systems: list[System],
     log: IO[bytes],
     progress: Progress,
+    mcp: McpSettings | None = None,
 ) -> dict[str, Any]:
     """Every scenario on every topology of ``urls`` (name -> URL).
 
@@ -220,13 +223,18 @@ async def _run(
             runs[name]["notify"] = await bench.notify()
     if "memory" in scenarios:
         await _memory(benches, systems, runs)
+    if "mcp" in scenarios:
+        for name, bench in benches.items():
+            runs[name].update(await mcp_runs(bench.url, mcp or McpSettings(), bench.progress, log))
     for run in runs.values():
         run["systems"] = {k: v for k, v in run["systems"].items() if v}
         run["ratios"] = ratios(run)
-    header = {
+    header: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
         "settings": {**settings.__dict__, "workers": list(settings.workers)},
     }
+    if "mcp" in scenarios:
+        header["settings"]["mcp"] = (mcp or McpSettings()).__dict__
     if len(runs) == 1:
         return {**header, **next(iter(runs.values()))}
     return {**header, "topologies": runs, "comparison": compare(runs)}
@@ -393,7 +401,9 @@ def run_bench(args: argparse.Namespace) -> int:
             if topology is None:
                 urls["redis"] = args.redis_url
             with log_path.open("ab") as log:
-                results = asyncio.run(_run(urls, settings, scenarios, systems, log, progress))
+                results = asyncio.run(
+                    _run(urls, settings, scenarios, systems, log, progress, mcp_settings(args))
+                )
         except (AdapterError, OSError, RuntimeError) as exc:
             print(f"redis-tasks bench: {exc}", file=sys.stderr)
             print(log_path.read_text(errors="replace")[-4000:], file=sys.stderr)

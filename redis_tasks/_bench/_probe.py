@@ -154,6 +154,42 @@ class Probe:
             )
         return sum(int(size or 0) for size in sizes)
 
+    async def _client_lists(self) -> list[list[dict[str, str]]]:
+        """``CLIENT LIST`` of every primary, each connection as its fields."""
+        out = []
+        for reply in await self._each_primary("CLIENT", "LIST"):
+            text = reply.decode() if isinstance(reply, bytes) else str(reply)
+            out.append(
+                [
+                    dict(part.partition("=")[::2] for part in line.split())
+                    for line in text.splitlines()
+                ]
+            )
+        return out
+
+    async def newest_clients(self) -> list[int]:
+        """The highest connection ID on each primary (a mark for :meth:`blocked_clients`)."""
+        return [max(int(c["id"]) for c in clients) for clients in await self._client_lists()]
+
+    async def blocked_clients(self, command: str, newer_than: list[int]) -> int:
+        """Connections blocked in ``command`` (e.g. ``xreadgroup``), on all primaries,
+        opened after the mark ``newer_than`` (:meth:`newest_clients`).
+
+        A worker blocks one stream read per partition once it is ready for work,
+        so this tells when the worker processes started after the mark are reading,
+        whatever else uses the server.
+        """
+        count = 0
+        for mark, clients in zip(newer_than, await self._client_lists(), strict=True):
+            for fields in clients:
+                if (
+                    int(fields["id"]) > mark
+                    and fields.get("cmd") == command
+                    and "b" in fields.get("flags", "")
+                ):
+                    count += 1
+        return count
+
     async def replicas(self) -> int:
         """How many replicas the primaries have, the fewest of any (0 without)."""
         return min(

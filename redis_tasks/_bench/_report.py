@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
+from ._mcp_load import mcp_lines
+
 __all__ = ["compare", "plot", "ratios", "table"]
 
 OURS: Final = "redis-tasks"
@@ -236,6 +238,10 @@ def _table(results: dict[str, Any]) -> str:
             f"limit (redis-benchmark{where}, {row['clients']} clients, EVALSHA): "
             f"create {row['create']['rate']}/s, find {row['find']['rate']}/s"
         )
+    if "mcp" in results:
+        lines += mcp_lines(results["mcp"])
+    for row in results.get("mcp_peers", {}).values():
+        lines += mcp_lines(row)
     verdicts = results.get("ratios", {})
     for name, row in verdicts.get("per_peer", {}).items():
         parts = [f"{key} {value}x" for key, value in row.items()]
