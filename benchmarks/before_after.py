@@ -1,6 +1,7 @@
 """This checkout's worker against an earlier revision's, side by side in one run.
 
 Usage: python -m benchmarks.before_after --rev c37a6b7 [--rounds 3] [--json FILE]
+       [--topology standalone|cluster|both] [--pickups N] [SCENARIO ...]
 
 A change to a hot path is judged by the same harness on the same servers in the
 same run: the earlier revision is checked out into a temporary git worktree and
@@ -27,7 +28,12 @@ from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import table
 from redis_tasks._bench._scenarios import Settings
 from redis_tasks._bench._systems import System, ours
-from redis_tasks.testing import start_redis_cluster, start_redis_server
+from redis_tasks.testing import (
+    RedisCluster,
+    RedisServer,
+    start_redis_cluster,
+    start_redis_server,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,28 +57,39 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=10_000, help="jobs per drain round")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--pickups", type=int, default=200, help="pickups per round")
+    parser.add_argument("--topology", choices=("standalone", "cluster", "both"), default="both")
+    parser.add_argument("scenarios", nargs="*", choices=("drain", "pickup"), help="default: both")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="redis-tasks-before-after-") as scratch:
         tree = Path(scratch) / "earlier"
         system = earlier(args.rev, tree)
-        standalone = start_redis_server(Path(scratch) / "redis")
-        cluster = start_redis_cluster(Path(scratch) / "cluster")
+        servers: list[RedisServer | RedisCluster] = []
+        urls: dict[str, str] = {}
         try:
-            settings = Settings(tasks=args.tasks, workers=(1, 2), rounds=args.rounds)
+            if args.topology in ("standalone", "both"):
+                servers.append(start_redis_server(Path(scratch) / "redis"))
+                urls["standalone"] = servers[-1].url
+            if args.topology in ("cluster", "both"):
+                servers.append(start_redis_cluster(Path(scratch) / "cluster"))
+                urls["cluster"] = servers[-1].url
+            settings = Settings(
+                tasks=args.tasks, workers=(1, 2), rounds=args.rounds, pickups=args.pickups
+            )
             with (Path(scratch) / "bench.log").open("ab") as log:
                 results = asyncio.run(
                     _run(
-                        {"standalone": standalone.url, "cluster": cluster.url},
+                        urls,
                         settings,
-                        ("drain", "pickup"),
+                        tuple(args.scenarios) or ("drain", "pickup"),
                         [ours(), system],
                         log,
                         Progress(),
                     )
                 )
         finally:
-            standalone.stop()
-            cluster.stop()
+            for server in servers:
+                server.stop()
             subprocess.run(
                 ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
                 check=False,

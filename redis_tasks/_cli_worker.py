@@ -16,6 +16,7 @@ from typing import Any
 from ._errors import BackendError
 from ._execution import Handler
 from ._logs import configure_logging
+from ._loop import LOOPS, loop_name, run
 from ._redis import RedisTaskManager
 from ._worker import Worker
 
@@ -85,6 +86,13 @@ def add_worker_command(commands: Any) -> None:
         "--no-cancel-hints",
         action="store_true",
         help="learn of cancellation from lease renewals only, not from change events",
+    )
+    worker.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default=None,
+        help="event loop: uvloop when installed (auto, the default; or $REDIS_TASKS_LOOP), "
+        "uvloop, or asyncio",
     )
     worker.add_argument("--log-level", default="info")
     worker.add_argument(
@@ -180,5 +188,10 @@ def run_worker(args: argparse.Namespace) -> int:
         print("redis-tasks worker needs --redis-url or REDIS_URL", file=sys.stderr)
         return 2
     configure_logging(args.log_level)
+    try:
+        loop = loop_name(args.loop)
+    except (ValueError, ImportError) as exc:
+        print(f"redis-tasks worker: {exc}", file=sys.stderr)
+        return 2
     handler = load_handler(args.handler)
-    return asyncio.run(_serve(args, handler))
+    return run(_serve(args, handler), loop)

@@ -605,3 +605,33 @@ def test_the_mcp_scenario_loads_fastmcp_tasks_beside_ours(redis_server: RedisSer
         assert set(client.scan_iter(match="bench-*", count=1000)) == before
     finally:
         client.close()
+
+
+def test_the_loop_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    from redis_tasks._loop import loop_name, run
+
+    monkeypatch.delenv("REDIS_TASKS_LOOP", raising=False)
+    assert loop_name() == "uvloop"  # installed with the dev extra
+    assert loop_name("asyncio") == "asyncio"
+    monkeypatch.setenv("REDIS_TASKS_LOOP", "asyncio")
+    assert loop_name() == "asyncio"
+    with pytest.raises(ValueError, match="unknown event loop"):
+        loop_name("trio")
+
+    async def which() -> str:
+        return type(asyncio.get_running_loop()).__module__
+
+    assert run(which(), "uvloop").startswith("uvloop")
+    assert run(which(), "asyncio").startswith("asyncio")
+
+
+def test_uvloop_runs_beside_the_default_loop(redis_server: RedisServer) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "pickup", "--uvloop", "--redis-url",
+         redis_server.url, "--pickups", "3", "--rounds", "1", "--json", "-", "--quiet"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    systems = json.loads(done.stdout)["systems"]
+    assert systems["redis-tasks+uvloop"]["pickup"]["samples"] == 3
+    assert systems["redis-tasks"]["pickup"]["samples"] == 3

@@ -20,7 +20,8 @@ from redis_tasks._bench._probe import Probe
 from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import compare, plot, ratios, table
 from redis_tasks._bench._scenarios import Bench, Settings, pickup_figures
-from redis_tasks._bench._systems import PEERS, AdapterError, System, ours, peer
+from redis_tasks._bench._systems import PEERS, AdapterError, System, ours, ours_on_uvloop, peer
+from redis_tasks._loop import loop_name
 
 __all__ = ["SCENARIOS", "add_bench_command", "run_bench"]
 
@@ -148,6 +149,12 @@ def add_bench_command(commands: Any) -> None:
         help="the peers' virtualenv interpreter (default: %(default)s)",
     )
     peers.add_argument("--peers-dir", type=Path, default=Path("benchmarks/peers"))
+    peers.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="also run redis-tasks on uvloop (pip install 'redis-tasks[fast]'), beside the "
+        "default asyncio loop",
+    )
     out = bench.add_argument_group("output")
     out.add_argument("--json", type=Path, default=None, help="write the results here ('-': stdout)")
     out.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")
@@ -157,6 +164,9 @@ def add_bench_command(commands: Any) -> None:
 def _systems(args: argparse.Namespace) -> list[System]:
     names = list(PEERS) if args.peers == "all" else [p for p in args.peers.split(",") if p]
     systems = [ours()]
+    if args.uvloop:
+        loop_name("uvloop")  # ImportError now, not in an adapter process later
+        systems.append(ours_on_uvloop())
     for name in names:
         systems.append(peer(name.replace("-", "_"), args.peers_python, args.peers_dir))
     return systems
@@ -365,7 +375,7 @@ def run_bench(args: argparse.Namespace) -> int:
     scenarios = tuple(args.scenarios) or SCENARIOS
     try:
         systems = _systems(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, ImportError) as exc:
         print(f"redis-tasks bench: {exc}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="redis-tasks-bench-") as scratch:

@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any
 
+from redis_tasks._loop import run
 from redis_tasks._models import TaskRequestContext
 from redis_tasks._redis import RedisTaskManager
 
@@ -98,7 +99,7 @@ def main(argv: list[str]) -> None:
     """``URL QUEUE``: serve the line protocol above until stdin closes."""
     url, queue = argv
     try:
-        asyncio.run(_serve(url, queue))
+        run(_serve(url, queue))
     except Exception as exc:  # the harness reads this line, not a traceback
         print(f"error {type(exc).__name__}", flush=True)
         raise SystemExit(1) from None

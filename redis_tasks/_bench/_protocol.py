@@ -26,6 +26,7 @@ stdin/stdout, one command or event per line:
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from collections.abc import Callable, Coroutine
@@ -134,14 +135,25 @@ async def _worker(adapter: Adapter, url: str, queue: str, concurrency: int) -> N
         await asyncio.gather(runner, return_exceptions=True)
 
 
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """``asyncio.run``, or uvloop's when ``REDIS_TASKS_LOOP=uvloop`` (redis-tasks'
+    setting; a peer's adapter is run with the default loop)."""
+    if os.environ.get("REDIS_TASKS_LOOP") == "uvloop":
+        import uvloop
+
+        uvloop.run(main)
+    else:
+        asyncio.run(main)
+
+
 def main(adapter: Adapter, argv: list[str] | None = None) -> None:
     """Run ``adapter`` as the process ``argv`` names (see the module docstring)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) >= 3 and args[0] == "client":
-        asyncio.run(_client(adapter, args[1], args[2]))
+        _run(_client(adapter, args[1], args[2]))
     elif len(args) >= 4 and args[0] == "worker":
         try:
-            asyncio.run(_worker(adapter, args[1], args[2], int(args[3])))
+            _run(_worker(adapter, args[1], args[2], int(args[3])))
         except asyncio.CancelledError:
             raise SystemExit(1) from None
     else:

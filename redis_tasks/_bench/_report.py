@@ -19,7 +19,12 @@ _MEMORY_BOUND: Final = 700
 
 def _best_peer(systems: dict[str, Any], key: str, *, highest: bool) -> tuple[str, float] | None:
     """The peer with the highest (or lowest) ``key`` figure, and that figure."""
-    figures = [(name, _figure(result, key)) for name, result in systems.items() if name != OURS]
+    # Our own variants (redis-tasks+uvloop) are shown beside us, never as a peer.
+    figures = [
+        (name, _figure(result, key))
+        for name, result in systems.items()
+        if not name.startswith(OURS)
+    ]
     known = [(name, value) for name, value in figures if value is not None]
     if not known:
         return None
@@ -166,7 +171,7 @@ def _table(results: dict[str, Any]) -> str:
     systems: dict[str, Any] = results.get("systems", {})
     counts = sorted({int(w) for r in systems.values() for w in r.get("drain", {})})
     if systems:
-        head = f"{'system':14}" + "".join(f"{f'drain/s w={w}':>15}" for w in counts)
+        head = f"{'system':20}" + "".join(f"{f'drain/s w={w}':>15}" for w in counts)
         head += f"{'pickup p50/p99 ms':>20}{'cmds/job':>10}{'CPU us/job wrk+redis':>22}"
         lines += ["", head]
         for name, result in systems.items():
@@ -183,10 +188,10 @@ def _table(results: dict[str, Any]) -> str:
                 if first and "worker_us_per_job" in first
                 else "-"
             )
-            lines.append(f"{name:14}{cells}{lat:>20}{per_job:>10}{cpu:>22}")
+            lines.append(f"{name:20}{cells}{lat:>20}{per_job:>10}{cpu:>22}")
             if first and "redis_us_per_job_by_primary" in first:
                 shares = " / ".join(str(us) for us in first["redis_us_per_job_by_primary"])
-                lines.append(f"{'':14}Redis CPU us/job by primary: {shares}")
+                lines.append(f"{'':20}Redis CPU us/job by primary: {shares}")
         lines.append(
             f"(drain: {settings['tasks']} jobs, median of {settings['rounds']} rounds; "
             f"pickup: {settings['pickups']} jobs one at a time)"

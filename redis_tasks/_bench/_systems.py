@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
-__all__ = ["PEERS", "AdapterProcess", "System", "ours", "peer"]
+__all__ = ["PEERS", "AdapterProcess", "System", "ours", "ours_on_uvloop", "peer"]
 
 #: The peer queues with an adapter in ``benchmarks/peers/peer_<name>.py``.
 PEERS: Final = ("taskiq_redis", "bullmq", "saq", "arq", "docket")
@@ -34,6 +34,14 @@ class System:
 def ours() -> System:
     """redis-tasks, run by this interpreter."""
     return System("redis-tasks", (sys.executable, "-m", "redis_tasks._bench._adapter"))
+
+
+def ours_on_uvloop() -> System:
+    """redis-tasks again, its client and workers on uvloop: shown beside the default loop."""
+    return System(
+        "redis-tasks+uvloop",
+        ("env", "REDIS_TASKS_LOOP=uvloop", sys.executable, "-m", "redis_tasks._bench._adapter"),
+    )
 
 
 def peer(name: str, python: Path, peers_dir: Path) -> System:
