@@ -1,6 +1,7 @@
 """``tasks/get`` polls per second per server core: the SDK's pipeline against the fast path.
 
 Usage: python -m benchmarks.mcp_polls [--runs 3] [--seconds 5] [--concurrency 24] [--tasks 300]
+                                      [--json-response]
 
 One private redis-server and, per run and path, one uvicorn server process
 serving an ``MCPServer`` with the tasks extension and bearer authentication (a
@@ -82,7 +83,7 @@ def make_app() -> Any:
         """Add two numbers."""
         return a + b
 
-    app = server.streamable_http_app()
+    app = server.streamable_http_app(json_response=os.environ.get("RT_BENCH_JSON") == "1")
     if os.environ.get("RT_BENCH_PATH") == "fast":
         return tasks.asgi(app)
     return app
@@ -151,12 +152,16 @@ def client_main(args: argparse.Namespace) -> None:
     print(json.dumps({"good": good, "bad": bad}))
 
 
-def one_run(
-    path: str, redis_url: str, seconds: float, concurrency: int, count: int, scratch: Path
-) -> dict[str, float]:
+def one_run(path: str, redis_url: str, args: argparse.Namespace, scratch: Path) -> dict[str, float]:
     """Start a server on ``path``, fill it, hammer it; its polls/s and CPU µs per poll."""
+    seconds, concurrency, count = args.seconds, args.concurrency, args.tasks
     port = free_port()
-    env = {**os.environ, "RT_BENCH_REDIS_URL": redis_url, "RT_BENCH_PATH": path}
+    env = {
+        **os.environ,
+        "RT_BENCH_REDIS_URL": redis_url,
+        "RT_BENCH_PATH": path,
+        "RT_BENCH_JSON": "1" if args.json_response else "0",
+    }
     server = subprocess.Popen(
         [
             sys.executable,
@@ -227,6 +232,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=24)
     parser.add_argument("--tasks", type=int, default=300)
     parser.add_argument("--paths", default="sdk,fast", help="comma-separated: sdk, fast")
+    parser.add_argument(
+        "--json-response",
+        action="store_true",
+        help="serve with streamable_http_app(json_response=True) (default: SSE mode)",
+    )
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--ids", help=argparse.SUPPRESS)
@@ -241,9 +251,7 @@ def main() -> None:
         try:
             for n in range(args.runs):
                 for path in paths:
-                    run = one_run(
-                        path, redis.url, args.seconds, args.concurrency, args.tasks, Path(scratch)
-                    )
+                    run = one_run(path, redis.url, args, Path(scratch))
                     results[path].append(run)
                     print(
                         f"run {n + 1} {path}: " + ", ".join(f"{k} {v:.1f}" for k, v in run.items()),
