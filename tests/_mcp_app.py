@@ -1,9 +1,19 @@
 """The MCP application the end-to-end tests serve and run (``tests._mcp_app:app`` / ``:handler``).
 
 Configured by ``RT_TEST_REDIS_URL``, ``RT_TEST_PREFIX`` and ``RT_TEST_TIMEOUT``;
-bearer tokens ``alice`` and ``bob`` are two principals (any other token is
-refused). Server processes serve ``app`` with uvicorn; worker processes run
-``handler``.
+bearer tokens ``alice`` and ``bob`` are two principals, ``noscope`` authenticates
+without the required scope (any other token is refused). Server processes serve
+``app`` with uvicorn; worker processes run ``handler``. The HTTP app is shaped by
+``RT_TEST_FAST_PATH`` (``1``: the tasks fast path is installed),
+``RT_TEST_JSON_RESPONSE`` and ``RT_TEST_STATELESS`` (``1``: the SDK's options of
+those names) and ``RT_TEST_SSE_PING`` (seconds: the SDK's SSE keepalive interval,
+shortened so a test can see a reply commit to SSE).
+
+Test hooks, by request header (so the differential test can drive both paths
+through the same rare branches): ``x-test-authorizer: fail`` makes the
+authorizer raise, ``x-test-delay: <s>`` holds the request that long in a server
+middleware, ``x-test-notify: 1`` reports progress from it (a notification on
+the request's own reply).
 """
 
 from __future__ import annotations
@@ -12,16 +22,22 @@ import os
 from typing import Any
 
 import anyio
+from mcp.server import _streamable_http_modern
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import SamplingMessage, TextContent
 from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
-from redis_tasks import RedisTaskManager
-from redis_tasks.mcp import TasksExtension, TaskSupport, tool_handler
+from redis_tasks import RedisTaskManager, RequestContext
+from redis_tasks.mcp import PrincipalAuthorizer, TasksExtension, TaskSupport, tool_handler
+from redis_tasks.mcp._fast_path import FastPath
 
 #: A value planted in arguments, answers and errors: it must never reach a log line.
 TOKENS = ("alice", "bob")
@@ -29,9 +45,32 @@ TOKENS = ("alice", "bob")
 
 class _Verifier:
     async def verify_token(self, token: str) -> AccessToken | None:
+        if token == "noscope":
+            return AccessToken(token=token, client_id="noscope-app", subject=token, scopes=[])
         if token not in TOKENS:
             return None
         return AccessToken(token=token, client_id=f"{token}-app", subject=token, scopes=["mcp"])
+
+
+def _header(ctx: ServerRequestContext[Any, Any], name: str) -> str | None:
+    headers = getattr(ctx.request, "headers", None)
+    return headers.get(name) if headers is not None else None
+
+
+class _Authorizer(PrincipalAuthorizer):
+    def __call__(self, ctx: ServerRequestContext[Any, Any]) -> RequestContext:
+        if _header(ctx, "x-test-authorizer") == "fail":
+            raise RuntimeError("authorizer down")
+        return super().__call__(ctx)
+
+
+async def _test_hooks(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    delay = _header(ctx, "x-test-delay")
+    if _header(ctx, "x-test-notify") == "1":
+        await ctx.session.report_progress(1, 2, "half way")
+    if delay is not None:
+        await anyio.sleep(float(delay))
+    return await call_next(ctx)
 
 
 class Name(BaseModel):
@@ -60,6 +99,7 @@ tasks = TasksExtension(
         "ask_model": TaskSupport.REQUIRED,
         "multi_round": TaskSupport.REQUIRED,
     },
+    authorizer=_Authorizer(),
 )
 server = MCPServer(
     "redis-tasks-e2e",
@@ -145,5 +185,27 @@ async def multi_round(ctx: Context) -> Any:
     return f"colour {color.content['c']} after {ctx.request_state}"
 
 
-app = server.streamable_http_app()
+server.middleware.append(_test_hooks)
+
+if os.environ.get("RT_TEST_SSE_PING"):
+    _streamable_http_modern._SSE_PING_INTERVAL = float(os.environ["RT_TEST_SSE_PING"])
+app = server.streamable_http_app(
+    json_response=os.environ.get("RT_TEST_JSON_RESPONSE") == "1",
+    stateless_http=os.environ.get("RT_TEST_STATELESS") == "1",
+)
+if os.environ.get("RT_TEST_FAST_PATH") == "1":
+    app = tasks.asgi(app)
+
+
+async def _fast_path_counts(request: Request) -> JSONResponse:
+    """What the fast path took and passed on so far (the differential test asks)."""
+    counts = {"served": 0, "passed_on": 0}
+    for route in app.routes:
+        holder = getattr(getattr(route, "app", None), "app", None)
+        if isinstance(holder, FastPath):
+            counts = {"served": holder.served, "passed_on": holder.passed_on}
+    return JSONResponse(counts)
+
+
+app.routes.append(Route("/test/fast-path", _fast_path_counts))
 handler = tool_handler(server)

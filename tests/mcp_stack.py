@@ -1,8 +1,9 @@
 """Two MCP server processes (uvicorn) and one worker process on one redis-server.
 
-The servers serve ``tests._mcp_app:app`` and the worker runs
-``tests._mcp_app:handler``, all under one key prefix. Clients are the SDK's own
-``Client`` over streamable HTTP, authenticated as ``alice`` or ``bob``.
+The servers serve ``tests._mcp_app:app`` (with the tasks fast path installed,
+unless told otherwise) and the worker runs ``tests._mcp_app:handler``, all under
+one key prefix. Clients are the SDK's own ``Client`` over streamable HTTP,
+authenticated as ``alice`` or ``bob``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,13 +45,16 @@ class McpStack:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
 
-    def _spawn(self, name: str, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = self.directory / f"{name}.log"
         env = {
             **os.environ,
             "RT_TEST_REDIS_URL": self.url,
             "RT_TEST_PREFIX": self.prefix,
             "RT_TEST_TIMEOUT": str(self.timeout),
+            **(env or {}),
         }
         process = subprocess.Popen(
             [sys.executable, *argv],
@@ -63,16 +67,22 @@ class McpStack:
         self.logs.append(log)
         return process
 
+    def start_server(self, name: str, env: Mapping[str, str] | None = None) -> int:
+        """Start one more server (``env``: the app's ``RT_TEST_*`` options); its index."""
+        port = free_port()
+        process = self._spawn(
+            name,
+            ["-m", "uvicorn", "tests._mcp_app:app", "--host", "127.0.0.1", "--port", str(port)],
+            {"RT_TEST_FAST_PATH": "1", **(env or {})},
+        )
+        self.ports.append(port)
+        wait_listening(port, process)
+        return len(self.ports) - 1
+
     def start(self) -> None:
         """Start server A, server B and one worker; return once the servers listen."""
         for name in ("server-a", "server-b"):
-            port = free_port()
-            process = self._spawn(
-                name,
-                ["-m", "uvicorn", "tests._mcp_app:app", "--host", "127.0.0.1", "--port", str(port)],
-            )
-            self.ports.append(port)
-            wait_listening(port, process)
+            self.start_server(name)
         self._spawn(
             "worker",
             [

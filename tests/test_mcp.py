@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp.client.extension import NotificationBinding
 from mcp.shared.exceptions import MCPError
@@ -342,3 +343,13 @@ async def test_task_notifications_carry_what_tasks_get_returns(stack: McpStack) 
     assert {k: v for k, v in last.items() if k != "_meta"} == {
         k: v for k, v in final.items() if k not in {"resultType", "_meta"}
     }
+
+
+async def test_the_fast_path_served_this_modules_polls(stack: McpStack) -> None:
+    # Last in the module on purpose: the servers run with the fast path, and the
+    # tasks/* requests above (SDK client and raw) must have gone through it.
+    async with httpx2.AsyncClient(timeout=30) as http:
+        for server in (A, B):
+            url = stack.endpoint(server).replace("/mcp", "/test/fast-path")
+            counts = (await http.get(url)).json()
+            assert counts["served"] > 0, counts

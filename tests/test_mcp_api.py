@@ -1,4 +1,5 @@
-"""``redis_tasks.mcp`` without servers: exports, the origin codec, the default authorizer."""
+"""``redis_tasks.mcp`` without servers: exports, the origin codec, the default authorizer,
+installing the fast path."""
 
 from __future__ import annotations
 
@@ -7,15 +8,20 @@ import inspect
 from typing import Any
 
 import pytest
+from mcp.server import _streamable_http_modern
 from mcp.server.auth.middleware.auth_context import auth_context_var
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, RequireAuthMiddleware
 from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from starlette.applications import Starlette
 
 import redis_tasks.mcp
 from redis_tasks import InMemoryTaskManager, Limits, TaskOrigin, ValidationError
 from redis_tasks.mcp import PrincipalAuthorizer, TasksExtension, TaskSupport, ToolCall
 from redis_tasks.mcp._extension import _find_tool
+from redis_tasks.mcp._fast_path import FastPath
 
 EXPORTED = [
     "EXTENSION_ID",
@@ -111,3 +117,76 @@ def test_the_extension_reaches_registered_tools() -> None:
     assert tasks.task_support("slow") is TaskSupport.REQUIRED
     assert tasks.task_support("other") is None
     assert repr(tasks) == "TasksExtension(tools=['slow'])"
+
+
+def _endpoint_app(app: Any) -> Any:
+    # The app behind the MCP route: inside RequireAuthMiddleware when auth is on.
+    route = next(r for r in app.routes if getattr(r, "path", None) == "/mcp")
+    return route.app.app if isinstance(route.app, RequireAuthMiddleware) else route.app
+
+
+@pytest.mark.parametrize("auth", [False, True])
+def test_asgi_puts_the_fast_path_inside_the_sdk_auth(auth: bool) -> None:
+    tasks = TasksExtension(InMemoryTaskManager())
+    options: dict[str, Any] = {}
+    if auth:
+        options = {
+            "token_verifier": _NoTokens(),
+            "auth": AuthSettings(
+                issuer_url="http://127.0.0.1:9/",  # type: ignore[arg-type]
+                resource_server_url=None,
+                required_scopes=["mcp"],
+            ),
+        }
+    server = MCPServer("t", extensions=[tasks], **options)
+    app = server.streamable_http_app()
+    assert tasks.asgi(app) is app
+    fast = _endpoint_app(app)
+    assert isinstance(fast, FastPath)
+    assert isinstance(fast.inner, StreamableHTTPASGIApp)
+    # Installing again changes nothing.
+    assert tasks.asgi(app) is app
+    assert _endpoint_app(app) is fast
+    with pytest.raises(ValueError, match="streamable HTTP endpoint"):
+        tasks.asgi(Starlette())
+
+
+class _NoTokens:
+    async def verify_token(self, token: str) -> AccessToken | None:
+        return None
+
+
+def test_the_sdk_internals_the_fast_path_uses() -> None:
+    # Private pieces of the SDK's 2026-era transport the fast path reuses so its
+    # replies are the SDK's own bytes: pinned by the ``mcp<3`` requirement and here.
+    assert callable(_streamable_http_modern._write)
+    assert callable(_streamable_http_modern._sse_event)
+    assert callable(_streamable_http_modern._to_jsonrpc_response)
+    assert isinstance(_streamable_http_modern._SSE_PING_INTERVAL, float)
+    assert (b"content-type", b"text/event-stream") in _streamable_http_modern._SSE_HEADERS
+    app = MCPServer("t").streamable_http_app()
+    sessions = _endpoint_app(app).session_manager
+    assert sessions._task_group is None  # set while the session manager runs
+    assert sessions._lifespan_state is None
+
+
+async def test_before_the_session_manager_runs_everything_goes_to_the_sdk() -> None:
+    tasks = TasksExtension(InMemoryTaskManager())
+    app = tasks.asgi(MCPServer("t", extensions=[tasks]).streamable_http_app())
+    fast = _endpoint_app(app)
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "headers": [(b"mcp-protocol-version", b"2026-07-28")],
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: Any) -> None:
+        raise AssertionError("nothing is sent")
+
+    with pytest.raises(RuntimeError, match="Task group is not initialized"):
+        await fast(scope, receive, send)
+    assert (fast.served, fast.passed_on) == (0, 1)
