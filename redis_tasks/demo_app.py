@@ -107,5 +107,6 @@ async def audit(ctx: Context) -> str:
     raise MCPError(-32001, "audit source unavailable")
 
 
-app = server.streamable_http_app()
+# The tasks/* fast path in front of the SDK's app (README, "Serving tasks/get fast").
+app = tasks.asgi(server.streamable_http_app())
 handler = tool_handler(server)

@@ -93,5 +93,10 @@ def constant() -> str:
     return "ok"
 
 
-app = server.streamable_http_app()
+#: The SDK's app, with the tasks/* fast path in front (RT_BENCH_FAST_PATH=0: without).
+app = (
+    tasks.asgi(server.streamable_http_app())
+    if os.environ.get("RT_BENCH_FAST_PATH", "1") == "1"
+    else server.streamable_http_app()
+)
 handler = tool_handler(server)

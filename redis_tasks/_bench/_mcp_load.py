@@ -84,6 +84,9 @@ class McpSettings:
     concurrency: int = 32
     #: Also load this peer (one of :data:`MCP_PEERS`) in the same run, after ours.
     peer: str | None = None
+    #: Also load ours with the fast path off (every request through the SDK's own
+    #: dispatcher): the before/after of ``TasksExtension.asgi`` in one run.
+    sdk_path: bool = False
     #: The peer's virtualenv interpreter and the directory of its app.
     peer_python: str = "benchmarks/.venv-fastmcp/bin/python"
     peers_dir: str = "benchmarks/peers"
@@ -116,7 +119,11 @@ class McpSystem:
     keys: tuple[str, ...] = ()
 
 
-def _ours(url: str, prefix: str, settings: McpSettings) -> McpSystem:
+#: The name of ours with the fast path off, beside the peers.
+SDK_PATH: Final = "redis-tasks (SDK path)"
+
+
+def _ours(url: str, prefix: str, settings: McpSettings, *, fast_path: bool = True) -> McpSystem:
     def server(port: int) -> list[str]:
         return [sys.executable, "-m", "uvicorn", "redis_tasks._bench._mcp_app:app",
                 "--host", "127.0.0.1", "--port", str(port),
@@ -131,10 +138,11 @@ def _ours(url: str, prefix: str, settings: McpSettings) -> McpSystem:
                 "--log-level", "warning", "--name", f"bench-mcp-{index}"]  # fmt: skip
 
     return McpSystem(
-        name="redis-tasks",
+        name="redis-tasks" if fast_path else SDK_PATH,
         server=server,
         worker=worker,
         env={
+            "RT_BENCH_FAST_PATH": "1" if fast_path else "0",
             "RT_BENCH_REDIS_URL": url,
             "REDIS_URL": url,
             "RT_BENCH_PREFIX": prefix,
@@ -188,6 +196,8 @@ def mcp_system(url: str, prefix: str, settings: McpSettings, peer: str | None) -
     """``peer`` (one of :data:`MCP_PEERS`), or ours when None, for ``url`` and ``prefix``."""
     if peer is None:
         return _ours(url, prefix, settings)
+    if peer == SDK_PATH:
+        return _ours(url, prefix, settings, fast_path=False)
     if peer not in MCP_PEERS:
         raise ValueError(f"unknown MCP peer {peer!r}; known: {', '.join(MCP_PEERS)}")
     return _fastmcp_tasks(url, prefix, settings)
@@ -578,10 +588,13 @@ async def mcp_runs(
     if settings.peer is not None:
         mcp_system(url, "check", settings, settings.peer)  # a missing venv fails first
     out: dict[str, Any] = {"mcp": await mcp_scenario(url, settings, progress, log)}
-    if settings.peer is not None:
-        peer = await mcp_scenario(url, settings, progress, log, peer=settings.peer)
-        out["mcp_peers"] = {settings.peer: peer}
-        out["mcp_peers"][settings.peer]["ours_over_it"] = _ratios(out["mcp"], peer)
+    others = ([SDK_PATH] if settings.sdk_path else []) + (
+        [settings.peer] if settings.peer is not None else []
+    )
+    for name in others:
+        row = await mcp_scenario(url, settings, progress, log, peer=name)
+        row["ours_over_it"] = _ratios(out["mcp"], row)
+        out.setdefault("mcp_peers", {})[name] = row
     return out
 
 
@@ -781,6 +794,12 @@ def add_mcp_options(bench: Any) -> None:
         "(from a source checkout: make bench-fastmcp)",
     )
     group.add_argument(
+        "--mcp-sdk-path",
+        action="store_true",
+        help="also load ours with the tasks/* fast path off (the SDK's dispatcher for "
+        "every request): before and after, same run",
+    )
+    group.add_argument(
         "--mcp-peer-python",
         default=defaults.peer_python,
         help="the MCP peer's virtualenv interpreter (default: %(default)s)",
@@ -806,6 +825,7 @@ def mcp_settings(args: Any) -> McpSettings:
         client_processes=args.mcp_client_processes,
         concurrency=args.concurrency,
         peer=args.mcp_peer,
+        sdk_path=args.mcp_sdk_path,
         peer_python=args.mcp_peer_python,
         peers_dir=str(args.peers_dir),
     )
