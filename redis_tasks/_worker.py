@@ -60,6 +60,9 @@ _MAX_BACKOFF: Final = 5.0
 _STALE_CONSUMER_MS: Final = 24 * 3600 * 1000
 
 
+# Entries an idle read asks for (see _read_with).
+_IDLE_READ: Final = 2
+
 _DONE: Final = {"complete": "task completed", "fail": "task failed", "cancel": "task cancelled"}
 
 
@@ -349,7 +352,11 @@ class Worker:
 
     async def _read_with(self, kept: KeptConnection, partition: int) -> None:
         stream = self.manager.keyspace.work(partition)
-        read = (b"XREADGROUP", b"GROUP", WORK_GROUP, self.name, b"COUNT", 1,
+        # Two entries at most: one is an idle pickup, after which the loop blocks
+        # again; a second says a backlog is building, which is then claimed in
+        # batches (claim_next). With one, every idle pickup was followed by a
+        # claim_next that found nothing: a round trip and a script per task.
+        read = (b"XREADGROUP", b"GROUP", WORK_GROUP, self.name, b"COUNT", _IDLE_READ,
                 b"BLOCK", self._block_ms, b"STREAMS", stream, b">")  # fmt: skip
         within = self._block_ms / 1000 + self.manager.timeout
         backoff = 0.05
@@ -378,7 +385,7 @@ class Worker:
                 continue
             backoff = 0.05
             entries = _entries(reply)
-            backlog = bool(entries)
+            backlog = len(entries) >= _IDLE_READ
             for entry_id, fields in entries:
                 if self._slots.take_up_to(1):
                     await self._claim_read(partition, entry_id, fields)
