@@ -27,7 +27,7 @@ from redis_tasks._bench._cli import _run
 from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import table
 from redis_tasks._bench._scenarios import Settings
-from redis_tasks._bench._systems import System, ours
+from redis_tasks._bench._systems import System, ours, ours_on_uvloop
 from redis_tasks.testing import (
     RedisCluster,
     RedisServer,
@@ -53,17 +53,25 @@ def earlier(rev: str, tree: Path) -> System:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rev", required=True, help="the earlier git revision")
+    parser.add_argument(
+        "--rev",
+        action="append",
+        required=True,
+        help="an earlier git revision (repeat for several, each measured beside ours)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=10_000, help="jobs per drain round")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     parser.add_argument("--pickups", type=int, default=200, help="pickups per round")
     parser.add_argument("--topology", choices=("standalone", "cluster", "both"), default="both")
     parser.add_argument("scenarios", nargs="*", choices=("drain", "pickup"), help="default: both")
+    parser.add_argument("--uvloop", action="store_true", help="ours on uvloop too")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="redis-tasks-before-after-") as scratch:
-        tree = Path(scratch) / "earlier"
-        system = earlier(args.rev, tree)
+        trees = [Path(scratch) / f"earlier-{i}" for i in range(len(args.rev))]
+        systems = [ours(), *(earlier(rev, tree) for rev, tree in zip(args.rev, trees, strict=True))]
+        if args.uvloop:
+            systems.append(ours_on_uvloop())
         servers: list[RedisServer | RedisCluster] = []
         urls: dict[str, str] = {}
         try:
@@ -82,7 +90,7 @@ def main() -> None:
                         urls,
                         settings,
                         tuple(args.scenarios) or ("drain", "pickup"),
-                        [ours(), system],
+                        systems,
                         log,
                         Progress(),
                     )
@@ -90,11 +98,12 @@ def main() -> None:
         finally:
             for server in servers:
                 server.stop()
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
-                check=False,
-                capture_output=True,
-            )
+            for tree in trees:
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
+                    check=False,
+                    capture_output=True,
+                )
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     print(table(results))
