@@ -9,7 +9,8 @@ single slot::
     {rt:7.42}:task:<id>:iss    hash: every input key ever issued (key -> fingerprint)
     {rt:7.42}:task:<id>:ans    hash: accepted answers the worker has not taken yet
     {rt:7.42}:task:<id>:jrn    hash: the answer journal (every accepted answer)
-    {rt:7.42}:g:<id>:<digest>  string "1": exists iff the binding with that digest may see the task
+    {rt:7.42}:g:<digest>       string "1": exists iff the binding that, with the task ID,
+                               has that digest may see the task
     {rt:7.42}:work             stream + consumer group ``workers``: tasks to run
     {rt:7.42}:events           stream, MAXLEN ~ bounded: one task-ID entry per change
 
@@ -47,7 +48,8 @@ class TaskKeys:
     """All keys of one task, in the order the scripts' headers use."""
 
     task: str
-    grant_base: str  # the grant key of a binding is this, ":", the binding's digest
+    grant_prefix: str  # the partition's tag and ":g:"; the grant key adds a digest
+    task_id: str
     requests: str
     issued: str
     answers: str
@@ -58,16 +60,24 @@ class TaskKeys:
     def grant(self, endpoint: bytes, binding: bytes) -> str:
         """The key whose existence authorizes ``(endpoint, binding)`` on this task.
 
-        Named by a digest of the binding, so a client that may not see the task
-        looks up a key that does not exist, exactly as for an unknown task: the two
-        cost Redis the same work (benchmarks/timing_side_channel.py). The length
-        prefix keeps distinct pairs from joining into the same bytes.
+        Named by a digest of the task ID and the binding, so a client that may not
+        see the task looks up a key that does not exist, exactly as for an unknown
+        task: the two cost Redis the same work (benchmarks/timing_side_channel.py).
+        The length prefixes keep distinct triples from joining into the same bytes.
+        96 bits in base64url keep the name short (one is stored per task, and a
+        name that fits a smaller allocation saves 16 bytes a task); a collision
+        would still meet the record's own binding check.
         """
-        material = len(endpoint).to_bytes(4, "big") + endpoint + binding
-        # 96 bits, base64url: the key stays short (it is stored once per task),
-        # and a collision would still meet the record's own binding check.
+        task_id = self.task_id.encode()
+        material = (
+            len(task_id).to_bytes(2, "big")
+            + task_id
+            + len(endpoint).to_bytes(4, "big")
+            + endpoint
+            + binding
+        )
         digest = hashlib.blake2b(material, digest_size=12).digest()
-        return f"{self.grant_base}:{base64.urlsafe_b64encode(digest).decode()}"
+        return self.grant_prefix + base64.urlsafe_b64encode(digest).decode()
 
     def terminal(self) -> tuple[str, ...]:
         """The KEYS of scripts that may end the task, in the order ``terminate()`` takes."""
@@ -132,7 +142,8 @@ class KeySpace:
         base = f"{tag}:task:{task_id}"
         return TaskKeys(
             task=base,
-            grant_base=f"{tag}:g:{task_id}",
+            grant_prefix=f"{tag}:g:",
+            task_id=task_id,
             requests=f"{base}:req",
             issued=f"{base}:iss",
             answers=f"{base}:ans",

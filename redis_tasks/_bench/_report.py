@@ -170,7 +170,7 @@ def _table(results: dict[str, Any]) -> str:
     )
     systems: dict[str, Any] = results.get("systems", {})
     counts = sorted({int(w) for r in systems.values() for w in r.get("drain", {})})
-    if systems:
+    if any("drain" in r or "pickup" in r for r in systems.values()):
         head = f"{'system':20}" + "".join(f"{f'drain/s w={w}':>15}" for w in counts)
         head += f"{'pickup p50/p99 ms':>20}{'cmds/job':>10}{'CPU us/job wrk+redis':>22}"
         lines += ["", head]
