@@ -153,14 +153,20 @@ class TasksExtension(Extension):
 
         ``app`` is what ``server.streamable_http_app()`` returned. Its endpoint
         then answers 2026-era ``tasks/get``, ``tasks/update`` and ``tasks/cancel``
-        POSTs without the SDK's per-request transport machinery, byte for byte
-        as the SDK would (its authentication, checks, middleware and handlers
-        still run); every other request reaches the SDK unchanged. Installing it
-        twice is harmless. Raises ``ValueError`` if ``app`` has no streamable
-        HTTP endpoint.
+        POSTs, and ``tools/call`` of the tools registered ``REQUIRED`` (each
+        answered with a new task), without the SDK's per-request transport
+        machinery, byte for byte as the SDK would (its authentication, checks,
+        middleware and handlers still run); every other request reaches the SDK
+        unchanged. Installing it twice is harmless. Raises ``ValueError`` if
+        ``app`` has no streamable HTTP endpoint.
         """
-        install_fast_path(app)
+        install_fast_path(app, self._always_a_task)
         return app
+
+    def _always_a_task(self, tool: str) -> bool:
+        # Only these calls never run the tool in the server: their reply is a
+        # CreateTaskResult or an error, with nothing sent to the client meanwhile.
+        return self._tools.get(tool) is TaskSupport.REQUIRED
 
     @asynccontextmanager
     async def lifespan(self, server: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:

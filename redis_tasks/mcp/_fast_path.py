@@ -1,6 +1,7 @@
-"""The fast path: ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` past the SDK's transport.
+"""The fast path: ``tasks/*`` and task-creating ``tools/call`` past the SDK's transport.
 
-Polling is most of a tasks deployment's traffic, and on the SDK's streamable
+Polling is most of a tasks deployment's traffic (and each task starts with a
+``tools/call`` that only creates it), and on the SDK's streamable
 HTTP entry much of a poll's CPU is the single-exchange transport around the
 handler: a session-manager hop, a request-body replay, and in SSE mode a task
 group, a zero-buffer memory stream and a disconnect watcher per request, there
@@ -9,7 +10,9 @@ only to learn whether the handler emits a notification before it returns.
 :class:`FastPath` takes the place of the SDK's ``StreamableHTTPASGIApp`` inside
 the SDK's own authentication middleware (so the 401 and 403 answers, their
 ``WWW-Authenticate`` header and the principal in the auth context stay the
-SDK's), and serves a 2026-era ``tasks/*`` POST itself. Every decision is the
+SDK's), and serves a 2026-era ``tasks/*`` POST itself, and a ``tools/call`` of a
+tool registered ``REQUIRED`` (its reply is a new task or an error: the tool never
+runs in the server, so nothing else is sent meanwhile). Every decision is the
 SDK's own code: its body limit, Accept, duplicated-header and inbound-ladder
 checks and its Host/Origin/Content-Type check decide whether the request is
 well formed; its ``serve_one`` runs the server middleware, validates the
@@ -39,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import anyio
@@ -266,8 +269,9 @@ async def _read_body(scope: Scope, receive: Receive, limit: int, taken: list[Mes
             return b"".join(chunks)
 
 
-def _envelope(body: bytes) -> dict[str, Any]:
-    """The decoded request, if it is a plain ``tasks/*`` request object; else fall through."""
+def _envelope(body: bytes, takes_tool: Callable[[str], bool]) -> dict[str, Any]:
+    """The decoded request, if it is a plain ``tasks/*`` request object, or a
+    ``tools/call`` of a tool ``takes_tool`` names; else fall through."""
     try:
         decoded = json.loads(body)
     except (ValueError, RecursionError):
@@ -279,11 +283,16 @@ def _envelope(body: bytes) -> dict[str, Any]:
         or not decoded.keys() <= _ENVELOPE_KEYS
         or decoded.get("jsonrpc") != "2.0"
         or type(decoded.get("id")) not in (int, str)
-        or decoded.get("method") not in FAST_METHODS
         or not isinstance(decoded.get("params"), dict)
     ):
         raise _FallThrough
-    return decoded
+    method = decoded.get("method")
+    if method in FAST_METHODS:
+        return decoded
+    tool = decoded["params"].get("name")
+    if method == "tools/call" and isinstance(tool, str) and takes_tool(tool):
+        return decoded
+    raise _FallThrough
 
 
 class FastPath:
@@ -294,8 +303,11 @@ class FastPath:
     answered here and handed to the SDK (how much of the traffic it takes).
     """
 
-    def __init__(self, inner: StreamableHTTPASGIApp) -> None:
+    def __init__(
+        self, inner: StreamableHTTPASGIApp, takes_tool: Callable[[str], bool] | None = None
+    ) -> None:
         self.inner = inner
+        self._takes_tool = takes_tool or _no_tool
         self.served = 0
         self.passed_on = 0
         self._sessions = inner.session_manager
@@ -326,7 +338,7 @@ class FastPath:
             body = await _read_body(scope, receive, sessions.max_request_body_size, taken)
             replay = _replay(taken, receive)
             request = Request(scope, replay)
-            decoded = _envelope(body)
+            decoded = _envelope(body, self._takes_tool)
             has_json, has_sse = check_accept_headers(request)
             if not has_json or (not sessions.json_response and not has_sse):
                 raise _FallThrough
@@ -386,7 +398,11 @@ class FastPath:
         await modern._write(reply, scope, receive, send)
 
 
-def install_fast_path(app: Starlette) -> int:
+def _no_tool(name: str) -> bool:
+    return False
+
+
+def install_fast_path(app: Starlette, takes_tool: Callable[[str], bool] | None = None) -> int:
     """Wrap every streamable HTTP endpoint of ``app`` in :class:`FastPath`; how many there are.
 
     The endpoint is a route whose app is the SDK's ``StreamableHTTPASGIApp``,
@@ -404,7 +420,7 @@ def install_fast_path(app: Starlette) -> int:
         if isinstance(holder.app, FastPath):
             found += 1
         elif isinstance(holder.app, StreamableHTTPASGIApp):
-            holder.app = FastPath(holder.app)
+            holder.app = FastPath(holder.app, takes_tool)
             found += 1
     if not found:
         raise ValueError(
