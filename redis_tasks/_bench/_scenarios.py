@@ -52,7 +52,7 @@ class Settings:
     concurrency: int = 32
     workers: tuple[int, ...] = (1, 2)
     rounds: int = 3
-    pickups: int = 200
+    pickups: int = 1_000  # per round: the p99 of a few hundred is its few worst, noise
     lifecycle_tasks: int = 5_000
     clients: int = 32
     lifecycle_processes: int = 2
