@@ -304,7 +304,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     p99 = [systems[n]["pickup"]["p99"] for n in names]
     for offset, values, label in ((-width / 2, p50, "p50"), (width / 2, p99, "p99")):
         bars = right.bar([i + offset for i in positions], values, width, label=label)
-        right.bar_label(bars, fmt="%.1f", fontsize=8)
+        right.bar_label(bars, fmt="%.2f", fontsize=7)
     right.set_xticks(list(positions), names, rotation=20)
     right.set_ylabel("ms")
     right.set_title("Idle pickup latency (enqueue to handler start)")
