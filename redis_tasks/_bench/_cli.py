@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any, Final
 
+from redis_tasks._bench._args import counts, positive, replica_count
 from redis_tasks._bench._mcp_load import McpSettings, add_mcp_options, mcp_runs, mcp_settings
 from redis_tasks._bench._probe import Probe
 from redis_tasks._bench._progress import Progress
@@ -30,36 +31,6 @@ __all__ = ["SCENARIOS", "add_bench_command", "run_bench"]
 MEMORY_CASES: Final = ((40, 0), (100, 64), (400, 256))
 #: Every scenario, in the order a run takes them.
 SCENARIOS: Final = ("limit", "drain", "pickup", "lifecycle", "find", "notify", "memory", "mcp")
-
-
-def _counts(text: str) -> tuple[int, ...]:
-    try:
-        counts = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError("give counts like 1,2,4") from None
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError("counts must be >= 1")
-    return counts
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("give a whole number") from None
-    if not 0 <= value <= 5:
-        raise argparse.ArgumentTypeError("must be 0 to 5")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("give a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
 
 
 def add_bench_command(commands: Any) -> None:
@@ -98,43 +69,43 @@ def add_bench_command(commands: Any) -> None:
     )
     bench.add_argument(
         "--replicas",
-        type=_count,
+        type=replica_count,
         default=None,
         help="replicas per primary of the private servers (default: none for standalone, "
         "one per primary for the cluster); with --topology both, give the same to both",
     )
     defaults = Settings()
     sizes = bench.add_argument_group("sizes")
-    sizes.add_argument("--tasks", type=_positive, default=defaults.tasks, help="drain: jobs")
-    sizes.add_argument("--concurrency", type=_positive, default=defaults.concurrency)
+    sizes.add_argument("--tasks", type=positive, default=defaults.tasks, help="drain: jobs")
+    sizes.add_argument("--concurrency", type=positive, default=defaults.concurrency)
     sizes.add_argument(
         "--workers",
-        type=_counts,
+        type=counts,
         default=defaults.workers,
         help="worker process counts for drain and lifecycle, e.g. 1,2,4",
     )
-    sizes.add_argument("--rounds", type=_positive, default=defaults.rounds)
-    sizes.add_argument("--pickups", type=_positive, default=defaults.pickups)
-    sizes.add_argument("--lifecycle-tasks", type=_positive, default=defaults.lifecycle_tasks)
+    sizes.add_argument("--rounds", type=positive, default=defaults.rounds)
+    sizes.add_argument("--pickups", type=positive, default=defaults.pickups)
+    sizes.add_argument("--lifecycle-tasks", type=positive, default=defaults.lifecycle_tasks)
     sizes.add_argument(
-        "--clients", type=_positive, default=defaults.clients, help="lifecycle: clients in all"
+        "--clients", type=positive, default=defaults.clients, help="lifecycle: clients in all"
     )
     sizes.add_argument(
         "--lifecycle-processes",
-        type=_positive,
+        type=positive,
         default=defaults.lifecycle_processes,
         help="lifecycle: client processes the clients are spread over",
     )
     sizes.add_argument(
         "--memory-tasks",
-        type=_positive,
+        type=positive,
         default=defaults.memory_tasks,
         help="memory: tasks (jobs) per measurement",
     )
-    sizes.add_argument("--pollers", type=_positive, default=defaults.pollers)
-    sizes.add_argument("--find-ops", type=_positive, default=defaults.find_ops)
-    sizes.add_argument("--notifies", type=_positive, default=defaults.notifies)
-    sizes.add_argument("--limit-requests", type=_positive, default=defaults.limit_requests)
+    sizes.add_argument("--pollers", type=positive, default=defaults.pollers)
+    sizes.add_argument("--find-ops", type=positive, default=defaults.find_ops)
+    sizes.add_argument("--notifies", type=positive, default=defaults.notifies)
+    sizes.add_argument("--limit-requests", type=positive, default=defaults.limit_requests)
     add_mcp_options(bench)
     peers = bench.add_argument_group("peers (drain and pickup, side by side)")
     peers.add_argument(

@@ -24,7 +24,6 @@ left out), Redis CPU from ``INFO``, the clients' from their own
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
@@ -44,6 +43,7 @@ from redis_tasks._redis import RedisTaskManager
 from redis_tasks.testing import free_port
 
 from ._adapter import delete_prefix
+from ._args import positive
 from ._probe import Probe
 from ._progress import Progress, percentile
 from ._systems import AdapterError
@@ -754,35 +754,35 @@ def add_mcp_options(bench: Any) -> None:
     defaults = McpSettings()
     group = bench.add_argument_group("mcp scenario (the tasks extension over streamable HTTP)")
     group.add_argument(
-        "--mcp-servers", type=_positive, default=defaults.servers, help="uvicorn processes"
+        "--mcp-servers", type=positive, default=defaults.servers, help="uvicorn processes"
     )
     group.add_argument(
         "--mcp-workers",
-        type=_positive,
+        type=positive,
         default=defaults.workers,
         help="redis-tasks worker processes (each at --concurrency)",
     )
     group.add_argument(
-        "--mcp-clients", type=_positive, default=defaults.clients, help="concurrent callers"
+        "--mcp-clients", type=positive, default=defaults.clients, help="concurrent callers"
     )
     group.add_argument(
-        "--mcp-tasks", type=_positive, default=defaults.tasks, help="tasks in the lifecycle phase"
+        "--mcp-tasks", type=positive, default=defaults.tasks, help="tasks in the lifecycle phase"
     )
     group.add_argument(
         "--mcp-poll-ms",
-        type=_positive,
+        type=positive,
         default=defaults.poll_ms,
         help="tasks/get interval of each caller",
     )
     group.add_argument(
         "--mcp-pollers",
-        type=_positive,
+        type=positive,
         default=defaults.pollers,
         help="concurrent pollers of the tasks/get and SDK tools/call phases",
     )
     group.add_argument(
         "--mcp-polls",
-        type=_positive,
+        type=positive,
         default=defaults.polls,
         help="requests in each of those two phases",
     )
@@ -806,7 +806,7 @@ def add_mcp_options(bench: Any) -> None:
     )
     group.add_argument(
         "--mcp-client-processes",
-        type=_positive,
+        type=positive,
         default=defaults.client_processes,
         help="client processes the callers are spread over",
     )
@@ -829,16 +829,6 @@ def mcp_settings(args: Any) -> McpSettings:
         peer_python=args.mcp_peer_python,
         peers_dir=str(args.peers_dir),
     )
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("give a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
 
 
 def _cpu(row: dict[str, Any], unit: str) -> str:
