@@ -36,8 +36,8 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-## test: lint, mypy --strict and the whole suite against a real redis-server
-test: redis-server lint typecheck
+## test: lint, mypy --strict and the whole suite against a real redis-server (fastmcp-tasks' venv too: a test runs the MCP scenario's comparator)
+test: redis-server lint typecheck bench-fastmcp
 	$(BIN)/pytest
 
 ## bench-peers: the peer queues' own virtualenv, for `redis-tasks bench --peers`
