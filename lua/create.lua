@@ -6,22 +6,22 @@
     1 task           the task record hash
     2 work           the partition's work stream
     3 events         the partition's event stream
-    4 grant          the grant key of (endpoint, binding): a string "1"
+    4 grant          the grant key of (task ID, endpoint, binding): a string "1"
   ARGV:
     1 task_id
-    2 endpoint
-    3 binding        "-" (anonymous) or "=<partition key>"
-    4 origin         exact persisted bytes
-    5 payload        opaque bytes
-    6 ttl_ms         0: unlimited
-    7 poll_ms        0: no suggested interval
-    8 metadata       msgpack, or empty
-    9 events         the event stream's MAXLEN, then "p" to also SPUBLISH
+    2 binding        the record's digest of (task ID, endpoint, partition binding)
+    3 origin         exact persisted bytes
+    4 payload        opaque bytes
+    5 ttl_ms         0: unlimited
+    6 poll_ms        0: no suggested interval
+    7 metadata       msgpack, or empty
+    8 events         the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK, created_ms}
     {RC_EXISTS}      the ID is taken by another task; nothing is overwritten
-  A retry of a create whose reply was lost finds its own task (same endpoint,
-  binding and origin) and answers {RC_OK, created_ms} without a second task.
+  A retry of a create whose reply was lost finds its own task (same binding
+  and origin) and answers {RC_OK, created_ms} without a second task. The record
+  keeps the binding's digest only (`bd`), never the endpoint or partition key.
   Events: one entry for the new task.
 ]]
 local task_key = KEYS[1]
@@ -29,31 +29,31 @@ local work_key = KEYS[2]
 local events_key = KEYS[3]
 local grant_key = KEYS[4]
 local task_id = ARGV[1]
-local endpoint = ARGV[2]
-local binding = ARGV[3]
-local origin = ARGV[4]
-local payload = ARGV[5]
-local ttl_ms = tonumber(ARGV[6])
-local poll_ms = ARGV[7]
-local metadata = ARGV[8]
-local events = ARGV[9]
+local binding = ARGV[2]
+local origin = ARGV[3]
+local payload = ARGV[4]
+local ttl_ms = tonumber(ARGV[5])
+local ttl_text = ARGV[5]
+local poll_ms = ARGV[6]
+local metadata = ARGV[7]
+local events = ARGV[8]
 
-local existing = hmget(task_key, 'ep', 'pk', 'or', 'ca')
+local existing = hmget(task_key, 'bd', 'or', 'ca')
 if existing[1] then
-  if existing[1] == endpoint and existing[2] == binding and existing[3] == origin then
-    return {RC_OK, tonumber(existing[4])}
+  if existing[1] == binding and existing[2] == origin then
+    return {RC_OK, tonumber(existing[3])}
   end
   return {RC_EXISTS}
 end
 
 local now = now_ms()
 local entry = redis.call('XADD', work_key, '*', 't', task_id)
+-- No `ua` (it reads as `ca` until the first update) and no `fn` (it reads as
+-- 0 until the first claim): every byte of a record is kept for its retention.
 local fields = {
-  'st', 'working', 'ca', int_text(now), 'ua', int_text(now), 'ttl', ARGV[6], 'pi', poll_ms,
-  'fn', '0', 'wk', entry,
+  'st', 'working', 'ca', int_text(now), 'ttl', ttl_text, 'pi', poll_ms, 'wk', entry,
+  'bd', binding,
 }
-add_field(fields, 'ep', endpoint)
-add_field(fields, 'pk', binding)
 add_field(fields, 'or', origin)
 add_field(fields, 'pl', payload)
 if metadata ~= '' then

@@ -6,10 +6,9 @@
   KEYS:
     1 task           the task record hash
     2 requests       outstanding input requests
-    3 grant          the grant key of (endpoint, binding)
+    3 grant          the grant key of (task ID, endpoint, binding)
   ARGV:
-    1 endpoint
-    2 binding        "-" (anonymous) or "=<partition key>"
+    1 binding        the record's digest of (task ID, endpoint, partition binding)
   Returns:
     {RC_OK, {st, sm, ca, ua, ttl, pi, or, rs, er, md}, {req_key, kind..body, ...}}
     {RC_NOT_FOUND}   unknown, expired or unauthorized
@@ -18,20 +17,19 @@
 local task_key = KEYS[1]
 local requests_key = KEYS[2]
 local grant_key = KEYS[3]
-local endpoint = ARGV[1]
-local binding = ARGV[2]
+local binding = ARGV[1]
 
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
 end
 local t = hmget(
-  task_key, 'st', 'sm', 'ca', 'ua', 'ttl', 'pi', 'or', 'rs', 'er', 'md', 'ep', 'pk')
+  task_key, 'st', 'sm', 'ca', 'ua', 'ttl', 'pi', 'or', 'rs', 'er', 'md', 'bd')
 -- The record's own binding, checked again: a grant never outlives its record
 -- (both expire together), but a stale one must not open a record rebound since.
-if t[11] ~= endpoint or t[12] ~= binding then
+if t[11] ~= binding then
   return {RC_NOT_FOUND}
 end
-t[11], t[12] = nil, nil
+t[11] = nil
 local requests = {}
 if t[1] == 'input_required' then
   requests = redis.call('HGETALL', requests_key)

@@ -6,12 +6,11 @@
   KEYS:
     1 task           the task record hash
     2 events         the partition's event stream
-    3 grant          the grant key of (endpoint, binding)
+    3 grant          the grant key of (task ID, endpoint, binding)
   ARGV:
     1 task_id
-    2 endpoint
-    3 binding        "-" (anonymous) or "=<partition key>"
-    4 events         the event stream's MAXLEN, then "p" to also SPUBLISH
+    2 binding        the record's digest of (task ID, endpoint, partition binding)
+    3 events         the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK}
     {RC_NOT_FOUND}   unknown, expired or unauthorized
@@ -21,18 +20,17 @@ local task_key = KEYS[1]
 local events_key = KEYS[2]
 local grant_key = KEYS[3]
 local task_id = ARGV[1]
-local endpoint = ARGV[2]
-local binding = ARGV[3]
-local events = ARGV[4]
+local binding = ARGV[2]
+local events = ARGV[3]
 
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
 end
-local t = hmget(task_key, 'ep', 'pk', 'st', 'cx')
-if t[1] ~= endpoint or t[2] ~= binding then
+local t = hmget(task_key, 'bd', 'st', 'cx')
+if t[1] ~= binding then
   return {RC_NOT_FOUND}
 end
-if TERMINAL[t[3]] or t[4] == '1' then
+if TERMINAL[t[2]] or t[3] == '1' then
   return {RC_OK}
 end
 redis.call('HSET', task_key, 'cx', '1')

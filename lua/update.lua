@@ -11,13 +11,12 @@
     3 answers        accepted answers not yet taken by the worker
     4 journal        every accepted answer, for replay after a crash
     5 events         the partition's event stream
-    6 grant          the grant key of (endpoint, binding)
+    6 grant          the grant key of (task ID, endpoint, binding)
   ARGV:
     1 task_id
-    2 endpoint
-    3 binding        "-" (anonymous) or "=<partition key>"
-    4 events         the event stream's MAXLEN, then "p" to also SPUBLISH
-    5.. answers      triples: key, kinds (letters the answer can match), body
+    2 binding        the record's digest of (task ID, endpoint, partition binding)
+    3 events         the event stream's MAXLEN, then "p" to also SPUBLISH
+    4.. answers      triples: key, kinds (letters the answer can match), body
   Returns:
     {RC_OK, accepted_count}
     {RC_NOT_FOUND}   unknown, expired or unauthorized
@@ -30,19 +29,18 @@ local journal_key = KEYS[4]
 local events_key = KEYS[5]
 local grant_key = KEYS[6]
 local task_id = ARGV[1]
-local endpoint = ARGV[2]
-local binding = ARGV[3]
-local events = ARGV[4]
-local first_answer = 5
+local binding = ARGV[2]
+local events = ARGV[3]
+local first_answer = 4
 
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
 end
-local t = hmget(task_key, 'ep', 'pk', 'st', 'ua', 'ex', 'sm')
-if t[1] ~= endpoint or t[2] ~= binding then
+local t = hmget(task_key, 'bd', 'st', 'ua', 'ex', 'sm')
+if t[1] ~= binding then
   return {RC_NOT_FOUND}
 end
-if t[3] ~= 'input_required' then
+if t[2] ~= 'input_required' then
   return {RC_OK, 0}
 end
 
@@ -74,14 +72,14 @@ end
 redis.call('HDEL', requests_key, unpack(accepted_keys))
 redis.call('HSET', answers_key, unpack(accepted_pairs))
 redis.call('HSET', journal_key, unpack(accepted_pairs))
-local expire_at = t[5]
+local expire_at = t[4]
 expire_with_task(answers_key, expire_at)
 expire_with_task(journal_key, expire_at)
 
-local updated = int_text(next_update(now_ms(), t[4]))
+local updated = int_text(next_update(now_ms(), t[3]))
 if redis.call('EXISTS', requests_key) == 0 then
   -- The last answer: back to working, and the wait's message no longer applies.
-  set_long(task_key, {}, 'sm', nil, t[6])
+  set_long(task_key, {}, 'sm', nil, t[5])
   redis.call('HSET', task_key, 'st', 'working', 'ua', updated)
 else
   redis.call('HSET', task_key, 'ua', updated)

@@ -9,8 +9,8 @@ single slot::
     {rt:7.42}:task:<id>:iss    hash: every input key ever issued (key -> fingerprint)
     {rt:7.42}:task:<id>:ans    hash: accepted answers the worker has not taken yet
     {rt:7.42}:task:<id>:jrn    hash: the answer journal (every accepted answer)
-    {rt:7.42}:g:<digest>       string "1": exists iff the binding that, with the task ID,
-                               has that digest may see the task
+    {rt:7.42}:g:<digest>       string "1": exists iff the binding whose digest (with the task ID)
+                               names it may see the task
     {rt:7.42}:work             stream + consumer group ``workers``: tasks to run
     {rt:7.42}:events           stream, MAXLEN ~ bounded: one task-ID entry per change
 
@@ -43,6 +43,16 @@ WORK_GROUP: Final = "workers"
 _PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
+def _digest(person: bytes, task_id: str, endpoint: bytes, binding: bytes, size: int) -> str:
+    """BLAKE2b of the length-prefixed task ID, endpoint and binding (so distinct triples
+    never join into the same bytes), personalised per use, as base64url text (readable
+    in a key name and in redis-cli)."""
+    tid = task_id.encode()
+    material = len(tid).to_bytes(2, "big") + tid + len(endpoint).to_bytes(4, "big") + endpoint
+    digest = hashlib.blake2b(material + binding, digest_size=size, person=person).digest()
+    return base64.urlsafe_b64encode(digest).decode()
+
+
 @dataclass(frozen=True, slots=True)
 class TaskKeys:
     """All keys of one task, in the order the scripts' headers use."""
@@ -63,21 +73,17 @@ class TaskKeys:
         Named by a digest of the task ID and the binding, so a client that may not
         see the task looks up a key that does not exist, exactly as for an unknown
         task: the two cost Redis the same work (benchmarks/timing_side_channel.py).
-        The length prefixes keep distinct triples from joining into the same bytes.
-        96 bits in base64url keep the name short (one is stored per task, and a
-        name that fits a smaller allocation saves 16 bytes a task); a collision
-        would still meet the record's own binding check.
+        72 bits (12 base64url characters) keep the name within a smaller allocation
+        (a name is stored once per task: 16 bytes a task); a collision alone opens
+        nothing, since the record's own check is an independent digest
+        (:meth:`binding_digest`).
         """
-        task_id = self.task_id.encode()
-        material = (
-            len(task_id).to_bytes(2, "big")
-            + task_id
-            + len(endpoint).to_bytes(4, "big")
-            + endpoint
-            + binding
-        )
-        digest = hashlib.blake2b(material, digest_size=12).digest()
-        return self.grant_prefix + base64.urlsafe_b64encode(digest).decode()
+        return self.grant_prefix + _digest(b"rt-grant", self.task_id, endpoint, binding, 9)
+
+    def binding_digest(self, endpoint: bytes, binding: bytes) -> str:
+        """What the record keeps (``bd``) instead of the endpoint and partition key, and
+        each client-facing script compares with the caller's: 96 bits, 16 characters."""
+        return _digest(b"rt-binding", self.task_id, endpoint, binding, 12)
 
     def terminal(self) -> tuple[str, ...]:
         """The KEYS of scripts that may end the task, in the order ``terminate()`` takes."""

@@ -438,11 +438,10 @@ class RedisTaskManager:
         keys = self._task_keys(ctx.task_id)
         if keys is None:
             return None
+        digest = keys.binding_digest(endpoint, binding)
         try:
             reply = await self._run(
-                "find",
-                (keys.task, keys.requests, keys.grant(endpoint, binding)),
-                (endpoint, binding),
+                "find", (keys.task, keys.requests, keys.grant(endpoint, binding)), (digest,)
             )
         except TaskNotFoundError:
             return None
@@ -455,7 +454,8 @@ class RedisTaskManager:
         keys = self._task_keys(ctx.task_id)
         if keys is None:
             raise TaskNotFoundError()
-        args: list[Arg] = [ctx.task_id, endpoint, binding, self._events]
+        digest = keys.binding_digest(endpoint, binding)
+        args: list[Arg] = [ctx.task_id, digest, self._events]
         for answer in answers:
             args += (answer.key, answer.kinds, answer.body)
         await self._run(
@@ -477,10 +477,11 @@ class RedisTaskManager:
         keys = self._task_keys(ctx.task_id)
         if keys is None:
             raise TaskNotFoundError()
+        digest = keys.binding_digest(endpoint, binding)
         await self._run(
             "request_cancel",
             (keys.task, keys.events, keys.grant(endpoint, binding)),
-            (ctx.task_id, endpoint, binding, self._events),
+            (ctx.task_id, digest, self._events),
         )
 
     # -- application-facing ----------------------------------------------------------
@@ -505,13 +506,13 @@ class RedisTaskManager:
         metadata_bytes = encoder.metadata(metadata)
         task_id = new_task_id(self._partitions)
         keys = self._worker_keys(task_id)
+        digest = keys.binding_digest(endpoint, binding)
         reply = await self._run_durable(
             "create",
             (keys.task, keys.work, keys.events, keys.grant(endpoint, binding)),
             (
                 task_id,
-                endpoint,
-                binding,
+                digest,
                 origin_bytes,
                 payload_bytes,
                 ttl_ms,

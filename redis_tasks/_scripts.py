@@ -59,7 +59,6 @@ SPECS: Final[dict[str, Spec]] = {
         ("task", "work", "events", "grant"),
         (
             "task_id",
-            "endpoint",
             "binding",
             "origin",
             "payload",
@@ -69,15 +68,13 @@ SPECS: Final[dict[str, Spec]] = {
             "events",
         ),
     ),
-    "find": Spec(("task", "requests", "grant"), ("endpoint", "binding")),
+    "find": Spec(("task", "requests", "grant"), ("binding",)),
     "update": Spec(
         ("task", "requests", "answers", "journal", "events", "grant"),
-        ("task_id", "endpoint", "binding", "events"),
+        ("task_id", "binding", "events"),
         variadic="answers",
     ),
-    "request_cancel": Spec(
-        ("task", "events", "grant"), ("task_id", "endpoint", "binding", "events")
-    ),
+    "request_cancel": Spec(("task", "events", "grant"), ("task_id", "binding", "events")),
     "set_status": Spec(
         ("task", "requests", "events"),
         ("task_id", "fence", "has_message", "message", "events"),

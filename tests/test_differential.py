@@ -936,12 +936,13 @@ class MemoryVersusRedis(RuleBasedStateMachine):
                 assert stored == record.fields["fn"] == str(pair.fence).encode()
 
     async def stored_fences(self) -> list[bytes | None]:
-        """The ``fn`` field of every task record in Redis, in one round trip."""
+        """The fence of every task record in Redis (``None``: no record), in one round
+        trip. A record never claimed has no ``fn`` field, which reads as 0."""
         async with self.redis.client.pipeline(transaction=False) as pipe:
             for pair in self.pairs:
-                pipe.hget(self.record_key(pair), "fn")
-            fences: list[bytes | None] = await pipe.execute()
-        return fences
+                pipe.hmget(self.record_key(pair), ["st", "fn"])
+            rows: list[list[bytes | None]] = await pipe.execute()
+        return [None if status is None else fence or b"0" for status, fence in rows]
 
     @invariant()
     def no_key_outlives_its_task(self) -> None:

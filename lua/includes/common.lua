@@ -34,8 +34,7 @@ end
 -- exactly PIECE bytes may have more, and any other length has none.
 local PIECE = 64
 local MAX_PIECES = 8
-local LONG = {sm = true, ep = true, pk = true, ['or'] = true, pl = true, md = true,
-              rs = true, er = true}
+local LONG = {sm = true, ['or'] = true, pl = true, md = true, rs = true, er = true}
 
 -- The field names of `name`'s continuation pieces (to read, drop or replace a
 -- value that may have been stored in pieces); appended to `names`.
@@ -47,12 +46,21 @@ local function add_pieces(names, name)
 end
 
 -- HMGET that joins pieces: the values of `...` in `key`, false where absent.
+-- Two fields a create leaves out read as what they stand for: `fn` as 0 (never
+-- claimed) and `ua` as `ca` (never updated); every byte of a record is kept for
+-- its whole retention.
 local function hmget(key, ...)
   local names = {...}
   local values = redis.call('HMGET', key, unpack(names))
   for i = 1, #names do
     local first = values[i]
-    if first and #first == PIECE and LONG[names[i]] then
+    if not first then
+      if names[i] == 'fn' then
+        values[i] = '0'
+      elseif names[i] == 'ua' then
+        values[i] = redis.call('HMGET', key, 'ca')[1]
+      end
+    elseif #first == PIECE and LONG[names[i]] then
       local rest = redis.call('HMGET', key, unpack(add_pieces({}, names[i])))
       local parts = {first}
       for n = 1, #rest do

@@ -100,6 +100,12 @@ class Bench:
         """A fresh queue name (a redis-tasks prefix), so runs never share keys."""
         return f"bench-{secrets.token_hex(4)}"
 
+    @staticmethod
+    def short_queue() -> str:
+        """A fresh queue name as short as a deployment's (``rt`` is redis-tasks' default):
+        a key's name is part of what each task costs, so the memory scenario uses this."""
+        return f"m{secrets.token_hex(2)}"
+
     # -- processes ---------------------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -286,7 +292,7 @@ class Bench:
         structures (streams, groups, loaded scripts) are not counted per job.
         """
         n, label = self.settings.memory_tasks, f"{system.name} memory"
-        queue = self.new_queue()
+        queue = self.short_queue()
         async with Probe(self.url) as probe, self._processes(system, queue, 0) as (client, _):
             await client.ask(f"enqueue {_MEMORY_WARM}")
             before = await probe.used_memory()
@@ -311,7 +317,7 @@ class Bench:
         result = {"content": [{"type": "text", "text": "done"}]}
         async with (
             Probe(self.url) as probe,
-            RedisTaskManager.from_url(self.url, prefix=self.new_queue()) as manager,
+            RedisTaskManager.from_url(self.url, prefix=self.short_queue()) as manager,
         ):
             streams = [
                 key
@@ -429,14 +435,17 @@ class Bench:
             fresh = manager.keyspace.task(0, "b__rand_int__")
             endpoint, binding = WHO.endpoint, f"={WHO.partition_key}"
             grant = (endpoint.encode(), binding.encode())
+            # The creates' grant keys differ as their IDs do (redis-benchmark fills
+            # in __rand_int__ in every argument); the digest stored is any one.
+            digest = keys.binding_digest(*grant)
             create = [
                 "EVALSHA", scripts["create"].sha, "4", fresh.task, fresh.work, fresh.events,
-                fresh.grant(*grant), "b__rand_int__", endpoint, binding,
+                fresh.grant_prefix + "b__rand_int__", "b__rand_int__", digest,
                 ORIGIN.to_persisted_string(),
                 "", "3600000", "1000", "", "10000",
             ]  # fmt: skip
             find = ["EVALSHA", scripts["find"].sha, "3", keys.task, keys.requests,
-                    keys.grant(*grant), endpoint, binding]  # fmt: skip
+                    keys.grant(*grant), digest]  # fmt: skip
             if probe.cluster:
                 # Every key of the run lives in partition 0's slot: load the primary
                 # that owns it, directly (the ceiling of one primary).
