@@ -51,14 +51,23 @@ end
 -- its whole retention.
 local function hmget(key, ...)
   local names = {...}
+  local count = #names
+  local created = nil  -- where `ca` comes back, when `ua` is asked for
+  for i = 1, count do
+    if names[i] == 'ua' then
+      created = count + 1
+      names[created] = 'ca'  -- in the same call: a missing `ua` costs no command
+      break
+    end
+  end
   local values = redis.call('HMGET', key, unpack(names))
-  for i = 1, #names do
+  for i = 1, count do
     local first = values[i]
     if not first then
       if names[i] == 'fn' then
         values[i] = '0'
       elseif names[i] == 'ua' then
-        values[i] = redis.call('HMGET', key, 'ca')[1]
+        values[i] = values[created]
       end
     elseif #first == PIECE and LONG[names[i]] then
       local rest = redis.call('HMGET', key, unpack(add_pieces({}, names[i])))
@@ -71,6 +80,9 @@ local function hmget(key, ...)
       end
       values[i] = table.concat(parts)
     end
+  end
+  if created then
+    values[created] = nil
   end
   return values
 end
