@@ -141,6 +141,19 @@ class McpStack:
         self, server: int, method: str, params: dict[str, Any], token: str = "alice"
     ) -> dict[str, Any]:
         """One raw JSON-RPC request over HTTP, declaring the extension; the whole reply."""
+        _, parsed = await self.rpc_reply(server, method, params, token)
+        return parsed
+
+    async def rpc_reply(
+        self,
+        server: int,
+        method: str,
+        params: dict[str, Any],
+        token: str = "alice",
+        headers: Mapping[str, str | None] | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        """:meth:`rpc` with its HTTP status, and ``headers`` changing the request's
+        (``None`` drops one)."""
         meta = {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {
@@ -148,7 +161,7 @@ class McpStack:
             },
         }
         body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {**params, "_meta": meta}}
-        headers = {
+        request_headers = {
             "Authorization": f"Bearer {token}",
             "Accept": "application/json, text/event-stream",
             "MCP-Protocol-Version": "2026-07-28",
@@ -157,11 +170,15 @@ class McpStack:
         # SEP-2243 routing header: the task ID for tasks/*, the tool for tools/call.
         name = params.get("taskId", params.get("name"))
         if isinstance(name, str) and name.isprintable():
-            headers["Mcp-Name"] = name
+            request_headers["Mcp-Name"] = name
+        for key, value in (headers or {}).items():
+            request_headers.pop(key, None)
+            if value is not None:
+                request_headers[key] = value
         async with httpx2.AsyncClient(timeout=30) as http:
-            reply = await http.post(self.endpoint(server), json=body, headers=headers)
+            reply = await http.post(self.endpoint(server), json=body, headers=request_headers)
         parsed: dict[str, Any] = reply.json()
-        return parsed
+        return reply.status_code, parsed
 
 
 async def until_status(

@@ -8,6 +8,7 @@ tools. Wire shapes are checked against SEP-2663's examples.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import tempfile
 import uuid
@@ -152,6 +153,35 @@ async def test_another_principal_gets_the_unknown_task_body(stack: McpStack) -> 
     async with stack.client(A) as a:
         final = await until_status(a, task_id, "completed")
     assert final["result"]["structuredContent"] == {"result": 3}
+
+
+async def test_a_mismatched_mcp_name_is_refused_and_a_missing_one_accepted(
+    stack: McpStack,
+) -> None:
+    # SEP-2243 / SEP-2663: Mcp-Name must equal params.taskId on tasks/*; -32020, HTTP 400.
+    task_id = await create(stack, A, "add", {"a": 2, "b": 2})
+    other = await create(stack, A, "add", {"a": 3, "b": 3})
+    for method, extra in (
+        ("tasks/get", {}),
+        ("tasks/update", {"inputResponses": {"k": {"action": "cancel"}}}),
+        ("tasks/cancel", {}),
+    ):
+        params = {"taskId": task_id, **extra}
+        for server in (A, B):  # any server answers for any task, and alike
+            status, reply = await stack.rpc_reply(
+                server, method, params, headers={"Mcp-Name": other}
+            )
+            assert status == 400, (method, reply)
+            assert reply["error"]["code"] == -32020, (method, reply)
+            assert task_id not in json.dumps(reply)  # names no task
+            # A missing header is accepted (fastmcp-tasks' client sends none on tasks/*).
+            status, reply = await stack.rpc_reply(
+                server, method, params, headers={"Mcp-Name": None}
+            )
+            assert status == 200, (method, reply)
+            assert "result" in reply, (method, reply)
+    async with stack.client(A) as a:
+        assert (await until_status(a, other, "completed"))["status"] == "completed"
 
 
 async def test_cancel_on_b_stops_the_running_tool(stack: McpStack) -> None:

@@ -47,6 +47,7 @@ from ._wire import (
     internal_error,
     invalid_params,
     missing_capability,
+    name_header_mismatch,
     task_not_found,
 )
 
@@ -270,8 +271,13 @@ class TasksExtension(Extension):
         The one place such checks live: the SDK's path and the fast path both
         reach it (the fast path runs the SDK's own dispatch), so a check added
         here (a request header against ``task_id``, say) holds on both, with
-        the same error and the same HTTP status.
+        the same error and the same HTTP status. The routing header goes first, as
+        the SDK's own header checks come before the others: a request that
+        disagrees with itself is told so.
         """
+        mismatch = name_header_mismatch(ctx, task_id)
+        if mismatch is not None:
+            raise mismatch
         if not declares_extension(ctx):
             raise missing_capability()
         return self._authorize(ctx)

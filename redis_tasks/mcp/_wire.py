@@ -10,7 +10,9 @@ from typing import Any, Final
 
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import (
+    HEADER_MISMATCH,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -32,6 +34,7 @@ __all__ = [
     "internal_error",
     "invalid_params",
     "missing_capability",
+    "name_header_mismatch",
     "notification_params",
     "task_not_found",
 ]
@@ -100,6 +103,23 @@ def invalid_params(message: str) -> MCPError:
 def internal_error() -> MCPError:
     """``-32603`` that discloses nothing about its cause."""
     return MCPError(INTERNAL_ERROR, "Internal error")
+
+
+def name_header_mismatch(ctx: ServerRequestContext[Any, Any], task_id: str) -> MCPError | None:
+    """``-32020`` (HTTP 400) when the request's ``Mcp-Name`` header names another task.
+
+    SEP-2243 routes ``tasks/*`` by ``Mcp-Name`` = ``params.taskId``, and a server must
+    refuse a request that disagrees with itself. A *missing* header is accepted: a
+    server of this extension answers for any task whatever the routing, and the other
+    Python client of the extension (fastmcp-tasks 4.1.4) sends none on ``tasks/*``.
+    """
+    headers = getattr(ctx.request, "headers", None)
+    raw = headers.get(MCP_NAME_HEADER) if headers is not None else None
+    if raw is None or decode_header_value(raw) == task_id:
+        return None
+    return MCPError(
+        HEADER_MISMATCH, "Mcp-Name header does not match the request body's 'taskId' parameter"
+    )
 
 
 def missing_capability() -> MCPError:
