@@ -111,17 +111,31 @@ class TaskExecution:
         waiting, raises :class:`asyncio.CancelledError`.
         """
         while True:
-            self._changed.clear()
-            # Re-issuing the same round is a no-op that returns every recorded
-            # answer, so polling with it loses nothing even if a reply is lost.
-            answers = await self._manager.request_input(
-                self._task_id, requests, status_message, fence=self._fence
-            )
+            answers = await self.answered_so_far(requests, status_message)
             if requests.keys() <= answers.keys():
                 return {key: answers[key] for key in requests}
-            if self.cancelled.is_set():
-                raise asyncio.CancelledError("cancellation was requested")
+            await self.wait_for_input()
+
+    async def answered_so_far(
+        self, requests: Mapping[str, InputRequest], status_message: str | None = None
+    ) -> dict[str, Any]:
+        """Make ``requests`` the outstanding round and return the answers recorded so far
+        (at once, without waiting): for a caller that takes answers as they come, key by
+        key, such as several questions asked at once. Re-issuing the same round is a
+        no-op that returns every recorded answer, so polling with it loses nothing even
+        if a reply is lost."""
+        self._changed.clear()
+        return await self._manager.request_input(
+            self._task_id, requests, status_message, fence=self._fence
+        )
+
+    async def wait_for_input(self) -> None:
+        """Wait until answers may have arrived (a change event, or the input poll
+        interval); raises :class:`asyncio.CancelledError` once cancellation is requested."""
+        if not self.cancelled.is_set():
             await _first(self._changed.wait, self.cancelled.wait, within=self._input_poll)
+        if self.cancelled.is_set():
+            raise asyncio.CancelledError("cancellation was requested")
 
     def _notify_changed(self) -> None:
         self._changed.set()

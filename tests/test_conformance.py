@@ -40,10 +40,9 @@ SCENARIOS = (
     "tasks-required-task-error",
     "tasks-mrtr-composition",
 )
-#: Checks that fail today (issue 15): two parallel elicitations surface one at a
-#: time, and a tool cannot yet gather input inline before it becomes a task.
+#: Checks that fail today (issue 15): a tool cannot yet gather input inline
+#: before it becomes a task.
 KNOWN_FAILURES = {
-    "tasks-mrtr-input": {"tasks-mrtr-partial-fulfillment"},
     "tasks-mrtr-composition": {"sep-2663-mrtr-synchronous-before-task-creation"},
 }
 _RESULT = re.compile(r"\[([a-z0-9-]+)\s*\]\s*\x1b\[\d+m(SUCCESS|FAILURE|WARNING)")

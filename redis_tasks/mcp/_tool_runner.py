@@ -67,6 +67,11 @@ class _TaskChannel:
 
     Satisfies the SDK's ``DispatchContext`` and ``Outbound`` protocols, so the
     SDK's own session helpers (elicit, create_message, list_roots) work unchanged.
+
+    Requests the tool has in flight at once (``asyncio.gather`` of two
+    ``ctx.elicit``) are one round: every unanswered one is outstanding together,
+    and each is answered as its own answer arrives, so a client may answer some
+    keys now and the rest later. One pump task keeps the round in step.
     """
 
     def __init__(self, execution: TaskExecution) -> None:
@@ -74,6 +79,10 @@ class _TaskChannel:
         self._asked = 0
         self._cancel = anyio.Event()
         self._transport = TransportContext(kind="redis-tasks", can_send_request=True)
+        # The requests in flight, and who waits for each answer.
+        self._waiting: dict[str, InputRequest] = {}
+        self._answers: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._pump: asyncio.Task[None] | None = None
 
     @property
     def transport(self) -> TransportContext:
@@ -105,9 +114,41 @@ class _TaskChannel:
         self._asked += 1
         key = f"{_KEY_STEMS[method]}-{self._asked}"
         request = InputRequest.model_validate({"method": method, "params": dict(params or {})})
-        answers = await self._execution.request_input({key: request})
-        answer: dict[str, Any] = answers[key]
-        return answer
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._answers[key] = answer
+        self._waiting[key] = request
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.ensure_future(self._run_rounds())
+        try:
+            return await answer
+        finally:
+            self._waiting.pop(key, None)
+            self._answers.pop(key, None)
+
+    async def _run_rounds(self) -> None:
+        """Keep every request in flight outstanding until each has its answer."""
+        try:
+            while self._waiting:
+                # Requests made in the same turn (a gather) join this round.
+                await asyncio.sleep(0)
+                asked = dict(self._waiting)
+                answers = await self._execution.answered_so_far(asked)
+                for key in asked.keys() & answers.keys():
+                    future = self._answers.get(key)
+                    if future is not None and not future.done():
+                        future.set_result(answers[key])
+                    self._waiting.pop(key, None)
+                if self._waiting and not asked.keys() & answers.keys():
+                    await self._execution.wait_for_input()
+        except BaseException as exc:
+            # Cancellation requested, a lost lease, Redis down: every waiter learns it.
+            for future in self._answers.values():
+                if not future.done():
+                    future.set_exception(
+                        exc if isinstance(exc, Exception) else asyncio.CancelledError()
+                    )
+            if not isinstance(exc, Exception):
+                raise
 
     async def ask_round(self, requests: Mapping[str, InputRequest]) -> dict[str, Any]:
         """One ``InputRequiredResult`` round: every request must be answered."""
