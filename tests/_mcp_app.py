@@ -18,6 +18,7 @@ the request's own reply).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -98,6 +99,7 @@ tasks = TasksExtension(
         "tool_error": TaskSupport.REQUIRED,
         "ask_model": TaskSupport.REQUIRED,
         "multi_round": TaskSupport.REQUIRED,
+        "two_questions": TaskSupport.REQUIRED,
     },
     authorizer=_Authorizer(),
 )
@@ -165,6 +167,15 @@ async def ask_model(question: str, ctx: Context) -> str:
     )
     content: Any = reply.content
     return f"model said: {content.text}"
+
+
+@server.tool()
+async def two_questions(ctx: Context) -> str:
+    """Ask two names at once (one input round), then greet both."""
+    first, second = await asyncio.gather(
+        ctx.elicit("Your name?", Name), ctx.elicit("Your friend's name?", Name)
+    )
+    return f"{first.data.name} and {second.data.name}"  # type: ignore[union-attr]
 
 
 @server.tool()

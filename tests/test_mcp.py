@@ -116,6 +116,29 @@ async def test_create_on_a_elicit_and_roots_answered_on_b(stack: McpStack) -> No
         assert done["result"]["isError"] is False
 
 
+async def test_questions_asked_at_once_are_one_round_answered_key_by_key(
+    stack: McpStack,
+) -> None:
+    task_id = await create(stack, A, "two_questions", {})
+    async with stack.client(B) as b:
+
+        async def both_asked() -> dict[str, Any] | None:
+            task = await get_task(b.session, task_id)
+            return task if len(task.get("inputRequests", {})) == 2 else None
+
+        asking = await wait_until(both_asked, within=30, what="both questions in one round")
+        assert set(asking["inputRequests"]) == {"elicit-1", "elicit-2"}
+        answer = {"action": "accept", "content": {"name": "Ada"}}
+        await update_task(b.session, task_id, {"elicit-2": answer})
+        # The other key is still outstanding, alone, and the task still waits for it.
+        partial = await get_task(b.session, task_id)
+        assert partial["status"] == "input_required"
+        assert set(partial["inputRequests"]) == {"elicit-1"}
+        await update_task(b.session, task_id, {"elicit-1": {**answer, "content": {"name": "Bo"}}})
+        done = await until_status(b, task_id, "completed")
+    assert done["result"]["content"] == [{"type": "text", "text": "Bo and Ada"}]
+
+
 async def test_transparent_client_resolves_the_task(stack: McpStack) -> None:
     async def answer(key: str, request: dict[str, Any]) -> dict[str, Any]:
         if request["method"] == "elicitation/create":
