@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
+from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
 from pydantic import BaseModel
 
 from redis_tasks import RedisTaskManager
-from redis_tasks.mcp import TasksExtension, TaskSupport, tool_handler
+from redis_tasks.mcp import TasksExtension, TaskSupport, run_as_task, tool_handler
 
 __all__ = ["app", "handler", "server", "tasks"]
 
@@ -59,6 +61,7 @@ tasks = TasksExtension(
         "failing_job": TaskSupport.REQUIRED,
         "test_tool_with_task": TaskSupport.REQUIRED,
     },
+    input_first=["test_tool_with_task"],
 )
 server = MCPServer("redis-tasks-conformance", extensions=[tasks], lifespan=tasks.lifespan)
 
@@ -109,10 +112,21 @@ async def multi_input(ctx: Context) -> str:
 
 
 @server.tool()
-async def test_tool_with_task(ctx: Context) -> str:
-    """Ask a name, then greet (the suite expects the question before the task)."""
-    answer = await ctx.elicit("Your name?", Name)
-    return f"Hello, {answer.data.name if answer.action == 'accept' else 'stranger'}!"
+async def test_tool_with_task(ctx: Context) -> Any:
+    """Ask a name inline (an input round, no task yet), then greet it in a task."""
+    answers = ctx.input_responses or {}
+    if "user_name" not in answers:
+        question = ElicitRequest(
+            params=ElicitRequestFormParams(
+                message="Your name?",
+                requested_schema={"type": "object", "properties": {"name": {"type": "string"}}},
+            )
+        )
+        return InputRequiredResult(input_requests={"user_name": question}, request_state="asked")
+    run_as_task()  # in the server: the rest becomes a task; in the worker: go on
+    await anyio.sleep(0.1)
+    answer: Any = answers["user_name"]
+    return f"Hello, {answer.content['name']}!"
 
 
 app = tasks.asgi(server.streamable_http_app())

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -37,7 +38,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from redis_tasks import RedisTaskManager, RequestContext
-from redis_tasks.mcp import PrincipalAuthorizer, TasksExtension, TaskSupport, tool_handler
+from redis_tasks.mcp import (
+    PrincipalAuthorizer,
+    TasksExtension,
+    TaskSupport,
+    run_as_task,
+    tool_handler,
+)
 from redis_tasks.mcp._fast_path import FastPath
 
 #: A value planted in arguments, answers and errors: it must never reach a log line.
@@ -100,7 +107,12 @@ tasks = TasksExtension(
         "ask_model": TaskSupport.REQUIRED,
         "multi_round": TaskSupport.REQUIRED,
         "two_questions": TaskSupport.REQUIRED,
+        "book": TaskSupport.REQUIRED,
+        "dawdle": TaskSupport.REQUIRED,
     },
+    input_first=["book", "dawdle"],
+    # Short, so the test of the bound does not wait long.
+    input_first_timeout=timedelta(seconds=1),
     authorizer=_Authorizer(),
 )
 server = MCPServer(
@@ -167,6 +179,32 @@ async def ask_model(question: str, ctx: Context) -> str:
     )
     content: Any = reply.content
     return f"model said: {content.text}"
+
+
+@server.tool()
+async def book(room: str, ctx: Context) -> Any:
+    """Ask for the guest inline (an input round, no task yet), then book in a task."""
+    from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
+
+    answers = ctx.input_responses or {}
+    if "guest" not in answers:
+        request = ElicitRequest(
+            params=ElicitRequestFormParams(
+                message="Who is the guest?",
+                requested_schema={"type": "object", "properties": {"name": {"type": "string"}}},
+            )
+        )
+        return InputRequiredResult(input_requests={"guest": request}, request_state=f"room={room}")
+    run_as_task()
+    guest: Any = answers["guest"]
+    return f"{room} booked for {guest.content['name']} ({ctx.request_state})"
+
+
+@server.tool()
+async def dawdle(ctx: Context) -> str:
+    """Take longer inline than input_first_timeout allows."""
+    await anyio.sleep(30)
+    return "too late"
 
 
 @server.tool()

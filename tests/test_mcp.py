@@ -139,6 +139,31 @@ async def test_questions_asked_at_once_are_one_round_answered_key_by_key(
     assert done["result"]["content"] == [{"type": "text", "text": "Bo and Ada"}]
 
 
+async def test_an_input_first_tool_asks_inline_then_becomes_a_task(stack: McpStack) -> None:
+    call = {"name": "book", "arguments": {"room": "12"}}
+    first = (await stack.rpc(A, "tools/call", call))["result"]
+    assert first["resultType"] == "input_required"
+    assert "taskId" not in first
+    assert list(first["inputRequests"]) == ["guest"]
+    answer = {"guest": {"action": "accept", "content": {"name": "Ada"}}}
+    # The same server: the SDK seals requestState with a key of the process.
+    second = await stack.rpc(
+        A, "tools/call", {**call, "inputResponses": answer, "requestState": first["requestState"]}
+    )
+    assert "result" in second, second
+    created = second["result"]
+    check_task_shape(created, "task")
+    assert "requestState" not in created
+    assert "inputRequests" not in created
+    async with stack.client(A) as a:
+        done = await until_status(a, created["taskId"], "completed")
+    assert done["result"]["content"] == [{"type": "text", "text": "12 booked for Ada (room=12)"}]
+    # The inline phase is bounded: a tool still running at input_first_timeout fails
+    # the call (the server runs it), and no task is made.
+    late = await stack.rpc(A, "tools/call", {"name": "dawdle", "arguments": {}})
+    assert late["error"]["code"] == -32603
+
+
 async def test_transparent_client_resolves_the_task(stack: McpStack) -> None:
     async def answer(key: str, request: dict[str, Any]) -> dict[str, Any]:
         if request["method"] == "elicitation/create":

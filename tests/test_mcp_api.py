@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -37,6 +38,7 @@ EXPORTED = [
     "ToolCall",
     "cancel_task",
     "get_task",
+    "run_as_task",
     "tool_handler",
     "update_task",
 ]
@@ -55,8 +57,33 @@ def test_tool_call_round_trips_through_the_origin() -> None:
     call = ToolCall("report", {"q": 1.5, "n": [1, 2]}, "/mcp", {"elicitation": {}})
     origin = call.to_origin(Limits())
     assert ToolCall.from_origin(origin) == call
+    assert '"v":1' in origin.to_persisted_string()
     assert "1.5" not in repr(call)
     assert "/mcp" not in repr(call)
+    # The input an input_first tool gathered before it became a task travels with it.
+    gathered = {"name": {"action": "accept", "content": {"name": "Ada"}}}
+    escalated = ToolCall("book", {}, "/mcp", None, gathered, "asked")
+    origin = escalated.to_origin(Limits())
+    assert ToolCall.from_origin(origin) == escalated
+    assert '"v":2' in origin.to_persisted_string()  # a worker without it refuses the task
+    assert "Ada" not in repr(escalated)
+
+
+def test_run_as_task_is_for_input_first_tools_only() -> None:
+    with pytest.raises(RuntimeError, match="input_first"):
+        redis_tasks.mcp.run_as_task()
+    manager = InMemoryTaskManager()
+    with pytest.raises(ValueError, match="REQUIRED"):
+        TasksExtension(manager, tools={"x": TaskSupport.OPTIONAL}, input_first=["x"])
+    with pytest.raises(ValueError, match="REQUIRED"):
+        TasksExtension(manager, tools={}, input_first=["x"])
+    with pytest.raises(ValueError, match="positive"):
+        TasksExtension(
+            manager,
+            tools={"x": TaskSupport.REQUIRED},
+            input_first=["x"],
+            input_first_timeout=timedelta(0),
+        )
 
 
 @pytest.mark.parametrize(
@@ -66,7 +93,9 @@ def test_tool_call_round_trips_through_the_origin() -> None:
         {"v": 1, "tool": 3, "arguments": {}, "endpoint": "/mcp"},
         {"v": 1, "tool": "x", "arguments": [], "endpoint": "/mcp"},
         {"v": 1, "tool": "x", "arguments": {}, "endpoint": None},
-        {"v": 2, "tool": "x", "arguments": {}, "endpoint": "/mcp"},
+        {"v": 3, "tool": "x", "arguments": {}, "endpoint": "/mcp"},
+        {"v": 2, "tool": "x", "arguments": {}, "endpoint": "/mcp", "inputResponses": []},
+        {"v": 2, "tool": "x", "arguments": {}, "endpoint": "/mcp", "requestState": 7},
     ],
 )
 def test_a_foreign_origin_is_refused(state: dict[str, Any]) -> None:

@@ -37,7 +37,7 @@ def test_the_usage_example_runs(redis_server: RedisServer, tmp_path: Path) -> No
 
 def test_the_worker_example_is_real_code() -> None:
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     namespace: dict[str, object] = {}
     exec(compile(blocks[1], "README.md", "exec"), namespace)  # defines the handler only
     assert callable(namespace["handler"])
@@ -56,6 +56,10 @@ def test_the_mcp_example_builds_a_server_and_a_worker_handler() -> None:
     assert isinstance(namespace["server"], MCPServer)
     assert callable(namespace["handler"])
     assert callable(namespace["app"])
+    # The input_first example adds its tool to that server (with its own extension).
+    exec(compile(blocks[4], "README.md", "exec"), namespace)
+    assert namespace["tasks"].task_support("book") is not None  # type: ignore[attr-defined]
+    assert callable(namespace["book"])
 
 
 def test_every_documented_bench_command_parses() -> None:

@@ -22,6 +22,7 @@ from ._client import (
     get_task,
     update_task,
 )
+from ._escalate import run_as_task
 from ._extension import PayloadFactory, TasksExtension, TaskSupport
 from ._subscriptions import TaskSubscriptions
 from ._tool_call import ToolCall
@@ -42,6 +43,7 @@ __all__ = [
     "ToolCall",
     "cancel_task",
     "get_task",
+    "run_as_task",
     "tool_handler",
     "update_task",
 ]

@@ -14,6 +14,7 @@ and a log line that names the exception type, never its text or any task data.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -33,6 +34,7 @@ from redis_tasks._manager import TaskManager
 from redis_tasks._models import RequestContext, TaskRequestContext, TaskUpdateContext
 
 from ._auth import Authorizer, PrincipalAuthorizer
+from ._escalate import _PHASE, RunAsTask
 from ._fast_path import install_fast_path
 from ._subscriptions import TaskSubscriptions
 from ._tool_call import ToolCall
@@ -110,11 +112,19 @@ class TasksExtension(Extension):
         payload: PayloadFactory | None = None,
         ttl: timedelta | None = None,
         poll_interval: timedelta | None = None,
+        input_first: Iterable[str] = (),
+        input_first_timeout: timedelta = timedelta(seconds=10),
     ) -> None:
         if isinstance(tools, Mapping):
             self._tools = {str(name): TaskSupport(mode) for name, mode in tools.items()}
         else:
             self._tools = dict.fromkeys(map(str, tools), TaskSupport.OPTIONAL)
+        self._input_first = frozenset(map(str, input_first))
+        if any(self._tools.get(name) is not TaskSupport.REQUIRED for name in self._input_first):
+            raise ValueError("input_first names tools registered TaskSupport.REQUIRED")
+        if input_first_timeout <= timedelta(0):
+            raise ValueError("input_first_timeout must be positive")
+        self._input_first_timeout = input_first_timeout.total_seconds()
         self._manager = manager
         self._authorizer: Authorizer = authorizer or PrincipalAuthorizer()
         self._payload = payload
@@ -207,6 +217,17 @@ class TasksExtension(Extension):
             # never reaches the tool body because validation fails there too.
             return await call_next(ctx)
         request = self._authorize(ctx)
+        gathered: dict[str, Any] | None = None
+        if params.name in self._input_first:
+            inline = await self._run_inline(ctx, call_next)
+            if inline is not None:
+                return inline  # an input round, or the tool's own answer
+            gathered = {
+                key: answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+                if hasattr(answer, "model_dump")
+                else answer
+                for key, answer in (params.input_responses or {}).items()
+            }
         capabilities = ctx.session.client_capabilities
         call = ToolCall(
             tool=params.name,
@@ -217,6 +238,8 @@ class TasksExtension(Extension):
                 if capabilities is not None
                 else None
             ),
+            input_responses=gathered,
+            request_state=params.request_state if gathered is not None else None,
         )
         payload = self._payload(params, ctx) if self._payload is not None else b""
         task = await self._guard(
@@ -230,6 +253,23 @@ class TasksExtension(Extension):
             refused="Tool arguments exceed the task limits",
         )
         return created_result(task)
+
+    async def _run_inline(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult | None:
+        """Run an ``input_first`` tool here for one round; ``None`` once it called
+        :func:`run_as_task` (the rest becomes a task). Bounded: the server runs it."""
+        token = _PHASE.set("inline")
+        try:
+            async with asyncio.timeout(self._input_first_timeout):
+                return await call_next(ctx)
+        except RunAsTask:
+            return None
+        except TimeoutError:
+            logger.error("an input_first tool ran past input_first_timeout inline")
+            raise internal_error() from None
+        finally:
+            _PHASE.reset(token)
 
     # -- tasks/* --------------------------------------------------------------------
 

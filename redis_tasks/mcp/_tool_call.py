@@ -21,6 +21,8 @@ __all__ = ["ToolCall"]
 
 #: Bumped if the stored shape ever changes, so an old worker refuses a new task.
 _VERSION: Final = 1
+#: The shape with the input gathered before the task (``run_as_task``).
+_INPUT_VERSION: Final = 2
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,10 @@ class ToolCall:
     arguments: Mapping[str, Any] = field(repr=False)
     endpoint: str = field(repr=False)
     client_capabilities: Mapping[str, Any] | None = field(default=None, repr=False)
+    #: The answers gathered inline before the call became a task (``run_as_task``),
+    #: and the tool's ``requestState`` of that round; ``None`` for a plain call.
+    input_responses: Mapping[str, Any] | None = field(default=None, repr=False)
+    request_state: str | None = field(default=None, repr=False)
 
     def to_origin(self, limits: Limits) -> TaskOrigin:
         """The task origin: canonical JSON, bounded by ``limits``."""
@@ -42,6 +48,12 @@ class ToolCall:
         }
         if self.client_capabilities is not None:
             state["clientCapabilities"] = dict(self.client_capabilities)
+        if self.input_responses is not None:
+            # A worker that does not know these would run the tool without them.
+            state["v"] = _INPUT_VERSION
+            state["inputResponses"] = dict(self.input_responses)
+            if self.request_state is not None:
+                state["requestState"] = self.request_state
         return TaskOrigin.from_persisted_state(
             state, max_bytes=limits.max_origin_bytes, max_depth=limits.max_origin_depth
         )
@@ -56,12 +68,16 @@ class ToolCall:
         arguments = state.get("arguments")
         endpoint = state.get("endpoint")
         capabilities = state.get("clientCapabilities")
+        responses = state.get("inputResponses")
+        request_state = state.get("requestState")
         if (
-            state.get("v") != _VERSION
+            state.get("v") not in (_VERSION, _INPUT_VERSION)
             or not isinstance(tool, str)
             or not isinstance(arguments, dict)
             or not isinstance(endpoint, str)
             or not (capabilities is None or isinstance(capabilities, dict))
+            or not (responses is None or isinstance(responses, dict))
+            or not (request_state is None or isinstance(request_state, str))
         ):
             raise ValidationError("the task origin is not a tools/call made by TasksExtension")
-        return cls(tool, arguments, endpoint, capabilities)
+        return cls(tool, arguments, endpoint, capabilities, responses, request_state)

@@ -44,6 +44,7 @@ from redis_tasks._errors import ValidationError
 from redis_tasks._execution import Handler, TaskExecution, TaskFailed
 from redis_tasks._models import INPUT_METHODS, InputRequest, JsonRpcError
 
+from ._escalate import _PHASE
 from ._tool_call import ToolCall
 
 if TYPE_CHECKING:
@@ -220,7 +221,17 @@ class _ToolRun:
         )
 
     async def run(self) -> dict[str, Any]:
+        # The input an input_first tool gathered inline before it became this task.
         params: InputResponseRequestParams | None = None
+        if self._call.input_responses is not None:
+            params = InputResponseRequestParams.model_validate(
+                {
+                    "inputResponses": dict(self._call.input_responses) or None,
+                    "requestState": self._call.request_state,
+                },
+                by_name=False,
+            )
+        _PHASE.set("task")  # run_as_task() returns here (this task's own context)
         for _ in range(MAX_INPUT_ROUNDS):
             context: Context[Any, Any] = Context(
                 request_context=self._request_context, mcp_server=self._server, input_params=params
