@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
 from pydantic import BaseModel
@@ -63,7 +64,14 @@ tasks = TasksExtension(
     },
     input_first=["test_tool_with_task"],
 )
-server = MCPServer("redis-tasks-conformance", extensions=[tasks], lifespan=tasks.lifespan)
+# Server processes behind one balancer share the key that seals MRTR requestState.
+_STATE_KEY = os.environ.get("RT_TEST_STATE_KEY")
+server = MCPServer(
+    "redis-tasks-conformance",
+    extensions=[tasks],
+    lifespan=tasks.lifespan,
+    request_state_security=RequestStateSecurity(keys=[_STATE_KEY]) if _STATE_KEY else None,
+)
 
 
 @server.tool()

