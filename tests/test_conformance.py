@@ -134,3 +134,30 @@ def test_the_conformance_suite_passes(endpoint: str, scenario: str) -> None:
     assert int(summary.group(3)) == len(failed)
     if scenario != "tasks-status-notifications":  # its checks are not on the 2026-07-28 wire
         assert int(summary.group(2)) > 0, output[-3000:]
+
+
+FASTMCP_PYTHON = ROOT / "benchmarks/.venv-fastmcp/bin/python"
+FASTMCP_CHECKS = (
+    "sync tool",
+    "task created, polled to its result",
+    "elicitation answered through tasks/update",
+    "cancel",
+    "tool error",
+    "protocol error",
+    "unknown task ID",
+)
+
+
+def test_fastmcp_tasks_client_drives_our_server(endpoint: str) -> None:
+    """The other Python client of the extension, from its own virtualenv (make bench-fastmcp)."""
+    if not FASTMCP_PYTHON.is_file():
+        pytest.fail("fastmcp-tasks' virtualenv is missing: run `make bench-fastmcp`")
+    done = subprocess.run(
+        [str(FASTMCP_PYTHON), str(ROOT / "tests/fastmcp_client_check.py"), endpoint],
+        capture_output=True, text=True, timeout=300, check=False, cwd=ROOT,
+    )  # fmt: skip
+    passed = [
+        line.removeprefix("ok ") for line in done.stdout.splitlines() if line.startswith("ok ")
+    ]
+    assert passed == list(FASTMCP_CHECKS), done.stdout + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
