@@ -224,8 +224,6 @@ class TasksExtension(Extension):
                 return inline  # an input round, or the tool's own answer
             gathered = {
                 key: answer.model_dump(by_alias=True, mode="json", exclude_none=True)
-                if hasattr(answer, "model_dump")
-                else answer
                 for key, answer in (params.input_responses or {}).items()
             }
         capabilities = ctx.session.client_capabilities
