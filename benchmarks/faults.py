@@ -92,7 +92,7 @@ from redis_tasks import (
 from redis_tasks._bench._adapter import ORIGIN, WHO, delete_prefix
 from redis_tasks._bench._progress import Progress, percentile
 from redis_tasks._ids import parse_task_id
-from redis_tasks._keys import KeySpace
+from redis_tasks._redis.keys import KeySpace
 from redis_tasks.testing import RedisServer, start_redis_server
 
 __all__ = [

@@ -17,8 +17,8 @@ from ._errors import BackendError
 from ._execution import Handler
 from ._logs import configure_logging
 from ._loop import LOOPS, loop_name, run
-from ._redis import RedisTaskManager
-from ._worker import Worker
+from ._redis.manager import RedisTaskManager
+from ._worker.worker import Worker
 
 __all__ = ["add_worker_command", "load_handler", "run_worker"]
 

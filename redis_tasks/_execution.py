@@ -10,7 +10,7 @@ from ._models import InputRequest, JsonRpcError
 from ._origin import TaskOrigin
 
 if TYPE_CHECKING:
-    from ._redis import RedisTaskManager
+    from ._redis.manager import RedisTaskManager
 
 __all__ = ["Handler", "TaskExecution", "TaskFailed"]
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ._redis import RedisTaskManager
+from ._redis.manager import RedisTaskManager
 from .testing import free_port, wait_listening
 
 __all__ = ["EXPECTED", "main", "run_demo"]

@@ -19,7 +19,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from ._redis import RedisTaskManager
+from ._redis.manager import RedisTaskManager
 from .mcp import TasksExtension, TaskSupport, tool_handler
 
 __all__ = ["app", "handler", "server", "tasks"]

@@ -17,8 +17,8 @@ import pytest
 from redis.asyncio import Redis
 
 from redis_tasks import InMemoryTaskManager, Limits, RedisTaskManager
-from redis_tasks._client import Client
-from redis_tasks._keys import KeySpace
+from redis_tasks._redis.client import Client
+from redis_tasks._redis.keys import KeySpace
 from redis_tasks.testing import RedisCluster, RedisServer, start_redis_cluster, start_redis_server
 
 #: "acl" is the standalone server reached as a user holding only the README's ACL line.

@@ -24,7 +24,7 @@ from redis_tasks import (
     TaskRequestContext,
     TaskStatus,
 )
-from redis_tasks._keys import KeySpace
+from redis_tasks._redis.keys import KeySpace
 from redis_tasks.testing import RedisCluster, RedisServer, wait_failover
 
 from . import _burst

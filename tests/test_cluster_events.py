@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from redis_tasks import RedisTaskManager, TaskRequestContext
-from redis_tasks._shard_tail import ShardTail, _Stream, stream_id
+from redis_tasks._redis.shard_tail import ShardTail, _Stream, stream_id
 from redis_tasks.testing import RedisCluster, wait_failover
 
 from .conftest import README

@@ -124,10 +124,10 @@ from redis_tasks import (
     TaskRequestContext,
     TaskUpdateContext,
 )
-from redis_tasks import _redis as redis_module
 from redis_tasks._ids import new_task_id, parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim
 from redis_tasks._record import Encoder
+from redis_tasks._redis import manager as redis_module
 from redis_tasks._status import TERMINAL_STATUSES
 from redis_tasks.testing import RedisServer
 

@@ -11,8 +11,8 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
-from redis_tasks import _pipeline
-from redis_tasks._pipeline import MAX_BATCH, MAX_IN_FLIGHT, AutoPipeline, pack
+from redis_tasks._redis import pipeline as _pipeline
+from redis_tasks._redis.pipeline import MAX_BATCH, MAX_IN_FLIGHT, AutoPipeline, pack
 from redis_tasks.testing import RedisServer
 
 

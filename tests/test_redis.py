@@ -26,11 +26,11 @@ from redis_tasks import (
     TaskStatus,
     TaskUpdateContext,
 )
-from redis_tasks._keys import KeySpace
 from redis_tasks._models import RequestContext
 from redis_tasks._origin import TaskOrigin
-from redis_tasks._pipeline import AutoPipeline
-from redis_tasks._scripts import SPECS, _check_header, lua_dir, scripts
+from redis_tasks._redis.keys import KeySpace
+from redis_tasks._redis.pipeline import AutoPipeline
+from redis_tasks._redis.scripts import SPECS, _check_header, lua_dir, scripts
 from redis_tasks.testing import RedisServer, start_redis_server
 
 from .conftest import Backend

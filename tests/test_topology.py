@@ -22,9 +22,9 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from redis_tasks._client import ConnectionSettings
 from redis_tasks._errors import BackendError
-from redis_tasks._topology import ClusterTopology, Node, Topology, pause_after
+from redis_tasks._redis.client import ConnectionSettings
+from redis_tasks._redis.topology import ClusterTopology, Node, Topology, pause_after
 
 
 class Scripted(Topology):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from redis_tasks._scripts import SPECS
+from redis_tasks._redis.scripts import SPECS
 from redis_tasks.testing import RedisServer
 
 pytestmark = pytest.mark.slow
@@ -21,7 +21,7 @@ SMOKE = textwrap.dedent(
     """
     import asyncio, sys
     import redis_tasks
-    from redis_tasks._scripts import lua_dir, scripts
+    from redis_tasks._redis.scripts import lua_dir, scripts
     from redis_tasks import RedisTaskManager, RequestContext, TaskOrigin, TaskRequestContext
 
     assert "site-packages" in redis_tasks.__file__, redis_tasks.__file__

@@ -26,7 +26,7 @@ from redis_tasks import (
     TaskUpdateContext,
     Worker,
 )
-from redis_tasks._keys import WORK_GROUP
+from redis_tasks._redis.keys import WORK_GROUP
 
 from .conftest import Backend
 from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, reaches, wait_until

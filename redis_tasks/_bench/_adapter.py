@@ -14,8 +14,8 @@ from typing import Any
 from redis_tasks._execution import TaskExecution
 from redis_tasks._models import RequestContext
 from redis_tasks._origin import TaskOrigin
-from redis_tasks._redis import RedisTaskManager
-from redis_tasks._worker import Worker
+from redis_tasks._redis.manager import RedisTaskManager
+from redis_tasks._worker.worker import Worker
 
 from ._protocol import OnJob, main
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from redis_tasks._loop import run
 from redis_tasks._models import TaskRequestContext
-from redis_tasks._redis import RedisTaskManager
+from redis_tasks._redis.manager import RedisTaskManager
 
 from ._adapter import ORIGIN, WHO
 

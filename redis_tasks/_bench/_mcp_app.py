@@ -22,7 +22,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 
-from redis_tasks._redis import RedisTaskManager
+from redis_tasks._redis.manager import RedisTaskManager
 from redis_tasks.mcp import TasksExtension, TaskSupport, tool_handler
 
 __all__ = [

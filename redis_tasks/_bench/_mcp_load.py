@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any, Final, Self
 
 from redis_tasks._models import TaskRequestContext
-from redis_tasks._redis import RedisTaskManager
+from redis_tasks._redis.manager import RedisTaskManager
 from redis_tasks.testing import free_port
 
 from ._adapter import delete_prefix

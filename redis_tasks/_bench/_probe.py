@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
-from redis_tasks._client import ConnectionSettings
-from redis_tasks._topology import Topology, connect
+from redis_tasks._redis.client import ConnectionSettings
+from redis_tasks._redis.topology import Topology, connect
 
 __all__ = ["Probe", "RedisAddress"]
 

@@ -26,8 +26,8 @@ from typing import IO, Any, Final
 from redis_tasks._ids import parse_task_id
 from redis_tasks._models import TaskRequestContext
 from redis_tasks._origin import TaskOrigin
-from redis_tasks._redis import RedisTaskManager
-from redis_tasks._scripts import scripts
+from redis_tasks._redis.manager import RedisTaskManager
+from redis_tasks._redis.scripts import scripts
 
 from ._adapter import ORIGIN, WHO, delete_prefix
 from ._probe import Probe, RedisAddress

@@ -26,7 +26,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ResponseError
 from redis.retry import Retry
 
-from ._errors import BackendError, RedisTasksError
+from redis_tasks._errors import BackendError, RedisTasksError
 
 __all__ = ["CLIENT_ERRORS", "Client", "ConnectionSettings", "backend_errors", "is_cluster"]
 

@@ -34,7 +34,7 @@ from typing import Final
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from ._ids import MAX_PARTITIONS
+from redis_tasks._ids import MAX_PARTITIONS
 
 __all__ = ["WORK_GROUP", "KeySpace", "TaskKeys"]
 

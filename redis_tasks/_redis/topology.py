@@ -50,9 +50,10 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._client import ConnectionSettings, backend_errors, is_cluster
-from ._errors import BackendError
-from ._pipeline import AutoPipeline
+from redis_tasks._errors import BackendError
+
+from .client import ConnectionSettings, backend_errors, is_cluster
+from .pipeline import AutoPipeline
 
 __all__ = [
     "TRANSIENT",

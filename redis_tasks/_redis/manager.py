@@ -17,15 +17,13 @@ from typing import Any, Self, TypeVar
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import NoPermissionError
 
-from ._client import CLIENT_ERRORS, Client, ConnectionSettings, backend_errors, is_cluster
-from ._codes import ReturnCode, error_for
-from ._errors import BackendError, TaskNotFoundError
-from ._events import RedisEventPublisher, TaskEventPublisher
-from ._ids import MAX_PARTITIONS, new_task_id, parse_task_id
-from ._keys import WORK_GROUP, KeySpace, TaskKeys
-from ._lease import INTERNAL_ERROR, Claim, ClaimOutcome
-from ._limits import Limits
-from ._models import (
+from redis_tasks._codes import ReturnCode, error_for
+from redis_tasks._errors import BackendError, TaskNotFoundError
+from redis_tasks._events import TaskEventPublisher
+from redis_tasks._ids import MAX_PARTITIONS, new_task_id, parse_task_id
+from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
+from redis_tasks._limits import Limits
+from redis_tasks._models import (
     InputRequest,
     JsonRpcError,
     RequestContext,
@@ -33,13 +31,17 @@ from ._models import (
     TaskRequestContext,
     TaskUpdateContext,
 )
-from ._origin import TaskOrigin
-from ._pipeline import pack
-from ._rawio import KeptConnection
-from ._record import Encoder, created_task, decode_answers, decode_origin, decode_task
-from ._scripts import Arg, ScriptRunner, scripts
-from ._status import TaskStatus
-from ._topology import ClusterTopology, Node, StandaloneTopology, Topology
+from redis_tasks._origin import TaskOrigin
+from redis_tasks._record import Encoder, created_task, decode_answers, decode_origin, decode_task
+from redis_tasks._status import TaskStatus
+
+from .client import CLIENT_ERRORS, Client, ConnectionSettings, backend_errors, is_cluster
+from .events import RedisEventPublisher
+from .keys import WORK_GROUP, KeySpace, TaskKeys
+from .pipeline import pack
+from .rawio import KeptConnection
+from .scripts import Arg, ScriptRunner, scripts
+from .topology import ClusterTopology, Node, StandaloneTopology, Topology
 
 __all__ = ["RedisTaskManager"]
 

@@ -36,7 +36,7 @@ from redis.asyncio.connection import ConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from ._client import CLIENT_ERRORS
+from .client import CLIENT_ERRORS
 
 __all__ = ["AutoPipeline", "Call", "pack", "write"]
 

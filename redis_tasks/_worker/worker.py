@@ -33,7 +33,7 @@ from typing import Any, Final, Self
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from ._errors import (
+from redis_tasks._errors import (
     BackendError,
     LeaseLostError,
     RedisTasksError,
@@ -42,13 +42,13 @@ from ._errors import (
     TaskTerminalError,
     ValidationError,
 )
-from ._execution import Handler, TaskExecution, TaskFailed
-from ._ids import parse_task_id
-from ._keys import WORK_GROUP
-from ._lease import INTERNAL_ERROR, Claim, ClaimOutcome
-from ._models import JsonRpcError
-from ._rawio import KeptConnection, stream_entries
-from ._redis import RedisTaskManager
+from redis_tasks._execution import Handler, TaskExecution, TaskFailed
+from redis_tasks._ids import parse_task_id
+from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
+from redis_tasks._models import JsonRpcError
+from redis_tasks._redis.keys import WORK_GROUP
+from redis_tasks._redis.manager import RedisTaskManager
+from redis_tasks._redis.rawio import KeptConnection, stream_entries
 
 __all__ = ["Worker"]
 

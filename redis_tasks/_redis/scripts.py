@@ -21,12 +21,13 @@ from typing import Any, Final
 
 from redis.exceptions import NoScriptError
 
-from ._client import backend_errors
-from ._codes import ReturnCode, error_for
-from ._errors import BackendError, InternalError, ReplicationError
-from ._keys import WORK_GROUP
-from ._status import TERMINAL_STATUSES
-from ._topology import Node, Topology
+from redis_tasks._codes import ReturnCode, error_for
+from redis_tasks._errors import BackendError, InternalError, ReplicationError
+from redis_tasks._status import TERMINAL_STATUSES
+
+from .client import backend_errors
+from .keys import WORK_GROUP
+from .topology import Node, Topology
 
 __all__ = ["SPECS", "Script", "ScriptRunner", "lua_dir", "scripts"]
 
@@ -39,9 +40,9 @@ Arg = str | bytes | int
 
 def lua_dir() -> Path:
     """Where the scripts are: inside the installed package, or the source tree's ``lua/``."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "lua"
-    return packaged if packaged.is_dir() else here.parent / "lua"
+    package = Path(__file__).resolve().parent.parent
+    packaged = package / "lua"
+    return packaged if packaged.is_dir() else package.parent / "lua"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,8 @@ from typing import Any
 
 from redis.exceptions import MovedError, ResponseError
 
-from ._pipeline import write
-from ._topology import TRANSIENT, Node, Topology
+from .pipeline import write
+from .topology import TRANSIENT, Node, Topology
 
 __all__ = ["KeptConnection", "entry_field", "stream_entries"]
 

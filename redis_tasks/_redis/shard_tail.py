@@ -39,10 +39,10 @@ from typing import Any, Final
 
 from redis.exceptions import MovedError, NoPermissionError, ResponseError
 
-from ._client import CLIENT_ERRORS
-from ._pipeline import pack, write
-from ._rawio import entry_field, stream_entries
-from ._topology import Node, Topology
+from .client import CLIENT_ERRORS
+from .pipeline import pack, write
+from .rawio import entry_field, stream_entries
+from .topology import Node, Topology
 
 __all__ = ["ShardTail"]
 
