@@ -2,7 +2,11 @@
   finish: the one terminal transition a task gets (completed, failed or
   cancelled). The outcome and the terminal status are written together; the
   work entry is acknowledged and deleted, and data no longer needed (payload,
-  input-request state) is dropped. A second finish gets RC_TERMINAL.
+  input-request state) is dropped. A second finish gets RC_TERMINAL, even one
+  asking for the identical outcome, unless it is a retry of the same call: the
+  same operation ID (an unfenced call's random ID, kept in `op` once it wins),
+  or, for a fenced call (operation ""), the same lease holder asking for the same
+  transition again.
 
   KEYS:
     1 task           the task record hash
@@ -20,9 +24,10 @@
     5 message
     6 outcome_field  "rs" (result), "er" (error) or "" (none)
     7 outcome        msgpack
-    8 events         the event stream's MAXLEN, then "p" to also SPUBLISH
+    8 operation      the unfenced call's operation ID; "" for a fenced call
+    9 events         the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
-    {RC_OK}          also when this very transition was already applied (a retry)
+    {RC_OK}          also when this very call was already applied (a retry)
     {RC_NOT_FOUND} | {RC_LEASE_LOST} | {RC_TERMINAL}
   Events: one entry.
 ]]
@@ -35,18 +40,29 @@ local has_message = ARGV[4] == '1'
 local message = ARGV[5]
 local outcome_field = ARGV[6]
 local outcome = ARGV[7]
-local events = ARGV[8]
+local operation = ARGV[8]
+local events = ARGV[9]
 
-local t = hmget(task_key, 'st', 'fn', 'ua', 'wk', 'sm', outcome_field ~= '' and outcome_field or 'st')
+local t = hmget(task_key, 'st', 'fn', 'ua', 'wk', 'sm',
+  outcome_field ~= '' and outcome_field or 'st', 'op')
 local guard = worker_guard(t[1], t[2], fence)
-if guard == RC_TERMINAL and t[1] == status
-    and t[5] == (has_message and message or false)
-    and (outcome_field == '' or t[6] == outcome) then
-  return {RC_OK}  -- the same transition again: a retry after a lost reply
+if guard == RC_TERMINAL then
+  if operation ~= '' then
+    if t[7] == operation then
+      return {RC_OK}  -- this very call again: a retry after a lost reply
+    end
+  elseif not t[7] and t[1] == status
+      and t[5] == (has_message and message or false)
+      and (outcome_field == '' or t[6] == outcome) then
+    return {RC_OK}  -- the lease holder's same transition again (fence checked above)
+  end
 end
 if guard ~= RC_OK then
   return {guard}
 end
 terminate(KEYS, task_id, t[4], t[3], status, has_message and message or nil,
   outcome_field, outcome, events)
+if operation ~= '' then
+  redis.call('HSET', task_key, 'op', operation)
+end
 return {RC_OK}

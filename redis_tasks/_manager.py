@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
 
 from ._events import TaskEventPublisher
+from ._limits import Limits
 from ._models import (
     InputRequest,
     JsonRpcError,
@@ -47,6 +48,11 @@ class TaskManager(Protocol):
         tb: TracebackType | None,
     ) -> None:
         """Close everything the manager started."""
+        ...
+
+    @property
+    def limits(self) -> Limits:
+        """The bounds the manager validates input against."""
         ...
 
     @property

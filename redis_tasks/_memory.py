@@ -12,25 +12,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
 
+from ._base import NewTask, Outcome, TaskManagerBase
 from ._codes import ReturnCode, error_for
 from ._errors import CapacityError, TaskNotFoundError
 from ._events import InMemoryEventPublisher, TaskEventPublisher
-from ._ids import new_task_id, parse_task_id
+from ._ids import parse_task_id
 from ._limits import Limits
 from ._models import (
-    InputRequest,
-    JsonRpcError,
-    RequestContext,
     Task,
-    TaskRequestContext,
-    TaskUpdateContext,
 )
-from ._origin import TaskOrigin
-from ._record import SNAPSHOT_FIELDS, Encoder, created_task, decode_answers, decode_task
+from ._record import SNAPSHOT_FIELDS, EncodedAnswer, EncodedRequest, decode_answers, decode_task
 from ._status import TERMINAL_STATUSES, TaskStatus
 
 __all__ = ["InMemoryTaskManager"]
@@ -54,7 +48,7 @@ def _flat(pairs: Mapping[bytes, bytes]) -> list[bytes]:
     return [item for pair in pairs.items() for item in pair]
 
 
-class InMemoryTaskManager:
+class InMemoryTaskManager(TaskManagerBase):
     """A process-local task manager with bounded defaults.
 
     Defaults: 1,024 retained tasks, 1 h TTL, 1 s poll interval. A live task is
@@ -73,20 +67,14 @@ class InMemoryTaskManager:
         partitions: int = 16,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if max_tasks < 1 or not 1 <= partitions <= 16384:
-            raise ValueError("max_tasks must be >= 1 and partitions in 1..16384")
-        self._encoder = Encoder(limits or Limits())
+        super().__init__(limits, partitions)
+        if max_tasks < 1:
+            raise ValueError("max_tasks must be >= 1")
         self._max_tasks = max_tasks
-        self._partitions = partitions
         self._clock = clock
         self._tasks: dict[str, _Record] = {}
         self._lock = threading.Lock()
         self._publisher = InMemoryEventPublisher()
-
-    @property
-    def limits(self) -> Limits:
-        """The bounds this manager validates input against."""
-        return self._encoder.limits
 
     async def __aenter__(self) -> Self:
         """Nothing to start; provided for symmetry with the Redis backend."""
@@ -167,25 +155,24 @@ class InMemoryTaskManager:
     def _emit(self, task_id: str) -> None:
         self._publisher.notify(task_id)
 
-    # -- client-facing ---------------------------------------------------------------
+    # -- the contract's hooks (input valid and encoded: see redis_tasks._base) ---------
 
-    async def find_task(self, ctx: TaskRequestContext) -> Task | None:
+    async def _find(self, task_id: str, endpoint: bytes, binding: bytes) -> Task | None:
         """Mirror of ``find.lua``."""
-        endpoint, binding = self._encoder.binding(ctx.request)
         with self._lock:
-            record = self._authorized(ctx.task_id, endpoint, binding)
+            record = self._authorized(task_id, endpoint, binding)
             if record is None:
                 return None
             fields = [record.fields.get(name) for name in SNAPSHOT_FIELDS]
             requests = _flat(record.requests) if record.fields["st"] == _INPUT_REQUIRED else []
-        return decode_task(ctx.task_id, fields, requests)
+        return decode_task(task_id, fields, requests)
 
-    async def update_task(self, ctx: TaskUpdateContext) -> None:
+    async def _update(
+        self, task_id: str, endpoint: bytes, binding: bytes, answers: list[EncodedAnswer]
+    ) -> None:
         """Mirror of ``update.lua``."""
-        endpoint, binding = self._encoder.binding(ctx.request)
-        answers = self._encoder.input_responses(ctx.input_responses)
         with self._lock:
-            record = self._authorized(ctx.task_id, endpoint, binding)
+            record = self._authorized(task_id, endpoint, binding)
             if record is None:
                 raise TaskNotFoundError()
             if record.fields["st"] != _INPUT_REQUIRED:
@@ -206,76 +193,52 @@ class InMemoryTaskManager:
             if not record.requests:
                 record.fields["st"] = _WORKING
                 record.fields.pop("sm", None)
-            self._emit(ctx.task_id)
+            self._emit(task_id)
 
-    async def request_cancellation(self, ctx: TaskRequestContext) -> None:
+    async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
         """Mirror of ``request_cancel.lua``."""
-        endpoint, binding = self._encoder.binding(ctx.request)
         with self._lock:
-            record = self._authorized(ctx.task_id, endpoint, binding)
+            record = self._authorized(task_id, endpoint, binding)
             if record is None:
                 raise TaskNotFoundError()
             if record.fields["st"] in _TERMINAL or record.fields.get("cx") == b"1":
                 return
             record.fields["cx"] = b"1"
-            self._emit(ctx.task_id)
+            self._emit(task_id)
 
-    # -- application-facing ----------------------------------------------------------
-
-    async def create_task(
-        self,
-        request: RequestContext,
-        origin: TaskOrigin,
-        *,
-        payload: bytes = b"",
-        ttl: timedelta | None = None,
-        poll_interval: timedelta | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Task:
-        """Mirror of ``create.lua`` (without a work queue)."""
-        encoder = self._encoder
-        endpoint, binding = encoder.binding(request)
-        origin_bytes = encoder.origin(origin)
-        payload_bytes = encoder.payload(payload)
-        ttl_ms = encoder.ttl_ms(ttl)
-        poll_ms = encoder.poll_ms(poll_interval)
-        metadata_bytes = encoder.metadata(metadata)
+    async def _create(self, new: NewTask) -> int:
+        """Mirror of ``create.lua``."""
         with self._lock:
             if len(self._tasks) >= self._max_tasks:
                 self._purge_expired()
                 if len(self._tasks) >= self._max_tasks:
                     raise CapacityError(f"the manager already retains {self._max_tasks} tasks")
-            task_id = new_task_id(self._partitions)
             now = self._now()
             fields = {
                 "st": _WORKING,
                 "ca": str(now).encode(),
                 "ua": str(now).encode(),
-                "ttl": str(ttl_ms).encode(),
-                "pi": str(poll_ms).encode(),
-                "ep": endpoint,
-                "pk": binding,
-                "or": origin_bytes,
-                "pl": payload_bytes,
+                "ttl": str(new.ttl_ms).encode(),
+                "pi": str(new.poll_ms).encode(),
+                "ep": new.endpoint,
+                "pk": new.binding,
+                "or": new.origin,
+                "pl": new.payload,
                 "fn": b"0",
             }
-            if metadata_bytes:
-                fields["md"] = metadata_bytes
-            expire_at = now + ttl_ms if ttl_ms else None
+            if new.metadata:
+                fields["md"] = new.metadata
+            expire_at = now + new.ttl_ms if new.ttl_ms else None
             if expire_at is not None:
                 fields["ex"] = str(expire_at).encode()
-            self._tasks[task_id] = _Record(fields, expire_at)
-            self._emit(task_id)
-        return created_task(task_id, now, ttl_ms, poll_ms, origin, metadata_bytes)
+            self._tasks[new.task_id] = _Record(fields, expire_at)
+            self._emit(new.task_id)
+        return now
 
-    async def mark_working(
-        self, task_id: str, status_message: str | None = None, *, fence: int | None = None
-    ) -> None:
+    async def _set_working(self, task_id: str, fence: bytes, message: bytes | None) -> None:
         """Mirror of ``set_status.lua``."""
-        message = self._encoder.status_message(status_message)
-        fence_bytes = self._encoder.fence(fence)
         with self._lock:
-            record = self._guarded(task_id, fence_bytes)
+            record = self._guarded(task_id, fence)
             status = record.fields["st"]
             if status == _WORKING and record.fields.get("sm") == message:
                 return
@@ -285,27 +248,19 @@ class InMemoryTaskManager:
             record.requests.clear()
             self._emit(task_id)
 
-    async def request_input(
-        self,
-        task_id: str,
-        requests: Mapping[str, InputRequest],
-        status_message: str | None = None,
-        *,
-        fence: int | None = None,
+    async def _request_input(
+        self, task_id: str, fence: bytes, message: bytes | None, requests: list[EncodedRequest]
     ) -> dict[str, Any]:
         """Mirror of ``request_input.lua``."""
-        encoded = self._encoder.input_requests(requests)
-        message = self._encoder.status_message(status_message)
-        fence_bytes = self._encoder.fence(fence)
         with self._lock:
-            record = self._guarded(task_id, fence_bytes)
-            for request in encoded:
+            record = self._guarded(task_id, fence)
+            for request in requests:
                 issued = record.issued.get(request.key)
                 if issued is not None and issued != request.fingerprint:
                     raise error_for(ReturnCode.KEY_REUSED, request.key)
             answers: dict[bytes, bytes] = {}
             pending: dict[bytes, bytes] = {}
-            for request in encoded:
+            for request in requests:
                 record.issued.setdefault(request.key, request.fingerprint)
                 recorded = record.journal.get(request.key)
                 if recorded is not None:
@@ -333,72 +288,39 @@ class InMemoryTaskManager:
                 self._emit(task_id)
         return decode_answers(_flat(answers))
 
-    async def take_input_responses(
-        self, task_id: str, *, fence: int | None = None
-    ) -> dict[str, Any]:
+    async def _take_answers(self, task_id: str, fence: bytes) -> dict[str, Any]:
         """Mirror of ``take_answers.lua``."""
-        fence_bytes = self._encoder.fence(fence)
         with self._lock:
-            record = self._guarded(task_id, fence_bytes)
+            record = self._guarded(task_id, fence)
             taken, record.answers = record.answers, {}
         return decode_answers(_flat(taken))
 
-    async def complete_task(
-        self,
-        task_id: str,
-        result: dict[str, Any],
-        status_message: str | None = None,
-        *,
-        fence: int | None = None,
-    ) -> None:
-        """Mirror of ``finish.lua`` with ``completed``."""
-        outcome = self._encoder.result(result)
-        self._finish(task_id, TaskStatus.COMPLETED, status_message, fence, "rs", outcome)
-
-    async def fail_task(
-        self,
-        task_id: str,
-        error: JsonRpcError,
-        status_message: str | None = None,
-        *,
-        fence: int | None = None,
-    ) -> None:
-        """Mirror of ``finish.lua`` with ``failed``."""
-        outcome = self._encoder.error(error)
-        self._finish(task_id, TaskStatus.FAILED, status_message, fence, "er", outcome)
-
-    async def cancel_task(
-        self, task_id: str, status_message: str | None = None, *, fence: int | None = None
-    ) -> None:
-        """Mirror of ``finish.lua`` with ``cancelled``."""
-        self._finish(task_id, TaskStatus.CANCELLED, status_message, fence, None, b"")
-
-    def _finish(
-        self,
-        task_id: str,
-        status: TaskStatus,
-        status_message: str | None,
-        fence: int | None,
-        outcome_field: str | None,
-        outcome: bytes,
-    ) -> None:
-        message = self._encoder.status_message(status_message)
-        fence_bytes = self._encoder.fence(fence)
+    async def _finish(self, task_id: str, outcome: Outcome) -> None:
+        """Mirror of ``finish.lua``."""
+        status = outcome.status.value.encode()
+        field = outcome.result_field.decode()
         with self._lock:
             record = self._live(task_id)
-            if (
-                record is not None
-                and (not fence_bytes or fence_bytes == record.fields["fn"])
-                and record.fields["st"] == status.value.encode()
-                and record.fields.get("sm") == message
-                and (outcome_field is None or record.fields.get(outcome_field) == outcome)
-            ):
-                return  # the same transition again: a retry after a lost reply
-            record = self._guarded(task_id, fence_bytes)
-            record.fields["st"] = status.value.encode()
-            self._set_message(record, message)
-            if outcome_field is not None:
-                record.fields[outcome_field] = outcome
+            if record is not None and record.fields["st"] in _TERMINAL:
+                stored = record.fields.get("op")
+                if outcome.operation:
+                    if stored == outcome.operation:
+                        return  # this very call again: a retry after a lost reply
+                elif (
+                    stored is None
+                    and outcome.fence == record.fields["fn"]
+                    and record.fields["st"] == status
+                    and record.fields.get("sm") == outcome.message
+                    and (not field or record.fields.get(field) == outcome.value)
+                ):
+                    return  # the lease holder's same transition again
+            record = self._guarded(task_id, outcome.fence)
+            record.fields["st"] = status
+            self._set_message(record, outcome.message)
+            if field:
+                record.fields[field] = outcome.value
+            if outcome.operation:
+                record.fields["op"] = outcome.operation
             record.fields.pop("pl", None)
             self._touch(record, self._now())
             record.requests.clear()
@@ -407,13 +329,12 @@ class InMemoryTaskManager:
             record.journal.clear()
             self._emit(task_id)
 
-    async def is_cancellation_requested(self, task_id: str, *, fence: int | None = None) -> bool:
+    async def _cancel_requested(self, task_id: str, fence: bytes) -> bool:
         """Mirror of ``cancel_requested.lua``."""
-        fence_bytes = self._encoder.fence(fence)
         with self._lock:
             record = self._live(task_id)
             if record is None:
                 raise TaskNotFoundError()
-            if fence_bytes and fence_bytes != record.fields["fn"]:
+            if fence and fence != record.fields["fn"]:
                 raise error_for(ReturnCode.LEASE_LOST)
             return record.fields.get("cx") == b"1"

@@ -25,8 +25,10 @@ async def _attempt(manager: RedisTaskManager, task_id: str, way: str, token: str
             await manager.complete_task(task_id, {"winner": token})
         elif way == "fail":
             await manager.fail_task(task_id, JsonRpcError(code=-32000, message="x", data=token))
-        else:
+        elif way == "cancel":
             await manager.cancel_task(task_id, token)
+        else:  # "same": every racer asks for the identical outcome
+            await manager.cancel_task(task_id)
     except TaskTerminalError:
         return "terminal"
     except Exception as exc:  # reported to the parent, which fails the test
@@ -42,8 +44,10 @@ def race(
     coroutines: int,
     barrier: Barrier,
     results: Queue[Any],
+    identical: bool = False,
 ) -> None:
-    """Race ``coroutines`` terminal transitions per task against the other process."""
+    """Race ``coroutines`` terminal transitions per task against the other process:
+    distinct outcomes, or (``identical``) the same plain cancel from every racer."""
 
     async def main() -> list[tuple[str, str, str, str]]:
         outcomes = []
@@ -51,7 +55,7 @@ def race(
             await manager.client.ping()  # connect before the race starts
             for task_id in task_ids:
                 barrier.wait()  # both processes start each task's race together
-                ways = [WAYS[(i + who) % 3] for i in range(coroutines)]
+                ways = ["same" if identical else WAYS[(i + who) % 3] for i in range(coroutines)]
                 tokens = [f"p{who}c{i}" for i in range(coroutines)]
                 got = await asyncio.gather(
                     *(_attempt(manager, task_id, w, t) for w, t in zip(ways, tokens, strict=True))

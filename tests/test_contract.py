@@ -7,6 +7,7 @@ in-memory reference, fakeredis and a real redis-server (see conftest).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,6 +32,7 @@ from redis_tasks import (
     TaskTerminalError,
     TaskUpdateContext,
 )
+from redis_tasks._base import Outcome
 
 from .conftest import Backend, BackendFactory
 from .helpers import (
@@ -518,25 +520,60 @@ async def test_exactly_one_terminal_transition_wins_a_race(backend: Backend) -> 
 
 
 @pytest.mark.parametrize("how", ["complete", "fail", "cancel"])
-async def test_repeating_the_same_terminal_transition_is_accepted_but_a_different_one_is_not(
+async def test_another_call_finds_the_task_terminal_even_with_the_identical_outcome(
     backend: Backend, how: str
 ) -> None:
     m = backend.manager
     task_id = await new_task(m)
     await finish(m, task_id, how, "same")
     before = await find(m, task_id)
-    await finish(m, task_id, how, "same")  # as a retry after a lost reply would
+    for other_how in ("complete", "fail", "cancel"):
+        with pytest.raises(TaskTerminalError):
+            await finish(m, task_id, other_how, "same")
+        with pytest.raises(TaskTerminalError):
+            await finish(m, task_id, other_how, "other")
+    with pytest.raises(TaskTerminalError):  # the fence of no lease is no help either
+        await finish(m, task_id, how, "same", fence=0)
+    with pytest.raises(LeaseLostError):
+        await finish(m, task_id, how, "same", fence=5)
+    assert await find(m, task_id) == before
+
+
+async def test_a_retry_of_the_same_call_is_accepted(backend: Backend) -> None:
+    """What the script runner sends again after a lost reply: the same arguments,
+    operation ID included. Only that call may repeat; the same outcome under
+    another operation ID is another call."""
+    m = backend.manager
+    task_id = await new_task(m)
+    outcome = Outcome(TaskStatus.CANCELLED, b"bye", b"", b"", b"", b"0123456789abcdef")
+    await m._finish(task_id, outcome)
+    before = await find(m, task_id)
+    await m._finish(task_id, outcome)
+    assert await find(m, task_id) == before
+    with pytest.raises(TaskTerminalError):
+        await m._finish(task_id, dataclasses.replace(outcome, operation=b"fedcba9876543210"))
+    assert await find(m, task_id) == before
+
+
+@pytest.mark.parametrize("how", ["complete", "fail", "cancel"])
+async def test_the_lease_holder_may_repeat_its_own_transition_and_no_other(
+    backend: Backend, how: str
+) -> None:
+    """A worker's calls are told apart by their fence: the holder repeating its own
+    identical transition (a retry) is accepted; a different one, or anyone else's
+    identical one, finds the task terminal."""
+    m = backend.manager
+    task_id = await new_task(m)  # never claimed: its fence is 0
+    await finish(m, task_id, how, "same", fence=0)
+    before = await find(m, task_id)
     await finish(m, task_id, how, "same", fence=0)
     assert await find(m, task_id) == before
-    for other_how, token in (("complete", "other"), ("fail", "other"), ("cancel", "other")):
-        with pytest.raises(TaskTerminalError):
-            await finish(m, task_id, other_how, token)
     others = [w for w in ("complete", "fail", "cancel") if w != how]
     for other_how in others:
         with pytest.raises(TaskTerminalError):
-            await finish(m, task_id, other_how, "same")
-    with pytest.raises(LeaseLostError):
-        await finish(m, task_id, how, "same", fence=5)
+            await finish(m, task_id, other_how, "same", fence=0)
+    with pytest.raises(TaskTerminalError):
+        await finish(m, task_id, how, "same")
     assert await find(m, task_id) == before
 
 

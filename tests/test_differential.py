@@ -124,10 +124,10 @@ from redis_tasks import (
     TaskRequestContext,
     TaskUpdateContext,
 )
+from redis_tasks import _base as base_module
 from redis_tasks._ids import new_task_id, parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim
 from redis_tasks._record import Encoder
-from redis_tasks._redis import manager as redis_module
 from redis_tasks._status import TERMINAL_STATUSES
 from redis_tasks.testing import RedisServer
 
@@ -475,7 +475,7 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         memory_task = self.run(call(self.memory))
         # Task IDs are random; the partition a Redis task lands in decides which
         # claim_next reads it, so it is drawn instead (replays must be identical).
-        with mock.patch.object(redis_module, "new_task_id", placed_in(partition)):
+        with mock.patch.object(base_module, "new_task_id", placed_in(partition)):
             redis_task = self.run(call(self.redis))
         assert parse_task_id(redis_task.task_id) == partition
         for task in (memory_task, redis_task):

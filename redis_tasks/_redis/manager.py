@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -17,23 +17,23 @@ from typing import Any, Self, TypeVar
 from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import NoPermissionError
 
+from redis_tasks._base import NewTask, Outcome, TaskManagerBase
 from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import BackendError, TaskNotFoundError
 from redis_tasks._events import TaskEventPublisher
-from redis_tasks._ids import MAX_PARTITIONS, new_task_id, parse_task_id
+from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from redis_tasks._limits import Limits
 from redis_tasks._models import (
-    InputRequest,
-    JsonRpcError,
-    RequestContext,
     Task,
-    TaskRequestContext,
-    TaskUpdateContext,
 )
-from redis_tasks._origin import TaskOrigin
-from redis_tasks._record import Encoder, created_task, decode_answers, decode_origin, decode_task
-from redis_tasks._status import TaskStatus
+from redis_tasks._record import (
+    EncodedAnswer,
+    EncodedRequest,
+    decode_answers,
+    decode_origin,
+    decode_task,
+)
 
 from .client import CLIENT_ERRORS, Client, ConnectionSettings, backend_errors, is_cluster
 from .events import RedisEventPublisher
@@ -51,6 +51,7 @@ T = TypeVar("T")
 
 
 def _message_args(message: bytes | None) -> tuple[bytes, bytes]:
+    """A status message as the scripts' ``has_message``, ``message`` pair."""
     return (b"0", b"") if message is None else (b"1", message)
 
 
@@ -81,7 +82,7 @@ def _claim(reply: list[Any]) -> Claim:
     return Claim(ClaimOutcome.RUN, int(reply[1]), int(reply[2]), origin, bytes(reply[4]))
 
 
-class RedisTaskManager:
+class RedisTaskManager(TaskManagerBase):
     """The task manager on Redis: standalone, Redis Cluster, Valkey; TLS via ``rediss://``.
 
     Keys live under ``prefix`` in ``partitions`` hash-tagged partitions (see
@@ -115,8 +116,7 @@ class RedisTaskManager:
         wait_timeout: float = 1.0,
         close_client: bool = False,
     ) -> None:
-        if not 1 <= partitions <= MAX_PARTITIONS:
-            raise ValueError(f"partitions must be in 1..{MAX_PARTITIONS}")
+        super().__init__(limits, partitions)
         if timeout <= 0 or events_maxlen < 1:
             raise ValueError("timeout and events_maxlen must be positive")
         if wait_replicas < 0:
@@ -131,8 +131,6 @@ class RedisTaskManager:
         self._topology: Topology = topology
         self._cluster_client = client if isinstance(client, RedisCluster) else None
         self._keys = KeySpace(prefix)
-        self._partitions = partitions
-        self._encoder = Encoder(limits or Limits())
         self._timeout = timeout
         # The scripts' `events` argument: the stream's MAXLEN, then "p" when each
         # hint is also published on its shard channel (a cluster's tails listen there).
@@ -202,16 +200,6 @@ class RedisTaskManager:
     def prefix(self) -> str:
         """The key prefix."""
         return self._keys.prefix
-
-    @property
-    def partitions(self) -> int:
-        """How many partitions new tasks are spread over."""
-        return self._partitions
-
-    @property
-    def limits(self) -> Limits:
-        """The bounds this manager validates input against."""
-        return self._encoder.limits
 
     @property
     def client(self) -> Client:
@@ -432,12 +420,11 @@ class RedisTaskManager:
         """Like ``_run``, then ``WAIT`` for the replicas when ``wait_replicas`` is set."""
         return await self._runner.run(name, keys, args, durable=True)
 
-    # -- client-facing ---------------------------------------------------------------
+    # -- the contract's hooks (input valid and encoded: see redis_tasks._base) ---------
 
-    async def find_task(self, ctx: TaskRequestContext) -> Task | None:
+    async def _find(self, task_id: str, endpoint: bytes, binding: bytes) -> Task | None:
         """One ``find`` script call; ``None`` when unknown, expired or unauthorized."""
-        endpoint, binding = self._encoder.binding(ctx.request)
-        keys = self._task_keys(ctx.task_id)
+        keys = self._task_keys(task_id)
         if keys is None:
             return None
         digest = keys.binding_digest(endpoint, binding)
@@ -447,17 +434,17 @@ class RedisTaskManager:
             )
         except TaskNotFoundError:
             return None
-        return decode_task(ctx.task_id, reply[1], reply[2])
+        return decode_task(task_id, reply[1], reply[2])
 
-    async def update_task(self, ctx: TaskUpdateContext) -> None:
+    async def _update(
+        self, task_id: str, endpoint: bytes, binding: bytes, answers: list[EncodedAnswer]
+    ) -> None:
         """One ``update`` script call with the answers that match some request variant."""
-        endpoint, binding = self._encoder.binding(ctx.request)
-        answers = self._encoder.input_responses(ctx.input_responses)
-        keys = self._task_keys(ctx.task_id)
+        keys = self._task_keys(task_id)
         if keys is None:
             raise TaskNotFoundError()
         digest = keys.binding_digest(endpoint, binding)
-        args: list[Arg] = [ctx.task_id, digest, self._events]
+        args: list[Arg] = [task_id, digest, self._events]
         for answer in answers:
             args += (answer.key, answer.kinds, answer.body)
         await self._run(
@@ -473,86 +460,55 @@ class RedisTaskManager:
             tuple(args),
         )
 
-    async def request_cancellation(self, ctx: TaskRequestContext) -> None:
+    async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
         """One ``request_cancel`` script call."""
-        endpoint, binding = self._encoder.binding(ctx.request)
-        keys = self._task_keys(ctx.task_id)
+        keys = self._task_keys(task_id)
         if keys is None:
             raise TaskNotFoundError()
         digest = keys.binding_digest(endpoint, binding)
         await self._run(
             "request_cancel",
             (keys.task, keys.events, keys.grant(endpoint, binding)),
-            (ctx.task_id, digest, self._events),
+            (task_id, digest, self._events),
         )
 
-    # -- application-facing ----------------------------------------------------------
-
-    async def create_task(
-        self,
-        request: RequestContext,
-        origin: TaskOrigin,
-        *,
-        payload: bytes = b"",
-        ttl: timedelta | None = None,
-        poll_interval: timedelta | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Task:
+    async def _create(self, new: NewTask) -> int:
         """One ``create`` script call: stored, enqueued and announced atomically."""
-        encoder = self._encoder
-        endpoint, binding = encoder.binding(request)
-        origin_bytes = encoder.origin(origin)
-        payload_bytes = encoder.payload(payload)
-        ttl_ms = encoder.ttl_ms(ttl)
-        poll_ms = encoder.poll_ms(poll_interval)
-        metadata_bytes = encoder.metadata(metadata)
-        task_id = new_task_id(self._partitions)
-        keys = self._worker_keys(task_id)
-        digest = keys.binding_digest(endpoint, binding)
+        keys = self._worker_keys(new.task_id)
         reply = await self._run_durable(
             "create",
-            (keys.task, keys.work, keys.events, keys.grant(endpoint, binding)),
+            (keys.task, keys.work, keys.events, keys.grant(new.endpoint, new.binding)),
             (
-                task_id,
-                digest,
-                origin_bytes,
-                payload_bytes,
-                ttl_ms,
-                poll_ms,
-                metadata_bytes,
+                new.task_id,
+                keys.binding_digest(new.endpoint, new.binding),
+                new.origin,
+                new.payload,
+                new.ttl_ms,
+                new.poll_ms,
+                new.metadata,
                 self._events,
             ),
         )
-        return created_task(task_id, int(reply[1]), ttl_ms, poll_ms, origin, metadata_bytes)
+        return int(reply[1])
 
-    async def mark_working(
-        self, task_id: str, status_message: str | None = None, *, fence: int | None = None
-    ) -> None:
+    async def _set_working(self, task_id: str, fence: bytes, message: bytes | None) -> None:
         """One ``set_status`` script call."""
-        has_message, message = _message_args(self._encoder.status_message(status_message))
-        fence_arg = self._encoder.fence(fence)
+        has_message, message_arg = _message_args(message)
         keys = self._worker_keys(task_id)
         await self._run(
             "set_status",
             (keys.task, keys.requests, keys.events),
-            (task_id, fence_arg, has_message, message, self._events),
+            (task_id, fence, has_message, message_arg, self._events),
         )
 
-    async def request_input(
-        self,
-        task_id: str,
-        requests: Mapping[str, InputRequest],
-        status_message: str | None = None,
-        *,
-        fence: int | None = None,
+    async def _request_input(
+        self, task_id: str, fence: bytes, message: bytes | None, requests: list[EncodedRequest]
     ) -> dict[str, Any]:
         """One ``request_input`` script call; returns answers recorded before."""
-        encoded = self._encoder.input_requests(requests)
-        has_message, message = _message_args(self._encoder.status_message(status_message))
-        fence_arg = self._encoder.fence(fence)
+        has_message, message_arg = _message_args(message)
         keys = self._worker_keys(task_id)
-        args: list[Arg] = [task_id, fence_arg, has_message, message, self._events]
-        for request in encoded:
+        args: list[Arg] = [task_id, fence, has_message, message_arg, self._events]
+        for request in requests:
             args += (request.key, request.fingerprint, request.body)
         reply = await self._run(
             "request_input",
@@ -561,77 +517,36 @@ class RedisTaskManager:
         )
         return decode_answers(reply[1])
 
-    async def take_input_responses(
-        self, task_id: str, *, fence: int | None = None
-    ) -> dict[str, Any]:
+    async def _take_answers(self, task_id: str, fence: bytes) -> dict[str, Any]:
         """One ``take_answers`` script call."""
-        fence_arg = self._encoder.fence(fence)
         keys = self._worker_keys(task_id)
-        reply = await self._run("take_answers", (keys.task, keys.answers), (fence_arg,))
+        reply = await self._run("take_answers", (keys.task, keys.answers), (fence,))
         return decode_answers(reply[1])
 
-    async def complete_task(
-        self,
-        task_id: str,
-        result: dict[str, Any],
-        status_message: str | None = None,
-        *,
-        fence: int | None = None,
-    ) -> None:
-        """One ``finish`` script call ending the task ``completed``."""
-        outcome = self._encoder.result(result)
-        await self._finish(task_id, TaskStatus.COMPLETED, status_message, fence, b"rs", outcome)
-
-    async def fail_task(
-        self,
-        task_id: str,
-        error: JsonRpcError,
-        status_message: str | None = None,
-        *,
-        fence: int | None = None,
-    ) -> None:
-        """One ``finish`` script call ending the task ``failed``."""
-        outcome = self._encoder.error(error)
-        await self._finish(task_id, TaskStatus.FAILED, status_message, fence, b"er", outcome)
-
-    async def cancel_task(
-        self, task_id: str, status_message: str | None = None, *, fence: int | None = None
-    ) -> None:
-        """One ``finish`` script call ending the task ``cancelled``."""
-        await self._finish(task_id, TaskStatus.CANCELLED, status_message, fence, b"", b"")
-
-    async def _finish(
-        self,
-        task_id: str,
-        status: TaskStatus,
-        status_message: str | None,
-        fence: int | None,
-        outcome_field: bytes,
-        outcome: bytes,
-    ) -> None:
-        has_message, message = _message_args(self._encoder.status_message(status_message))
-        fence_arg = self._encoder.fence(fence)
+    async def _finish(self, task_id: str, outcome: Outcome) -> None:
+        """One ``finish`` script call."""
+        has_message, message = _message_args(outcome.message)
         keys = self._worker_keys(task_id)
         await self._run_durable(
             "finish",
             keys.terminal(),
             (
                 task_id,
-                fence_arg,
-                status.value,
+                outcome.fence,
+                outcome.status.value,
                 has_message,
                 message,
-                outcome_field,
-                outcome,
+                outcome.result_field,
+                outcome.value,
+                outcome.operation,
                 self._events,
             ),
         )
 
-    async def is_cancellation_requested(self, task_id: str, *, fence: int | None = None) -> bool:
+    async def _cancel_requested(self, task_id: str, fence: bytes) -> bool:
         """One ``cancel_requested`` script call."""
-        fence_arg = self._encoder.fence(fence)
         keys = self._worker_keys(task_id)
-        reply = await self._run("cancel_requested", (keys.task,), (fence_arg,))
+        reply = await self._run("cancel_requested", (keys.task,), (fence,))
         return bool(reply[1])
 
     # -- leases (used by Worker) ------------------------------------------------------

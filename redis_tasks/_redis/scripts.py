@@ -96,6 +96,7 @@ SPECS: Final[dict[str, Spec]] = {
             "message",
             "outcome_field",
             "outcome",
+            "operation",
             "events",
         ),
     ),
