@@ -1,0 +1,142 @@
+"""``WorkQueue``: the one thing a :class:`Worker` talks to, besides the contract.
+
+A worker needs more than the task manager's contract: it reads work entries
+under a consumer name, claims them (fence, attempt, lease deadline), renews
+leases, hands tasks back, and cleans up after crashed peers. Before this
+boundary the worker did those with Redis stream commands of its own, reaching
+into the manager's client and key naming; now each backend implements this
+protocol (the Redis one with its scripts and stream commands, the in-memory one
+with the same semantics in a dict), the worker imports nothing from ``redis``,
+and the worker suite runs on both.
+
+Every method raises only this library's errors: :class:`BackendError` for a
+backend that could not be reached in time, and the contract's errors
+(:class:`LeaseLostError`, :class:`TaskNotFoundError`, :class:`TaskTerminalError`)
+where a lease operation is refused. A work group that went missing (a flushed
+server) is recreated by the queue itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Protocol, runtime_checkable
+
+from ._lease import Claim
+from ._manager import TaskManager
+
+__all__ = ["WorkEntry", "WorkQueue", "WorkReader", "WorkerBackend"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkEntry:
+    """One entry of a partition's work queue, delivered to a consumer.
+
+    ``task_id`` is ``None`` when the entry names no valid task ID (nothing this
+    library wrote): such an entry is dropped, or it would be delivered forever.
+    """
+
+    partition: int
+    entry_id: str
+    task_id: str | None
+
+
+class WorkReader(Protocol):
+    """A consumer's blocking reader of one partition's new entries."""
+
+    async def read(self, count: int) -> list[WorkEntry]:
+        """Up to ``count`` new entries, delivered to this consumer (pending with it
+        until claimed, requeued or dropped); waits up to the reader's block time for
+        the first and returns ``[]`` when none came."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the reader holds (its connection)."""
+        ...
+
+
+@runtime_checkable
+class WorkQueue(Protocol):
+    """The work entries of every partition, their consumers and the leases on tasks."""
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one call may take; a worker bounds its own waits by it."""
+        ...
+
+    def reader(self, partition: int, consumer: str, block: timedelta) -> WorkReader:
+        """A reader of ``partition``'s new entries for ``consumer``, blocking up to ``block``."""
+        ...
+
+    async def ensure_groups(self, partitions: Iterable[int]) -> None:
+        """Make sure each partition's queue exists and can be read by consumers."""
+        ...
+
+    async def claim(
+        self, entry: WorkEntry, *, consumer: str, lease: timedelta, max_attempts: int
+    ) -> Claim:
+        """Claim the task of a delivered ``entry``: on :attr:`ClaimOutcome.RUN` the
+        caller holds a lease of ``lease`` and the returned fence; every other outcome
+        settled the task (and dropped the entry) or left it alone."""
+        ...
+
+    async def claim_next(
+        self,
+        partition: int,
+        *,
+        consumer: str,
+        count: int,
+        lease: timedelta,
+        max_attempts: int,
+    ) -> list[tuple[WorkEntry, Claim]]:
+        """Read up to ``count`` new entries of ``partition`` for ``consumer`` and claim
+        each, in one step; an entry that names no task was dropped (its claim EXPIRED)."""
+        ...
+
+    async def reclaim(
+        self, partition: int, *, consumer: str, idle: timedelta, cursor: str, count: int
+    ) -> tuple[str, list[WorkEntry]]:
+        """Take over up to ``count`` entries pending with any consumer for at least
+        ``idle``, scanning from ``cursor``; the cursor to continue from and the entries
+        (whose tasks are then claimed like new ones)."""
+        ...
+
+    async def renew(self, task_id: str, *, fence: int, consumer: str, lease: timedelta) -> bool:
+        """Extend the lease ``fence`` holds by ``lease``; whether cancellation was requested."""
+        ...
+
+    async def release(self, task_id: str, *, fence: int) -> None:
+        """Hand the task back (lease ended, entry pending for anyone at once)."""
+        ...
+
+    async def requeue(self, entry: WorkEntry) -> None:
+        """Put a delivered, unclaimed entry back at the tail for other consumers."""
+        ...
+
+    async def drop(self, entry: WorkEntry) -> None:
+        """Acknowledge and delete an entry that will never run."""
+        ...
+
+    async def forget_consumer(self, partition: int, consumer: str) -> None:
+        """Remove ``consumer`` from ``partition``'s group if nothing is pending with it."""
+        ...
+
+    async def remove_stale_consumers(self, partition: int, *, keep: str, idle: timedelta) -> None:
+        """Remove consumers (other than ``keep``) with nothing pending, idle for ``idle``."""
+        ...
+
+
+@runtime_checkable
+class WorkerBackend(TaskManager, Protocol):
+    """A task manager that can run workers: the contract plus its work queue."""
+
+    @property
+    def partitions(self) -> int:
+        """How many partitions tasks are spread over."""
+        ...
+
+    @property
+    def work_queue(self) -> WorkQueue:
+        """The manager's work queue (same instance for its lifetime)."""
+        ...
