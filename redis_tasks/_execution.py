@@ -10,7 +10,7 @@ from ._models import InputRequest, JsonRpcError
 from ._origin import TaskOrigin
 
 if TYPE_CHECKING:
-    from ._redis.manager import RedisTaskManager
+    from ._manager import TaskManager
 
 __all__ = ["Handler", "TaskExecution", "TaskFailed"]
 
@@ -55,7 +55,7 @@ class TaskExecution:
 
     def __init__(
         self,
-        manager: RedisTaskManager,
+        manager: TaskManager,
         task_id: str,
         *,
         origin: TaskOrigin,

@@ -328,14 +328,14 @@ async def test_a_refused_write_is_reported_as_refused_not_as_unconfirmed(
             ) as waiting,
         ):
             task = await plain.create_task(ALICE, ORIGIN)
-            claimed = await plain.claim_next(
+            claimed = await plain.work_queue.claim_next(
                 int(task.task_id.split(".")[0]),
                 consumer="w",
                 count=100,
                 lease=timedelta(seconds=30),
                 max_attempts=3,
             )
-            (claim,) = [c for _, task_id, c in claimed if task_id == task.task_id]
+            (claim,) = [c for entry, c in claimed if entry.task_id == task.task_id]
             with pytest.raises(LeaseLostError):
                 await waiting.complete_task(task.task_id, {"ok": 1}, fence=claim.fence - 1)
             with pytest.raises(ReplicationError):  # the real write: applied, unconfirmed

@@ -33,6 +33,7 @@ from redis_tasks import (
     TaskUpdateContext,
 )
 from redis_tasks._base import Outcome
+from redis_tasks._work_queue import WorkEntry
 
 from .conftest import Backend, BackendFactory
 from .helpers import (
@@ -647,11 +648,13 @@ async def test_a_claim_within_a_lease_renewed_before_any_claim_runs(backend: Bac
     assert backend.client is not None
     task_id = await new_task(m, payload=b"work")
     lease = timedelta(seconds=30)
-    assert await m.renew_lease(task_id, fence=0, consumer="w1", lease=lease) is False
+    queue = m.work_queue
+    assert await queue.renew(task_id, fence=0, consumer="w1", lease=lease) is False
     key = backend.keys.task(int(task_id.split(".")[0]), task_id).task
     entry = await backend.client.hget(key, "wk")
     assert isinstance(entry, bytes)
-    claim = await m.claim_task(task_id, entry.decode(), consumer="w1", lease=lease, max_attempts=3)
+    work = WorkEntry(int(task_id.split(".")[0]), entry.decode(), task_id)
+    claim = await queue.claim(work, consumer="w1", lease=lease, max_attempts=3)
     assert (claim.outcome, claim.fence, claim.attempt) == (ClaimOutcome.RUN, 0, 0)
     assert claim.payload == b"work"
     assert claim.origin == ORIGIN

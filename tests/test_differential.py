@@ -129,6 +129,7 @@ from redis_tasks._ids import new_task_id, parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim
 from redis_tasks._record import Encoder
 from redis_tasks._status import TERMINAL_STATUSES
+from redis_tasks._work_queue import WorkEntry
 from redis_tasks.testing import RedisServer
 
 from .conftest import Backend
@@ -819,9 +820,12 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         """Claim the pair's work entry on Redis and mirror the outcome."""
         entry = self.run(self.redis.client.hget(self.record_key(pair), "wk"))
         claim = self.run(
-            self.redis.claim_task(
-                pair.redis_id,
-                entry.decode() if isinstance(entry, bytes) else "0-1",  # none: nothing to ack
+            self.redis.work_queue.claim(
+                WorkEntry(
+                    parse_task_id(pair.redis_id) or 0,
+                    entry.decode() if isinstance(entry, bytes) else "0-1",  # none: nothing to ack
+                    pair.redis_id,
+                ),
                 consumer=consumer,
                 lease=timedelta(milliseconds=lease_ms),
                 max_attempts=max_attempts,
@@ -841,7 +845,7 @@ class MemoryVersusRedis(RuleBasedStateMachine):
     ) -> None:
         """A worker reads and claims the partition's next new work entries."""
         claims = self.run(
-            self.redis.claim_next(
+            self.redis.work_queue.claim_next(
                 partition,
                 consumer=consumer,
                 count=count,
@@ -849,7 +853,9 @@ class MemoryVersusRedis(RuleBasedStateMachine):
                 max_attempts=max_attempts,
             )
         )
-        for _, task_id, claim in claims:
+        for entry, claim in claims:
+            task_id = entry.task_id
+            assert task_id is not None
             pair = self.by_redis_id[task_id]  # every entry names a task of this example
             assert parse_task_id(task_id) == partition
             self.mirror_claim(pair, claim)
@@ -868,7 +874,9 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         fence = pair.fence_for("stale" if stale else "good")
         assert fence is not None
         expected = self.reference_guard(pair, fence)
-        actual = self.outcome(pair, "redis", self.redis.release_task(pair.redis_id, fence=fence))
+        actual = self.outcome(
+            pair, "redis", self.redis.work_queue.release(pair.redis_id, fence=fence)
+        )
         event(f"release: {label(actual)}")
         assert actual == expected, f"release of {pair!r}: redis {actual}, reference {expected}"
         if actual == NOTHING:
@@ -889,7 +897,9 @@ class MemoryVersusRedis(RuleBasedStateMachine):
             assert record is not None
             expected = ("returned", record.fields.get("cx") == b"1")
         lease = timedelta(milliseconds=lease_ms)
-        call = self.redis.renew_lease(pair.redis_id, fence=fence, consumer=consumer, lease=lease)
+        call = self.redis.work_queue.renew(
+            pair.redis_id, fence=fence, consumer=consumer, lease=lease
+        )
         actual = self.outcome(pair, "redis", call)
         event(f"renew: {label(actual)}")
         assert actual == expected, f"renew of {pair!r}: redis {actual}, reference {expected}"

@@ -31,6 +31,7 @@ from redis_tasks._origin import TaskOrigin
 from redis_tasks._redis.keys import KeySpace
 from redis_tasks._redis.pipeline import AutoPipeline
 from redis_tasks._redis.scripts import SPECS, _check_header, lua_dir, scripts
+from redis_tasks._work_queue import WorkEntry
 from redis_tasks.testing import RedisServer, start_redis_server
 
 from .conftest import Backend
@@ -277,8 +278,9 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
     entries: Any = await client.xrange(work)
     ((entry_id, _),) = entries
     flaky.armed = True
-    claim = await m.claim_task(
-        task.task_id, entry_id.decode(), consumer="c1", lease=timedelta(seconds=30), max_attempts=5
+    entry = WorkEntry(int(task.task_id.split(".")[0]), entry_id.decode(), task.task_id)
+    claim = await m.work_queue.claim(
+        entry, consumer="c1", lease=timedelta(seconds=30), max_attempts=5
     )
     assert (claim.outcome, claim.attempt) == (ClaimOutcome.RUN, 1)  # one claim, not two
     fence = claim.fence
@@ -287,7 +289,7 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
         lambda: m.request_input(task.task_id, {"k": ELICIT}, "asking", fence=fence),
         lambda: m.update_task(TaskUpdateContext(ALICE, task.task_id, {"k": ELICIT_ANSWER})),
         lambda: m.request_cancellation(TaskRequestContext(ALICE, task.task_id)),
-        lambda: m.renew_lease(
+        lambda: m.work_queue.renew(
             task.task_id, fence=fence, consumer="c1", lease=timedelta(seconds=30)
         ),
         lambda: m.mark_working(task.task_id, "going", fence=fence),
@@ -355,8 +357,9 @@ async def test_long_values_round_trip_and_the_record_stays_a_listpack(
     assert (await client.object("encoding", record_key) == b"listpack") == small
     ctx = TaskRequestContext(who, task.task_id)
     entry: Any = await client.hget(record_key, "wk")
-    claim = await m.claim_task(
-        task.task_id, entry.decode(), consumer="c", lease=timedelta(seconds=30), max_attempts=3
+    work = WorkEntry(int(task.task_id.split(".")[0]), entry.decode(), task.task_id)
+    claim = await m.work_queue.claim(
+        work, consumer="c", lease=timedelta(seconds=30), max_attempts=3
     )
     assert claim.origin is not None
     assert claim.origin.to_persisted_string() == origin.to_persisted_string()

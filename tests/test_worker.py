@@ -27,6 +27,7 @@ from redis_tasks import (
     Worker,
 )
 from redis_tasks._redis.keys import WORK_GROUP
+from redis_tasks._work_queue import WorkEntry
 
 from .conftest import Backend
 from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, reaches, wait_until
@@ -294,7 +295,7 @@ async def test_a_worker_that_loses_its_lease_stops_its_handler(redis_backend: Ba
     async with running(m, handler, lease=timedelta(seconds=0.6), cancel_hints=False):
         fence = await asyncio.wait_for(started.get(), 10)
         # Another owner takes over (as a reclaim would): the fence moves on.
-        await m.release_task(task_id, fence=fence)
+        await m.work_queue.release(task_id, fence=fence)
         task = await settled(m, task_id)
     assert cancelled_runs == [fence]
     assert task.result["fence"] > fence + 1
@@ -426,8 +427,9 @@ async def test_requeue_puts_an_unclaimed_entry_back_at_the_tail(redis_backend: B
     stream = m.keyspace.work(int(task_id.split(".")[0]))
     delivered: Any = await client.xreadgroup(WORK_GROUP, "busy", {stream: ">"}, count=1)
     entry_id = delivered[0][1][0][0].decode()
-    await m.requeue_entry(task_id, entry_id)
-    await m.requeue_entry(task_id, entry_id)  # a retry changes nothing more
+    entry = WorkEntry(int(task_id.split(".")[0]), entry_id, task_id)
+    await m.work_queue.requeue(entry)
+    await m.work_queue.requeue(entry)  # a retry changes nothing more
     assert (await client.xpending(stream, WORK_GROUP))["pending"] == 0
     entries: Any = await client.xrange(stream)
     assert len(entries) == 1
@@ -435,9 +437,8 @@ async def test_requeue_puts_an_unclaimed_entry_back_at_the_tail(redis_backend: B
     assert fields[b"t"].decode() == task_id
     assert new_id.decode() > entry_id
     again: Any = await client.xreadgroup(WORK_GROUP, "idle", {stream: ">"}, count=1)
-    claim = await m.claim_task(
-        task_id,
-        again[0][1][0][0].decode(),
+    claim = await m.work_queue.claim(
+        WorkEntry(entry.partition, again[0][1][0][0].decode(), task_id),
         consumer="idle",
         lease=timedelta(seconds=5),
         max_attempts=5,
@@ -467,8 +468,11 @@ async def test_claim_next_reads_and_claims_a_batch_in_one_call(redis_backend: Ba
     await client.xadd(stream, {"other": "field"})
     before = await client.xlen(stream)
 
-    claimed = await m.claim_next(partition, consumer="w1", count=50, lease=lease, max_attempts=3)
-    by_task = {task_id: claim for _, task_id, claim in claimed if task_id}
+    queue = m.work_queue
+    claimed = await queue.claim_next(
+        partition, consumer="w1", count=50, lease=lease, max_attempts=3
+    )
+    by_task = {entry.task_id: claim for entry, claim in claimed if entry.task_id}
     outcomes = {task_id: claim.outcome for task_id, claim in by_task.items()}
     entries_of_this_test = {t: o for t, o in outcomes.items() if t in ids}
     assert entries_of_this_test == {
@@ -478,7 +482,7 @@ async def test_claim_next_reads_and_claims_a_batch_in_one_call(redis_backend: Ba
         ids[3]: ClaimOutcome.RUN,
         ids[4]: ClaimOutcome.RUN,
     }
-    foreign = [claim for _, task_id, claim in claimed if not task_id]
+    foreign = [claim for entry, claim in claimed if not entry.task_id]
     assert [claim.outcome for claim in foreign] == [ClaimOutcome.EXPIRED] * 2
     run = by_task[ids[0]]
     assert (run.attempt, run.payload, run.origin) == (1, b"job", ORIGIN)
@@ -492,7 +496,8 @@ async def test_claim_next_reads_and_claims_a_batch_in_one_call(redis_backend: Ba
     assert cancelled is not None
     assert cancelled.status is TaskStatus.CANCELLED
     # Nothing new to read; the claimed lease is ours and fences our writes.
-    assert await m.claim_next(partition, consumer="w2", count=50, lease=lease, max_attempts=3) == []
+    again = await queue.claim_next(partition, consumer="w2", count=50, lease=lease, max_attempts=3)
+    assert again == []
     with pytest.raises(LeaseLostError):
         await m.complete_task(ids[0], {"ok": True}, fence=run.fence - 1)
     await m.complete_task(ids[0], {"ok": True}, fence=run.fence)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from datetime import timedelta
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -18,11 +17,9 @@ from redis.asyncio import Redis, RedisCluster
 from redis.exceptions import NoPermissionError
 
 from redis_tasks._base import NewTask, Outcome, TaskManagerBase
-from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import BackendError, TaskNotFoundError
 from redis_tasks._events import TaskEventPublisher
 from redis_tasks._ids import parse_task_id
-from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from redis_tasks._limits import Limits
 from redis_tasks._models import (
     Task,
@@ -31,17 +28,15 @@ from redis_tasks._record import (
     EncodedAnswer,
     EncodedRequest,
     decode_answers,
-    decode_origin,
     decode_task,
 )
 
-from .client import CLIENT_ERRORS, Client, ConnectionSettings, backend_errors, is_cluster
+from .client import CLIENT_ERRORS, Client, ConnectionSettings, is_cluster
 from .events import RedisEventPublisher
-from .keys import WORK_GROUP, KeySpace, TaskKeys
-from .pipeline import pack
-from .rawio import KeptConnection
-from .scripts import Arg, ScriptRunner, scripts
-from .topology import ClusterTopology, Node, StandaloneTopology, Topology
+from .keys import KeySpace, TaskKeys
+from .scripts import Arg, ScriptRunner
+from .topology import ClusterTopology, StandaloneTopology, Topology
+from .work_queue import RedisWorkQueue
 
 __all__ = ["RedisTaskManager"]
 
@@ -53,33 +48,6 @@ T = TypeVar("T")
 def _message_args(message: bytes | None) -> tuple[bytes, bytes]:
     """A status message as the scripts' ``has_message``, ``message`` pair."""
     return (b"0", b"") if message is None else (b"1", message)
-
-
-def _lease_ms(lease: timedelta) -> int:
-    ms = lease // timedelta(milliseconds=1)
-    if ms < 1:
-        raise ValueError("a lease must be at least one millisecond")
-    return ms
-
-
-_SETTLED: dict[int, ClaimOutcome] = {
-    ReturnCode.NOT_FOUND: ClaimOutcome.EXPIRED,
-    ReturnCode.TERMINAL: ClaimOutcome.TERMINAL,
-    ReturnCode.CANCELLED: ClaimOutcome.CANCELLED,
-    ReturnCode.POISONED: ClaimOutcome.POISONED,
-    ReturnCode.LEASE_HELD: ClaimOutcome.LEASE_HELD,
-}
-
-
-def _claim(reply: list[Any]) -> Claim:
-    """A claim script's reply (see ``lua/claim.lua``) as a :class:`Claim`."""
-    code = reply[0]
-    if code in _SETTLED:
-        return Claim(_SETTLED[code])
-    if code != ReturnCode.OK:
-        raise error_for(code)
-    origin = decode_origin(reply[3])
-    return Claim(ClaimOutcome.RUN, int(reply[1]), int(reply[2]), origin, bytes(reply[4]))
 
 
 class RedisTaskManager(TaskManagerBase):
@@ -146,7 +114,7 @@ class RedisTaskManager(TaskManagerBase):
         self._publisher = RedisEventPublisher(
             topology, self._keys, partitions, maxlen=events_maxlen
         )
-        self._poison_error = self._encoder.error(INTERNAL_ERROR)
+        self._queue = RedisWorkQueue(self, self._runner, self._keys)
 
     @classmethod
     def from_url(
@@ -320,47 +288,20 @@ class RedisTaskManager(TaskManagerBase):
     async def ensure_work_groups(
         self, partitions: Iterable[int], *, load_scripts: bool = False
     ) -> None:
-        """Create the ``workers`` group on each partition's work stream if it is missing.
+        """Create the ``workers`` group on each partition's work stream if it is missing
+        (``load_scripts``: and load every script on every primary)."""
+        await self._queue.ensure_groups(partitions, load_scripts=load_scripts)
 
-        Reading from offset 0, so entries added before the group existed (or after
-        a server lost it) are still delivered. ``load_scripts`` also loads every
-        script on every primary.
-        """
-        topology = self._topology
-        # One pipeline per node, on one connection: sixteen calls in parallel opened
-        # sixteen connections at every start, and over TLS on a loaded host their
-        # handshakes ran past the connect timeout.
-        try:
-            groups = topology.by_node((self._keys.work(p) for p in partitions), str)
-        except CLIENT_ERRORS as exc:
-            raise BackendError("could not prepare the work streams on Redis") from exc
-        if load_scripts:  # scripts go to every primary, with streams or without
-            serving = {node.name for node, _ in groups}
-            groups += [(node, []) for node in topology.primaries() if node.name not in serving]
+    @property
+    def work_queue(self) -> RedisWorkQueue:
+        """The work queue workers of this manager read, claim and renew through."""
+        return self._queue
 
-        async def prepare(node: Node, streams: list[str]) -> list[Any]:
-            pipe = node.client.pipeline(transaction=False)
-            if load_scripts:
-                for script in scripts.values():
-                    pipe.script_load(script.source)
-            for stream in streams:
-                pipe.xgroup_create(stream, WORK_GROUP, id="0", mkstream=True)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
-            return replies
-
-        try:
-            async with asyncio.timeout(self._timeout * 2):
-                replies = await asyncio.gather(
-                    *(prepare(node, streams) for node, streams in groups)
-                )
-        except CLIENT_ERRORS as exc:
-            topology.failed()
-            raise BackendError("could not prepare the work streams on Redis") from exc
-        for reply in (r for node_replies in replies for r in node_replies):
-            # BUSYGROUP: another process created the group first, as intended.
-            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
-                topology.failed()  # a MOVED here means the slot map is stale
-                raise BackendError("could not prepare the work streams on Redis") from reply
+    @property
+    def events_arg(self) -> str:
+        """The emitting scripts' ``events`` argument: the stream's MAXLEN, then ``p``
+        when each hint is also published on its shard channel."""
+        return self._events
 
     async def __aexit__(
         self,
@@ -373,26 +314,6 @@ class RedisTaskManager(TaskManagerBase):
         await self._topology.aclose()
         if self._cluster_client is not None and (self._close_client or self._url is not None):
             await self._cluster_client.aclose()
-
-    async def request_kept(
-        self, kept: KeptConnection, key: str, command: tuple[Arg, ...], *, within: float
-    ) -> Any:
-        """Send one raw command (a blocking stream read) on ``kept``, the connection a
-        read loop keeps on ``key``'s node; its raw reply within ``within`` seconds.
-        Not retried (the loop backs off); failures raise :class:`BackendError`."""
-        with backend_errors:
-            return await kept.request(self._topology, key, pack([command]), within)
-
-    async def execute(
-        self, key: str, command: Callable[[Redis], Awaitable[T]], *, within: float | None = None
-    ) -> T:
-        """Run ``command(client)`` on the node that serves ``key``: redirects and
-        failovers followed, transient failures retried, all within ``within``
-        seconds (default: the manager's timeout). Raises :class:`BackendError` (cause attached).
-
-        For the worker's stream commands; scripts go through the script runner.
-        """
-        return await self._topology.execute(key, command, within=within)
 
     @property
     def event_publisher(self) -> TaskEventPublisher:
@@ -548,104 +469,3 @@ class RedisTaskManager(TaskManagerBase):
         keys = self._worker_keys(task_id)
         reply = await self._run("cancel_requested", (keys.task,), (fence,))
         return bool(reply[1])
-
-    # -- leases (used by Worker) ------------------------------------------------------
-
-    async def claim_task(
-        self,
-        task_id: str,
-        entry_id: str,
-        *,
-        consumer: str,
-        lease: timedelta,
-        max_attempts: int,
-    ) -> Claim:
-        """One ``claim`` script call for a work entry a worker read or reclaimed.
-
-        On :attr:`ClaimOutcome.RUN` the caller holds a lease of ``lease`` and the
-        returned fence; every other outcome settled the task or left it alone.
-        """
-        keys = self._worker_keys(task_id)
-        reply = await self._runner.run_raw(
-            "claim",
-            keys.terminal(),
-            (
-                task_id,
-                entry_id,
-                consumer,
-                _lease_ms(lease),
-                max_attempts,
-                self._poison_error,
-                self._events,
-            ),
-            # A worker claims one entry at a time only when it was idle (or
-            # reclaims): the task's start waits on this call, so it goes at once.
-            batch=False,
-        )
-        return _claim(reply)
-
-    async def claim_next(
-        self,
-        partition: int,
-        *,
-        consumer: str,
-        count: int,
-        lease: timedelta,
-        max_attempts: int,
-    ) -> list[tuple[str, str, Claim]]:
-        """One ``claim_next`` script call: read up to ``count`` new entries of
-        ``partition``'s work stream for ``consumer`` and claim each.
-
-        Returns ``(entry_id, task_id, claim)`` per entry read; an entry that names
-        no task was dropped and comes back as ``("...", "", Claim(EXPIRED))``.
-        """
-        keys = self._keys
-        reply = await self._runner.run_raw(
-            "claim_next",
-            (keys.work(partition), keys.events(partition)),
-            (
-                keys.tag(partition),
-                consumer,
-                count,
-                _lease_ms(lease),
-                max_attempts,
-                self._poison_error,
-                self._events,
-            ),
-            # The reader waits on this call for the next tasks to start: sent at
-            # once, it was measured to drain 30-50 % faster than with a batch.
-            batch=False,
-        )
-        if reply[0] != ReturnCode.OK:
-            raise error_for(reply[0])
-        return [
-            (bytes(reply[i]).decode(), bytes(reply[i + 1]).decode(), _claim(reply[i + 2]))
-            for i in range(1, len(reply), 3)
-        ]
-
-    async def renew_lease(
-        self, task_id: str, *, fence: int, consumer: str, lease: timedelta
-    ) -> bool:
-        """One ``renew`` script call; returns whether cancellation was requested.
-
-        Raises :class:`LeaseLostError` when the fence is stale,
-        :class:`TaskNotFoundError` when the task expired and
-        :class:`TaskTerminalError` when it already ended.
-        """
-        keys = self._worker_keys(task_id)
-        reply = await self._run(
-            "renew",
-            (keys.task, keys.work),
-            (self._encoder.fence(fence), consumer, _lease_ms(lease)),
-        )
-        return bool(reply[1])
-
-    async def release_task(self, task_id: str, *, fence: int) -> None:
-        """One ``release`` script call: hand the task back for another worker to run now."""
-        keys = self._worker_keys(task_id)
-        await self._run("release", (keys.task, keys.work), (task_id, self._encoder.fence(fence)))
-
-    async def requeue_entry(self, task_id: str, entry_id: str) -> None:
-        """One ``requeue`` script call: put an unclaimed delivered entry back for others."""
-        keys = self._worker_keys(task_id)
-        await self._run("requeue", (keys.task, keys.work), (task_id, entry_id))

@@ -1,0 +1,120 @@
+"""Writing a run's outcome: the one terminal transition, retried within the lease.
+
+A handler's outcome is worth a retry while the lease lasts: after that another
+worker may be running the task, and the fence refuses this write anyway. What
+cannot be stored (a result that is not JSON, or too big) fails the task with a
+generic error instead, so the client still learns the task ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Final
+
+from redis_tasks._errors import (
+    BackendError,
+    LeaseLostError,
+    RedisTasksError,
+    ReplicationError,
+    TaskNotFoundError,
+    TaskTerminalError,
+    ValidationError,
+)
+from redis_tasks._lease import INTERNAL_ERROR
+from redis_tasks._manager import TaskManager
+from redis_tasks._models import JsonRpcError
+
+from .log import log
+from .run import Phase, Run, RunOutcome
+
+__all__ = ["record_outcome"]
+
+_DONE: Final = {
+    RunOutcome.COMPLETED: "task completed",
+    RunOutcome.FAILED: "task failed",
+    RunOutcome.CANCELLED: "task cancelled",
+}
+
+
+async def _write(manager: TaskManager, run: Run, outcome: RunOutcome, value: Any) -> None:
+    execution = run.execution
+    if outcome is RunOutcome.COMPLETED:
+        await manager.complete_task(execution.task_id, value, fence=execution.fence)
+    elif outcome is RunOutcome.FAILED:
+        assert isinstance(value, JsonRpcError)
+        await manager.fail_task(execution.task_id, value, fence=execution.fence)
+    else:
+        await manager.cancel_task(execution.task_id, fence=execution.fence)
+
+
+async def record_outcome(manager: TaskManager, run: Run, outcome: RunOutcome, value: Any) -> None:
+    """Write ``outcome`` (with ``value``: a result or a :class:`JsonRpcError`) for ``run``."""
+    run.phase = Phase.FINISHING
+    execution = run.execution
+    fields = {"task_id": execution.task_id, "fence": execution.fence, "attempt": execution.attempt}
+    delay = 0.05
+    while True:
+        try:
+            await _write(manager, run, outcome, value)
+        except ValidationError as exc:
+            # The handler returned something we cannot store (not JSON, too big).
+            log(
+                logging.ERROR,
+                "handler result refused",
+                "result_invalid",
+                error=type(exc).__name__,
+                **fields,
+            )
+            outcome, value = RunOutcome.FAILED, INTERNAL_ERROR
+            continue
+        except LeaseLostError:
+            log(
+                logging.WARNING,
+                "lease lost: another worker owns the task; outcome dropped",
+                "lease_lost",
+                **fields,
+            )
+        except TaskTerminalError:
+            log(
+                logging.INFO, "task already terminal; outcome dropped", "already_terminal", **fields
+            )
+        except TaskNotFoundError:
+            log(logging.INFO, "task expired before it finished", "task_expired", **fields)
+        except ReplicationError:
+            # Recorded on the primary; its replicas did not confirm in time. Not
+            # retried: a shard may stay short of replicas for a while.
+            log(
+                logging.WARNING,
+                "outcome recorded but not confirmed by replicas",
+                "outcome_unconfirmed",
+                **fields,
+            )
+        except BackendError as exc:
+            if time.monotonic() > run.lease_until:
+                log(
+                    logging.WARNING,
+                    "could not record the outcome within the lease; "
+                    "another worker will run the task again",
+                    "finish_abandoned",
+                    error=type(exc).__name__,
+                    **fields,
+                )
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            continue
+        except RedisTasksError as exc:
+            # Unexpected (an InternalError): nothing was written; the lease runs
+            # out and another worker runs the task again.
+            log(
+                logging.ERROR,
+                "could not record the outcome",
+                "finish_failed",
+                error=type(exc).__name__,
+                **fields,
+            )
+        else:
+            log(logging.INFO, _DONE[outcome], f"task_{outcome.value}", **fields)
+        return

@@ -1,0 +1,312 @@
+"""Every run in progress: claim, start, supervise, finish or hand back.
+
+The pickup path is latency: a claimed task's handler is started in the step
+that received the claim (not one task hop later), and its slot is given back
+the moment the handler is done, before the outcome is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+from redis_tasks._errors import RedisTasksError
+from redis_tasks._execution import Handler, TaskExecution, TaskFailed
+from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
+from redis_tasks._manager import TaskManager
+from redis_tasks._work_queue import WorkEntry, WorkQueue
+
+from .finish import record_outcome
+from .log import frames, log
+from .run import Run, RunOutcome, Settings
+from .slots import Background, Slots
+
+__all__ = ["Runs"]
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class Runs:
+    """The runs of one worker (see the module)."""
+
+    def __init__(
+        self,
+        manager: TaskManager,
+        queue: WorkQueue,
+        handler: Handler,
+        settings: Settings,
+        slots: Slots,
+        background: Background,
+    ) -> None:
+        self._manager = manager
+        self._queue = queue
+        self._handler = handler
+        self._settings = settings
+        self._slots = slots
+        self._background = background
+        self.active: set[Run] = set()  # every run in progress
+        self.latest: dict[str, Run] = {}  # the newest run of each task
+        self._claiming = 0  # claims sent and not yet answered
+        self._claims_settled = asyncio.Event()
+        self._claims_settled.set()
+
+    def __len__(self) -> int:
+        return len(self.active)
+
+    # -- claiming and starting --------------------------------------------------------
+
+    async def claim(self, entry: WorkEntry) -> Claim | None:
+        """Claim ``entry``'s task; ``None`` when the claim failed (the entry stays
+        pending with this worker and is reclaimed after a lease)."""
+        self._claiming += 1
+        self._claims_settled.clear()
+        settings = self._settings
+        try:
+            return await self._queue.claim(
+                entry,
+                consumer=settings.name,
+                lease=settings.lease,
+                max_attempts=settings.max_attempts,
+            )
+        except RedisTasksError as exc:
+            log(
+                logging.WARNING,
+                "claim failed",
+                "claim_failed",
+                task_id=entry.task_id,
+                error=type(exc).__name__,
+            )
+            return None
+        finally:
+            self._claiming -= 1
+            if self._claiming == 0:
+                self._claims_settled.set()
+
+    def start_claimed(self, entry: WorkEntry, claim: Claim | None) -> bool:
+        """Start the run of a task claimed for a slot already taken; whether it runs."""
+        run = self._admit(entry, claim, reclaimed=False)
+        if run is None:
+            return False
+        self._launch(run)
+        run.supervisor = self._background.spawn(self._guarded(run, self._run_claimed(run)))
+        return True
+
+    def start_reclaimed(self, entry: WorkEntry) -> None:
+        """Claim and run a reclaimed entry; the caller already took a slot for it."""
+        self._background.spawn(self._claim_and_run(entry))
+
+    async def _claim_and_run(self, entry: WorkEntry) -> None:
+        run = None
+        try:
+            claim = await self.claim(entry)
+            run = self._admit(entry, claim, reclaimed=True)
+            if run is None:
+                return
+            self._launch(run)
+            run.supervisor = asyncio.current_task()
+            await self._supervise_and_forget(run)
+        except Exception as exc:
+            self._internal_error(entry.task_id, exc)
+        finally:
+            if run is None:
+                self._slots.give()
+            else:
+                self.release_slot(run)
+
+    def _admit(self, entry: WorkEntry, claim: Claim | None, *, reclaimed: bool) -> Run | None:
+        """A run for ``claim``, registered at once (so a shutdown sees it), or ``None``."""
+        if claim is None:
+            return None
+        task_id = entry.task_id
+        if claim.outcome is not ClaimOutcome.RUN or task_id is None:
+            level = logging.WARNING if claim.outcome is ClaimOutcome.POISONED else logging.INFO
+            log(
+                level,
+                f"task not run: {claim.outcome.value}",
+                f"claim_{claim.outcome.value}",
+                task_id=task_id,
+                reclaimed=reclaimed,
+            )
+            return None
+        assert claim.origin is not None
+        settings = self._settings
+        execution = TaskExecution(
+            self._manager,
+            task_id,
+            origin=claim.origin,
+            payload=claim.payload,
+            attempt=claim.attempt,
+            fence=claim.fence,
+            input_poll=settings.input_poll,
+        )
+        run = Run(execution, entry.partition, time.monotonic() + settings.lease_s)
+        self.active.add(run)
+        # A task handed back and claimed again by this worker has two runs for a
+        # while; hints and lookups go to the newest.
+        self.latest[task_id] = run
+        return run
+
+    def _launch(self, run: Run) -> None:
+        """Start ``run``'s handler now, in the caller's step: its first step is then
+        scheduled before whatever the caller does next (pickup latency)."""
+        execution = run.execution
+        log(
+            logging.INFO,
+            "task started",
+            "task_started",
+            task_id=execution.task_id,
+            fence=execution.fence,
+            attempt=execution.attempt,
+        )
+        # One future to wait on, not a waiter task plus asyncio.wait: this runs
+        # for every task, and the profile showed the difference.
+        wake = run.wake = asyncio.get_running_loop().create_future()
+        handler = run.handler = asyncio.ensure_future(self._handler(execution))
+        handler.add_done_callback(lambda _: _resolve(wake))
+
+    # -- supervising ------------------------------------------------------------------
+
+    async def _guarded(self, run: Run, work: Awaitable[None]) -> None:
+        """Await ``work``; an unexpected error is logged, not raised."""
+        try:
+            await work
+        except Exception as exc:
+            self._internal_error(run.execution.task_id, exc)
+
+    @staticmethod
+    def _internal_error(task_id: str | None, exc: Exception) -> None:
+        # Never die silently: the lease runs out and the task is run again.
+        log(
+            logging.ERROR,
+            "internal error running a task",
+            "internal_error",
+            task_id=task_id,
+            error=type(exc).__name__,
+            where=frames(exc),
+        )
+
+    async def _run_claimed(self, run: Run) -> None:
+        try:
+            await self._supervise_and_forget(run)
+        finally:
+            self.release_slot(run)
+
+    def release_slot(self, run: Run) -> None:
+        """Give ``run``'s handler slot back, once.
+
+        This happens as soon as the handler is done, before its outcome is
+        written: ``concurrency`` bounds handlers, and a write in flight is no
+        handler. The next task starts one round trip sooner, which is what a
+        worker waiting on latency (not CPU) needs; writes in flight stay
+        bounded, since every task needs a claim first.
+        """
+        if run.holds_slot:
+            run.holds_slot = False
+            self._slots.give()
+
+    async def _supervise_and_forget(self, run: Run) -> None:
+        task_id = run.execution.task_id
+        try:
+            await self._supervise(run)
+        finally:
+            self.active.discard(run)
+            if self.latest.get(task_id) is run:
+                del self.latest[task_id]
+
+    async def _supervise(self, run: Run) -> None:
+        handler, wake = run.handler, run.wake
+        assert handler is not None
+        assert wake is not None
+        await wake
+        if run.abandoned is not None:
+            handler.cancel()
+            # A handler that swallows CancelledError must not hold up shutdown: its
+            # late writes are refused by the fence anyway.
+            await asyncio.wait({handler}, timeout=self._settings.timeout)
+            if run.abandoned == "shutdown":
+                await self._hand_back(run)
+            return
+        outcome, value = self._outcome_of(run, handler)
+        self.release_slot(run)
+        await record_outcome(self._manager, run, outcome, value)
+
+    @staticmethod
+    def _outcome_of(run: Run, handler: asyncio.Future[dict[str, Any]]) -> tuple[RunOutcome, Any]:
+        execution = run.execution
+        fields = {"task_id": execution.task_id, "fence": execution.fence}
+        if handler.cancelled():
+            if execution.cancelled.is_set():
+                return RunOutcome.CANCELLED, None
+            log(
+                logging.ERROR,
+                "handler raised CancelledError without a cancellation request; failing the task",
+                "handler_cancelled_itself",
+                attempt=execution.attempt,
+                **fields,
+            )
+            return RunOutcome.FAILED, INTERNAL_ERROR
+        exc = handler.exception()
+        if isinstance(exc, TaskFailed):
+            return RunOutcome.FAILED, exc.error
+        if exc is not None:
+            log(
+                logging.ERROR,
+                "handler raised",
+                "handler_error",
+                exception=type(exc).__name__,
+                where=frames(exc),
+                attempt=execution.attempt,
+                **fields,
+            )
+            return RunOutcome.FAILED, INTERNAL_ERROR
+        return RunOutcome.COMPLETED, handler.result()
+
+    async def _hand_back(self, run: Run) -> None:
+        execution = run.execution
+        try:
+            async with asyncio.timeout(self._settings.timeout):
+                await self._queue.release(execution.task_id, fence=execution.fence)
+            log(
+                logging.INFO,
+                "task handed back",
+                "task_released",
+                task_id=execution.task_id,
+                fence=execution.fence,
+            )
+        except (RedisTasksError, TimeoutError) as exc:
+            # Not handed back: the lease runs out and another worker reclaims it.
+            log(
+                logging.WARNING,
+                "hand back failed",
+                "release_failed",
+                task_id=execution.task_id,
+                error=type(exc).__name__,
+            )
+
+    # -- shutdown ---------------------------------------------------------------------
+
+    async def drain(self, grace: float) -> None:
+        """Give running handlers ``grace`` seconds, then stop and hand back the rest."""
+        # Claims already sent still become runs; wait for them to register.
+        await self._claims_settled.wait()
+        supervisors = [r.supervisor for r in self.active if r.supervisor]
+        if supervisors:
+            log(
+                logging.INFO,
+                "waiting for running handlers",
+                "draining",
+                running=len(supervisors),
+                grace=grace,
+            )
+            await asyncio.wait(supervisors, timeout=grace)
+        for run in list(self.active):
+            run.abandon("shutdown")
+        rest = [r.supervisor for r in self.active if r.supervisor]
+        if rest:
+            await asyncio.gather(*rest, return_exceptions=True)
