@@ -19,7 +19,7 @@ from typing import Any, Self
 from ._codes import ReturnCode, error_for
 from ._errors import CapacityError, TaskNotFoundError
 from ._events import InMemoryEventPublisher, TaskEventPublisher
-from ._ids import new_task_id, parse_task_id
+from ._ids import MAX_PARTITIONS, new_task_id, parse_task_id
 from ._limits import Limits
 from ._models import (
     InputRequest,
@@ -73,8 +73,8 @@ class InMemoryTaskManager:
         partitions: int = 16,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if max_tasks < 1 or not 1 <= partitions <= 16384:
-            raise ValueError("max_tasks must be >= 1 and partitions in 1..16384")
+        if max_tasks < 1 or not 1 <= partitions <= MAX_PARTITIONS:
+            raise ValueError(f"max_tasks must be >= 1 and partitions in 1..{MAX_PARTITIONS}")
         self._encoder = Encoder(limits or Limits())
         self._max_tasks = max_tasks
         self._partitions = partitions
