@@ -10,10 +10,10 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``redis-tasks`` argument parser, every sub-command included."""
     from ._bench._cli import add_bench_command
     from ._cli_worker import add_worker_command
 
-    """The ``redis-tasks`` argument parser, every sub-command included."""
     parser = argparse.ArgumentParser(prog="redis-tasks", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run a short scripted demo of the task manager")

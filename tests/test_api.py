@@ -47,8 +47,20 @@ EXPORTED = [
 def test_all_is_pinned_and_sorted() -> None:
     assert redis_tasks.__all__ == EXPORTED
     assert sorted(EXPORTED, key=lambda n: (not n.isupper(), n)) == EXPORTED
+    # Exactly the exported names are bound publicly (submodules aside): a name in
+    # __all__ that the package never binds fails here, and so does one imported
+    # into the package but left out of __all__.
+    bound = {
+        name
+        for name, value in vars(redis_tasks).items()
+        if not name.startswith("_") and not inspect.ismodule(value)
+    }
+    assert bound == set(EXPORTED)
+    # Each exported class is bound under its own name, not as an alias of another.
     for name in EXPORTED:
-        assert getattr(redis_tasks, name) is not None
+        obj = getattr(redis_tasks, name)
+        if inspect.isclass(obj):
+            assert obj.__name__ == name, f"redis_tasks.{name} is {obj.__qualname__}"
 
 
 def test_every_public_name_and_method_has_a_docstring() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -77,8 +78,37 @@ async def new_task(m: Any, who: RequestContext = ALICE, **options: Any) -> str:
 # -- creation and durability ------------------------------------------------------------
 
 
+def _protocol_members() -> dict[str, Any]:
+    """What ``TaskManager``'s own body defines: its methods and its property."""
+    members = {}
+    for name, value in vars(TaskManager).items():
+        function = value.fget if isinstance(value, property) else value
+        if inspect.isfunction(function) and function.__qualname__ == f"TaskManager.{name}":
+            members[name] = value
+    return members
+
+
+def _parameters(function: Any) -> list[tuple[str, Any, Any]]:
+    return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()]
+
+
 def test_both_managers_implement_the_task_manager_protocol(backend: Backend) -> None:
-    assert isinstance(backend.manager, TaskManager)
+    # isinstance() against the runtime-checkable protocol only asks that each member
+    # name exists; this checks each member's kind and parameters as well.
+    manager_class = type(backend.manager)
+    members = _protocol_members()
+    assert {"__aenter__", "event_publisher", "find_task", "complete_task"} <= members.keys()
+    for name, expected in members.items():
+        actual = inspect.getattr_static(manager_class, name, None)
+        where = f"{manager_class.__name__}.{name}"
+        if isinstance(expected, property):
+            assert isinstance(actual, property), f"{where} is not a property"
+            continue
+        assert inspect.isfunction(actual), f"{where} is missing or not a method"
+        assert inspect.iscoroutinefunction(actual) == inspect.iscoroutinefunction(expected), (
+            f"{where}: async differs from the protocol"
+        )
+        assert _parameters(actual) == _parameters(expected), f"{where}: parameters differ"
 
 
 async def test_created_task_is_immediately_findable(backend: Backend) -> None:

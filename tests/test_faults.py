@@ -1,4 +1,4 @@
-"""Faults under load, in short: the machinery of ``benchmarks/faults.py`` for about 20 s.
+"""Faults under load, in short: the machinery of ``benchmarks/faults/`` for about 20 s.
 
 Every fault kind (``CLIENT PAUSE`` ALL and WRITE, ``CLIENT KILL TYPE normal``, a restart
 of the server on its data, a kill in the middle of a write pause) is injected at least
