@@ -24,7 +24,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from redis_tasks._errors import BackendError
 from redis_tasks._redis.client import ConnectionSettings
-from redis_tasks._redis.topology import ClusterTopology, Node, Topology, pause_after
+from redis_tasks._redis.cluster_topology import ClusterTopology
+from redis_tasks._redis.topology import Node, Topology, pause_after
 
 
 class Scripted(Topology):

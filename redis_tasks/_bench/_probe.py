@@ -13,7 +13,8 @@ from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 from redis_tasks._redis.client import ConnectionSettings
-from redis_tasks._redis.topology import Topology, connect
+from redis_tasks._redis.cluster_topology import connect
+from redis_tasks._redis.topology import Topology
 
 __all__ = ["Probe", "RedisAddress"]
 

@@ -7,17 +7,15 @@ transitions, and emits the event, atomically.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from redis.asyncio import Redis, RedisCluster
-from redis.exceptions import NoPermissionError
 
 from redis_tasks._base import NewTask, Outcome, TaskManagerBase
-from redis_tasks._errors import BackendError, TaskNotFoundError
+from redis_tasks._errors import TaskNotFoundError
 from redis_tasks._events import TaskEventPublisher
 from redis_tasks._ids import parse_task_id
 from redis_tasks._limits import Limits
@@ -31,11 +29,13 @@ from redis_tasks._record import (
     decode_task,
 )
 
-from .client import CLIENT_ERRORS, Client, ConnectionSettings, is_cluster
+from .client import Client, ConnectionSettings, is_cluster
+from .cluster_topology import ClusterTopology
 from .events import RedisEventPublisher
 from .keys import KeySpace, TaskKeys
 from .scripts import Arg, ScriptRunner
-from .topology import ClusterTopology, StandaloneTopology, Topology
+from .setup import may_publish, warn_if_evicting
+from .topology import StandaloneTopology, Topology
 from .work_queue import RedisWorkQueue
 
 __all__ = ["RedisTaskManager"]
@@ -223,62 +223,17 @@ class RedisTaskManager(TaskManagerBase):
                 await topology.aclose()
         await self._topology.start()
         await self.ensure_work_groups(range(self._partitions), load_scripts=True)
-        await self._warn_if_evicting()
+        await warn_if_evicting(self._topology)
         if self._topology.is_cluster:
             await self._start_publishing()
         return self
 
     async def _start_publishing(self) -> None:
         """On a cluster, publish every event hint on its stream's shard channel too
-        (see :mod:`._shard_tail`), once ``SPUBLISH`` is known to be allowed."""
-        stream = self._keys.events(0)
-        try:
-            # An empty message: tails ignore what names no task.
-            await self._topology.execute(stream, lambda client: client.spublish(stream, b""))
-        except BackendError as exc:
-            if not isinstance(exc.__cause__, NoPermissionError):
-                raise
-            logger.warning(
-                "SPUBLISH refused: task events are not published on shard channels, so "
-                "other processes read them with one blocking XREAD per partition "
-                "(grant +spublish +ssubscribe and the channel pattern to save that work)",
-                extra={"event": "events_unpublished"},
-            )
-            return
-        self._events = f"{self._events.removesuffix('p')}p"
-        self._publisher.use(self._topology, publishing=True)
-
-    async def _warn_if_evicting(self) -> None:
-        """Log a warning when Redis may evict keys: an evicted task is a lost task.
-
-        Best effort: a server that refuses ``CONFIG GET`` (a restricted ACL user, a
-        managed service) is not asked again and nothing is logged.
-        """
-        try:
-            async with asyncio.timeout(self._timeout):
-                configs = await asyncio.gather(
-                    *(
-                        node.client.config_get("maxmemory-policy")
-                        for node in self._topology.primaries()
-                    )
-                )
-        except (*CLIENT_ERRORS, TimeoutError):
-            return
-        policies = set()
-        for config in configs:
-            for name, value in config.items():
-                name = name.decode() if isinstance(name, bytes) else name
-                value = value.decode() if isinstance(value, bytes) else value
-                if name == "maxmemory-policy":
-                    policies.add(str(value))
-        evicting = sorted(policies - {"noeviction"})
-        if evicting:
-            logger.warning(
-                "Redis maxmemory-policy is %s, not noeviction: under memory pressure Redis "
-                "may evict task keys, and an evicted task is lost. Set noeviction.",
-                "/".join(evicting),
-                extra={"event": "eviction_policy", "policy": "/".join(evicting)},
-            )
+        (see :mod:`.shard_tail`), once ``SPUBLISH`` is known to be allowed."""
+        if await may_publish(self._topology, self._keys.events(0)):
+            self._events = f"{self._events.removesuffix('p')}p"
+            self._publisher.use(self._topology, publishing=True)
 
     def _use(self, topology: Topology) -> None:
         self._topology = topology

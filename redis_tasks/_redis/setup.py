@@ -1,0 +1,69 @@
+"""What a manager checks once when it starts: eviction, and whether it may publish.
+
+Both are questions a manager asks the server on entering and never again;
+neither changes what a script does, only what the manager logs or sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from redis.exceptions import NoPermissionError
+
+from redis_tasks._errors import BackendError
+
+from .client import CLIENT_ERRORS
+from .topology import Topology
+
+__all__ = ["may_publish", "warn_if_evicting"]
+
+logger = logging.getLogger("redis_tasks")
+
+
+async def warn_if_evicting(topology: Topology) -> None:
+    """Log a warning when Redis may evict keys: an evicted task is a lost task.
+
+    Best effort: a server that refuses ``CONFIG GET`` (a restricted ACL user, a
+    managed service) is not asked again and nothing is logged.
+    """
+    try:
+        async with asyncio.timeout(topology.timeout):
+            configs = await asyncio.gather(
+                *(node.client.config_get("maxmemory-policy") for node in topology.primaries())
+            )
+    except (*CLIENT_ERRORS, TimeoutError):
+        return
+    policies = set()
+    for config in configs:
+        for name, value in config.items():
+            name = name.decode() if isinstance(name, bytes) else name
+            value = value.decode() if isinstance(value, bytes) else value
+            if name == "maxmemory-policy":
+                policies.add(str(value))
+    evicting = sorted(policies - {"noeviction"})
+    if evicting:
+        logger.warning(
+            "Redis maxmemory-policy is %s, not noeviction: under memory pressure Redis "
+            "may evict task keys, and an evicted task is lost. Set noeviction.",
+            "/".join(evicting),
+            extra={"event": "eviction_policy", "policy": "/".join(evicting)},
+        )
+
+
+async def may_publish(topology: Topology, stream: str) -> bool:
+    """Whether this user may ``SPUBLISH`` (tried with an empty message on ``stream``'s
+    channel, which tails ignore); a refusal is logged once."""
+    try:
+        await topology.execute(stream, lambda client: client.spublish(stream, b""))
+    except BackendError as exc:
+        if not isinstance(exc.__cause__, NoPermissionError):
+            raise
+        logger.warning(
+            "SPUBLISH refused: task events are not published on shard channels, so "
+            "other processes read them with one blocking XREAD per partition "
+            "(grant +spublish +ssubscribe and the channel pattern to save that work)",
+            extra={"event": "events_unpublished"},
+        )
+        return False
+    return True
