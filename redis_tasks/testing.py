@@ -261,11 +261,37 @@ def start_redis_cluster(
         )
         wait_cluster_ok(nodes)
         _wait_replicas_online(nodes[:primaries], replicas_per_primary)
+        _wait_replicas_known(nodes, replicas_per_primary)
     except BaseException:
         for node in nodes:
             node.stop()
         raise
     return RedisCluster(nodes[:primaries], nodes[primaries:])
+
+
+def _wait_replicas_known(nodes: list[RedisServer], replicas: int, timeout: float = 60.0) -> None:
+    """Wait until every node's ``CLUSTER NODES`` lists ``replicas`` replicas per primary.
+
+    A replica is attached to its primary before the other nodes hear of it by
+    gossip; a test that asks any node who replicates a slot must find it.
+    """
+    deadline = time.monotonic() + timeout
+    for node in nodes:
+        client = redis.Redis.from_url(node.url, socket_timeout=2)
+        try:
+            while True:
+                text = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+                text = text.decode() if isinstance(text, bytes) else str(text)
+                rows = [line.split() for line in text.splitlines() if line]
+                primaries = {row[0] for row in rows if "master" in row[2]}
+                following = [row[3] for row in rows if "slave" in row[2]]
+                if primaries and all(following.count(p) >= replicas for p in primaries):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the nodes did not learn of every replica")
+                time.sleep(0.05)  # polling another process's state
+        finally:
+            client.close()
 
 
 def _wait_replicas_online(
