@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -269,55 +270,58 @@ def start_redis_cluster(
     return RedisCluster(nodes[:primaries], nodes[primaries:])
 
 
+def _wait_on_each(
+    nodes: list[RedisServer], ready: Callable[[redis.Redis], bool], what: str, timeout: float
+) -> None:
+    """Poll each node until ``ready(client)`` holds; ``RuntimeError`` naming ``what`` after
+    ``timeout`` seconds in all."""
+    deadline = time.monotonic() + timeout
+    for node in nodes:
+        client = redis.Redis.from_url(node.url, socket_timeout=2)
+        try:
+            while not ready(client):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{what} did not happen in time")
+                time.sleep(0.05)  # polling another process's state
+        finally:
+            client.close()
+
+
 def _wait_replicas_known(nodes: list[RedisServer], replicas: int, timeout: float = 60.0) -> None:
     """Wait until every node's ``CLUSTER NODES`` lists ``replicas`` replicas per primary.
 
     A replica is attached to its primary before the other nodes hear of it by
     gossip; a test that asks any node who replicates a slot must find it.
     """
-    deadline = time.monotonic() + timeout
-    for node in nodes:
-        client = redis.Redis.from_url(node.url, socket_timeout=2)
-        try:
-            while True:
-                text = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
-                text = text.decode() if isinstance(text, bytes) else str(text)
-                rows = [line.split() for line in text.splitlines() if line]
-                primaries = {row[0] for row in rows if "master" in row[2]}
-                following = [row[3] for row in rows if "slave" in row[2]]
-                if primaries and all(following.count(p) >= replicas for p in primaries):
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the nodes did not learn of every replica")
-                time.sleep(0.05)  # polling another process's state
-        finally:
-            client.close()
+
+    def known(client: redis.Redis) -> bool:
+        text = client.execute_command("CLUSTER", "NODES")  # type: ignore[no-untyped-call]
+        text = text.decode() if isinstance(text, bytes) else str(text)
+        rows = [line.split() for line in text.splitlines() if line]
+        primaries = {row[0] for row in rows if "master" in row[2]}
+        following = [row[3] for row in rows if "slave" in row[2]]
+        return bool(primaries) and all(following.count(p) >= replicas for p in primaries)
+
+    _wait_on_each(nodes, known, "every node learning of every replica", timeout)
 
 
 def _wait_replicas_online(
     primaries: list[RedisServer], replicas: int, timeout: float = 60.0
 ) -> None:
     """Wait until every primary has ``replicas`` replicas in sync (``state=online``)."""
-    deadline = time.monotonic() + timeout
-    for node in primaries:
-        client = redis.Redis.from_url(node.url, socket_timeout=2)
-        try:
-            while True:
-                info = client.info("replication")
-                online = sum(
-                    1
-                    for key, value in info.items()
-                    if key.startswith("slave")
-                    and isinstance(value, dict)
-                    and value.get("state") == "online"
-                )
-                if online >= replicas:
-                    break
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the replicas did not come online")
-                time.sleep(0.05)  # polling another process's state
-        finally:
-            client.close()
+
+    def online(client: redis.Redis) -> bool:
+        info = client.info("replication")
+        count = sum(
+            1
+            for key, value in info.items()
+            if key.startswith("slave")
+            and isinstance(value, dict)
+            and value.get("state") == "online"
+        )
+        return count >= replicas
+
+    _wait_on_each(primaries, online, "the replicas coming online", timeout)
 
 
 def wait_failover(cluster: RedisCluster, dead: RedisServer, timeout: float = 60.0) -> None:
