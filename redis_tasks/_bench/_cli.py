@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from redis_tasks._bench._args import counts, positive, replica_count
-from redis_tasks._bench._mcp_load import McpSettings, add_mcp_options, mcp_runs, mcp_settings
+from redis_tasks._bench._mcp_load import mcp_runs
+from redis_tasks._bench._mcp_settings import McpSettings, add_mcp_options, mcp_settings
 from redis_tasks._bench._probe import Probe
 from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import compare, plot, ratios, table
