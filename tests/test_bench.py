@@ -491,7 +491,7 @@ def test_the_mcp_table_lines() -> None:
 
 
 async def test_the_lean_mcp_client_reads_json_chunked_sse_and_errors() -> None:
-    from redis_tasks._bench._mcp_client import Connection, Endpoint, RpcFailure, Wire
+    from redis_tasks._bench._mcp_connection import Connection, Endpoint, RpcFailure, Wire
 
     seen: list[bytes] = []
 
