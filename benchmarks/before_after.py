@@ -23,9 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from redis_tasks._bench._cli import _run
 from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import table
+from redis_tasks._bench._run import run
 from redis_tasks._bench._scenarios import Settings
 from redis_tasks._bench._systems import System, ours, ours_on_uvloop
 from redis_tasks.testing import (
@@ -89,7 +89,7 @@ def main() -> None:
             )
             with (Path(scratch) / "bench.log").open("ab") as log:
                 results = asyncio.run(
-                    _run(
+                    run(
                         urls,
                         settings,
                         tuple(args.scenarios) or ("drain", "pickup"),

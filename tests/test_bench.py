@@ -491,7 +491,7 @@ def test_the_mcp_table_lines() -> None:
 
 
 async def test_the_lean_mcp_client_reads_json_chunked_sse_and_errors() -> None:
-    from redis_tasks._bench._mcp_client import Connection, Endpoint, RpcFailure, Wire
+    from redis_tasks._bench._mcp_connection import Connection, Endpoint, RpcFailure, Wire
 
     seen: list[bytes] = []
 
@@ -556,7 +556,8 @@ async def test_the_lean_mcp_client_reads_json_chunked_sse_and_errors() -> None:
 
 
 def test_the_mcp_peer_needs_its_app_and_interpreter(tmp_path: Path) -> None:
-    from redis_tasks._bench._mcp_load import McpSettings, mcp_system
+    from redis_tasks._bench._mcp_settings import McpSettings
+    from redis_tasks._bench._mcp_systems import mcp_system
 
     missing = McpSettings(peer_python=str(tmp_path / "python"), peers_dir=str(tmp_path))
     with pytest.raises(FileNotFoundError, match="no MCP peer app"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
-from ._mcp_load import mcp_lines
+from ._mcp_figures import mcp_lines
 
 __all__ = ["compare", "plot", "ratios", "table"]
 

@@ -1,0 +1,125 @@
+"""What every benchmark scenario runs with: :class:`Settings` and :class:`BenchBase`.
+
+:class:`Settings` holds the sizes of every scenario (the CLI's options);
+:class:`BenchBase` the URL, progress and log a :class:`~._scenarios.Bench` runs
+with, fresh queue names, and warm adapter processes of a system.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import IO, Final
+
+from ._progress import Progress, percentile
+from ._systems import AdapterError, AdapterProcess, System
+
+__all__ = ["MEMORY_WARM", "BenchBase", "Settings", "latencies"]
+
+MEMORY_WARM: Final = 50  # jobs before the memory baseline: queue structures exist
+_WARM_TRIES: Final = 200
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes of every scenario (the CLI's options)."""
+
+    tasks: int = 10_000
+    concurrency: int = 32
+    workers: tuple[int, ...] = (1, 2)
+    rounds: int = 3
+    pickups: int = 1_000  # per round: the p99 of a few hundred is its few worst, noise
+    lifecycle_tasks: int = 5_000
+    clients: int = 32
+    lifecycle_processes: int = 2
+    memory_tasks: int = 20_000
+    pollers: int = 64
+    find_ops: int = 50_000
+    notifies: int = 200
+    limit_requests: int = 100_000
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def latencies(samples_ms: Sequence[float], *quantiles: float) -> dict[str, float]:
+    names = {0.5: "p50", 0.99: "p99", 0.999: "p99.9"}
+    return {names[q]: round(percentile(list(samples_ms), q), 3) for q in quantiles}
+
+
+class BenchBase:
+    """The URL, sizes, progress and log of a run; fresh queues; adapter processes."""
+
+    def __init__(self, url: str, settings: Settings, progress: Progress, log: IO[bytes]) -> None:
+        self.url = url
+        self.settings = settings
+        self.progress = progress
+        self.log = log
+
+    @staticmethod
+    def new_queue() -> str:
+        """A fresh queue name (a redis-tasks prefix), so runs never share keys."""
+        return f"bench-{secrets.token_hex(4)}"
+
+    @staticmethod
+    def short_queue() -> str:
+        """A fresh queue name as short as a deployment's (``rt`` is redis-tasks' default):
+        a key's name is part of what each task costs, so the memory scenario uses this."""
+        return f"m{secrets.token_hex(2)}"
+
+    # -- processes ---------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _processes(
+        self, system: System, queue: str, workers: int
+    ) -> AsyncIterator[tuple[AdapterProcess, list[AdapterProcess]]]:
+        """A client and ``workers`` warm worker processes; the queue is cleaned after."""
+        started: list[AdapterProcess] = []
+        try:
+            client = await AdapterProcess.start(
+                system, ("client", self.url, queue), self.log, f"{system.name} client"
+            )
+            started.append(client)
+            procs = []
+            for i in range(workers):
+                proc = await AdapterProcess.start(
+                    system,
+                    ("worker", self.url, queue, str(self.settings.concurrency)),
+                    self.log,
+                    f"{system.name} worker {i}",
+                )
+                started.append(proc)
+                procs.append(proc)
+            if procs:
+                await self._warm(client, procs)
+            yield client, procs
+            # Workers first: a worker still reading while its queue is deleted
+            # would only recreate what the clean removes.
+            await asyncio.gather(*(p.stop() for p in procs))
+            await client.ask("clean")
+        finally:
+            await asyncio.gather(*(p.stop() for p in started), return_exceptions=True)
+
+    async def _warm(self, client: AdapterProcess, procs: list[AdapterProcess]) -> None:
+        """Until every worker has run a job: all are connected and reading."""
+        warm: set[int] = set()
+        for _ in range(_WARM_TRIES):
+            before = [count for count, _, _ in [await p.report() for p in procs]]
+            await client.ask("enqueue 1")
+            deadline = time.monotonic() + 60
+            while True:
+                now = [count for count, _, _ in [await p.report() for p in procs]]
+                if sum(now) > sum(before):
+                    break
+                if time.monotonic() > deadline:
+                    raise AdapterError("a warm-up job was not run within 60 s")
+                await asyncio.sleep(0.005)
+            warm.update(i for i, (a, b) in enumerate(zip(before, now, strict=True)) if b > a)
+            if len(warm) == len(procs):
+                return
+        raise AdapterError(f"only {len(warm)} of {len(procs)} workers took a job")

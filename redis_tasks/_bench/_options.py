@@ -1,0 +1,116 @@
+"""The ``bench`` sub-command's command line: its scenarios and every option."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Final
+
+from redis_tasks._bench._args import counts, positive, replica_count
+from redis_tasks._bench._mcp_settings import add_mcp_options
+from redis_tasks._bench._scenarios import Settings
+from redis_tasks._bench._systems import PEERS
+
+__all__ = ["SCENARIOS", "add_bench_command"]
+
+#: Every scenario, in the order a run takes them.
+SCENARIOS: Final = ("limit", "drain", "pickup", "lifecycle", "find", "notify", "memory", "mcp")
+
+
+def add_bench_command(commands: Any) -> None:
+    """Register the ``bench`` sub-command and its options."""
+    bench = commands.add_parser(
+        "bench",
+        help="load-test redis-tasks (and peer queues) against a Redis",
+        description="Load-test redis-tasks against a Redis, optionally side by side with "
+        "peer queues (from a source checkout with `make bench-peers`). Prints a table; "
+        "--json and --plot write the results.",
+    )
+    bench.add_argument(
+        "scenarios",
+        nargs="*",
+        metavar="SCENARIO",
+        help=f"any of {', '.join(SCENARIOS)} (default: all)",
+    )
+    bench.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL"),
+        help="Redis or Redis Cluster to load (default: $REDIS_URL, else a private "
+        "redis-server on a free loopback port)",
+    )
+    bench.add_argument(
+        "--topology",
+        choices=("standalone", "cluster", "both"),
+        default=None,
+        help="load private servers on loopback instead of --redis-url: a redis-server, a "
+        "3-primary, 3-replica cluster, or both, every scenario's rounds alternating between "
+        "them and the cluster's figures compared with standalone's",
+    )
+    bench.add_argument(
+        "--start-cluster",
+        action="store_true",
+        help="the same as --topology cluster",
+    )
+    bench.add_argument(
+        "--replicas",
+        type=replica_count,
+        default=None,
+        help="replicas per primary of the private servers (default: none for standalone, "
+        "one per primary for the cluster); with --topology both, give the same to both",
+    )
+    defaults = Settings()
+    sizes = bench.add_argument_group("sizes")
+    sizes.add_argument("--tasks", type=positive, default=defaults.tasks, help="drain: jobs")
+    sizes.add_argument("--concurrency", type=positive, default=defaults.concurrency)
+    sizes.add_argument(
+        "--workers",
+        type=counts,
+        default=defaults.workers,
+        help="worker process counts for drain and lifecycle, e.g. 1,2,4",
+    )
+    sizes.add_argument("--rounds", type=positive, default=defaults.rounds)
+    sizes.add_argument("--pickups", type=positive, default=defaults.pickups)
+    sizes.add_argument("--lifecycle-tasks", type=positive, default=defaults.lifecycle_tasks)
+    sizes.add_argument(
+        "--clients", type=positive, default=defaults.clients, help="lifecycle: clients in all"
+    )
+    sizes.add_argument(
+        "--lifecycle-processes",
+        type=positive,
+        default=defaults.lifecycle_processes,
+        help="lifecycle: client processes the clients are spread over",
+    )
+    sizes.add_argument(
+        "--memory-tasks",
+        type=positive,
+        default=defaults.memory_tasks,
+        help="memory: tasks (jobs) per measurement",
+    )
+    sizes.add_argument("--pollers", type=positive, default=defaults.pollers)
+    sizes.add_argument("--find-ops", type=positive, default=defaults.find_ops)
+    sizes.add_argument("--notifies", type=positive, default=defaults.notifies)
+    sizes.add_argument("--limit-requests", type=positive, default=defaults.limit_requests)
+    add_mcp_options(bench)
+    peers = bench.add_argument_group("peers (drain and pickup, side by side)")
+    peers.add_argument(
+        "--peers",
+        default="",
+        help=f"comma-separated, or 'all': {', '.join(PEERS)}",
+    )
+    peers.add_argument(
+        "--peers-python",
+        type=Path,
+        default=Path("benchmarks/.venv-peers/bin/python"),
+        help="the peers' virtualenv interpreter (default: %(default)s)",
+    )
+    peers.add_argument("--peers-dir", type=Path, default=Path("benchmarks/peers"))
+    peers.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="also run redis-tasks on uvloop (pip install 'redis-tasks[fast]'), beside the "
+        "default asyncio loop",
+    )
+    out = bench.add_argument_group("output")
+    out.add_argument("--json", type=Path, default=None, help="write the results here ('-': stdout)")
+    out.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
