@@ -2,8 +2,11 @@
 
 It keeps the same record the Redis backend keeps and follows the Lua scripts
 step for step (each method names the script it mirrors), so the one contract
-suite holds both to the same semantics. It has no work queue, leases or
-crash recovery; it is for tests, development and simulation.
+suite holds both to the same semantics. Its work queue
+(:class:`~redis_tasks._memory_queue.InMemoryWorkQueue`) does the same for the
+work streams, claims and leases, so a :class:`Worker` runs on it as on Redis,
+reclaim and fencing included. It keeps nothing across a restart; it is for tests,
+development and simulation.
 """
 
 from __future__ import annotations
@@ -21,15 +24,17 @@ from ._errors import CapacityError, TaskNotFoundError
 from ._events import InMemoryEventPublisher, TaskEventPublisher
 from ._ids import parse_task_id
 from ._limits import Limits
+from ._memory_queue import TERMINAL as _TERMINAL
+from ._memory_queue import InMemoryWorkQueue
 from ._models import (
     Task,
 )
 from ._record import SNAPSHOT_FIELDS, EncodedAnswer, EncodedRequest, decode_answers, decode_task
-from ._status import TERMINAL_STATUSES, TaskStatus
+from ._status import TaskStatus
+from ._work_queue import WorkQueue
 
 __all__ = ["InMemoryTaskManager"]
 
-_TERMINAL = frozenset(status.value.encode() for status in TERMINAL_STATUSES)
 _WORKING = TaskStatus.WORKING.value.encode()
 _INPUT_REQUIRED = TaskStatus.INPUT_REQUIRED.value.encode()
 
@@ -75,6 +80,8 @@ class InMemoryTaskManager(TaskManagerBase):
         self._tasks: dict[str, _Record] = {}
         self._lock = threading.Lock()
         self._publisher = InMemoryEventPublisher()
+        # After the encoder and the lock: the queue encodes its poison error once.
+        self._queue = InMemoryWorkQueue(self)
 
     async def __aenter__(self) -> Self:
         """Nothing to start; provided for symmetry with the Redis backend."""
@@ -93,6 +100,11 @@ class InMemoryTaskManager(TaskManagerBase):
     def event_publisher(self) -> TaskEventPublisher:
         """The in-process publisher (same instance for the manager's lifetime)."""
         return self._publisher
+
+    @property
+    def work_queue(self) -> WorkQueue:
+        """The work queue workers read and claim from (same instance for the lifetime)."""
+        return self._queue
 
     def __len__(self) -> int:
         """Tasks currently retained, expired ones excluded."""
@@ -155,6 +167,35 @@ class InMemoryTaskManager(TaskManagerBase):
     def _emit(self, task_id: str) -> None:
         self._publisher.notify(task_id)
 
+    def _terminate(
+        self,
+        record: _Record,
+        task_id: str,
+        entry: str | None,
+        status: bytes,
+        message: bytes | None,
+        outcome_field: str,
+        outcome: bytes,
+    ) -> None:
+        """Mirror of ``terminate()`` in ``lua/includes/common.lua``: the one terminal
+        write of finish and claim; acknowledges and deletes the work entry ``entry``."""
+        fields = record.fields
+        for name in ("pl", "wk", "ld", "lo"):
+            fields.pop(name, None)
+        fields["st"] = status
+        self._set_message(record, message)
+        if outcome_field:
+            fields[outcome_field] = outcome
+        self._touch(record, self._now())
+        record.requests.clear()
+        record.issued.clear()
+        record.answers.clear()
+        record.journal.clear()
+        partition = parse_task_id(task_id)
+        if entry is not None and partition is not None:
+            self._queue.drop_entry(partition, entry)
+        self._emit(task_id)
+
     # -- the contract's hooks (input valid and encoded: see redis_tasks._base) ---------
 
     async def _find(self, task_id: str, endpoint: bytes, binding: bytes) -> Task | None:
@@ -213,6 +254,8 @@ class InMemoryTaskManager(TaskManagerBase):
                 self._purge_expired()
                 if len(self._tasks) >= self._max_tasks:
                     raise CapacityError(f"the manager already retains {self._max_tasks} tasks")
+            partition = parse_task_id(new.task_id)
+            assert partition is not None  # the base generated it
             now = self._now()
             fields = {
                 "st": _WORKING,
@@ -225,6 +268,7 @@ class InMemoryTaskManager(TaskManagerBase):
                 "or": new.origin,
                 "pl": new.payload,
                 "fn": b"0",
+                "wk": self._queue.append(partition, new.task_id).encode(),
             }
             if new.metadata:
                 fields["md"] = new.metadata
@@ -315,19 +359,18 @@ class InMemoryTaskManager(TaskManagerBase):
                 ):
                     return  # the lease holder's same transition again
             record = self._guarded(task_id, outcome.fence)
-            record.fields["st"] = status
-            self._set_message(record, outcome.message)
-            if field:
-                record.fields[field] = outcome.value
+            entry = record.fields.get("wk")
+            self._terminate(
+                record,
+                task_id,
+                None if entry is None else entry.decode(),
+                status,
+                outcome.message,
+                field,
+                outcome.value,
+            )
             if outcome.operation:
                 record.fields["op"] = outcome.operation
-            record.fields.pop("pl", None)
-            self._touch(record, self._now())
-            record.requests.clear()
-            record.issued.clear()
-            record.answers.clear()
-            record.journal.clear()
-            self._emit(task_id)
 
     async def _cancel_requested(self, task_id: str, fence: bytes) -> bool:
         """Mirror of ``cancel_requested.lua``."""

@@ -1,0 +1,445 @@
+"""``InMemoryWorkQueue``: the :class:`WorkQueue` of :class:`InMemoryTaskManager`.
+
+It keeps, per partition, what the Redis backend keeps in the partition's work
+stream and its ``workers`` consumer group, with the semantics the worker relies
+on (as Redis 7.0 behaves, checked against a real server):
+
+- an ordered entry log, IDs ``<ms>-<seq>`` generated like ``XADD *`` (above the
+  last ID even when the clock steps back);
+- the group's pending-entries list: entry -> consumer, delivery time, delivery
+  count, in ID order (entries are delivered in ID order, so insertion order is);
+- consumers with the time they last received or took over an entry (the
+  ``idle`` of ``XINFO CONSUMERS``; a read that returns nothing leaves it alone,
+  as Redis 7.0 does).
+
+The task records stay the manager's: the claim, renewal and hand-back methods
+follow ``lua/claim.lua`` (``includes/claim.lua``), ``renew.lua``,
+``release.lua`` and ``requeue.lua`` step for step on those records, under the
+manager's one lock and on its clock, so the fence a claim writes is the one the
+contract's operations check.
+
+A reader waiting for new entries waits on an :class:`asyncio.Event` of its own
+that an append sets: no polling. Like the manager, the queue is meant for one
+event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Final
+
+from ._errors import BackendError, TaskNotFoundError
+from ._ids import parse_task_id
+from ._lease import INTERNAL_ERROR, Claim, ClaimOutcome
+from ._record import decode_origin
+from ._status import TERMINAL_STATUSES
+from ._work_queue import WorkEntry
+
+if TYPE_CHECKING:
+    from ._memory import InMemoryTaskManager, _Record
+
+__all__ = ["TERMINAL", "InMemoryWorkQueue"]
+
+#: Stored status values that are terminal.
+TERMINAL: Final = frozenset(status.value.encode() for status in TERMINAL_STATUSES)
+_CANCELLED: Final = b"cancelled"
+_FAILED: Final = b"failed"
+#: Seconds one call may take: nothing here waits on I/O, so any bound would do.
+_TIMEOUT: Final = 5.0
+_MS: Final = timedelta(milliseconds=1)
+
+#: A stream entry ID: (milliseconds, sequence).
+EntryId = tuple[int, int]
+
+
+def _id_text(entry_id: EntryId) -> str:
+    return f"{entry_id[0]}-{entry_id[1]}"
+
+
+def _parse_id(text: str) -> EntryId | None:
+    """``<ms>-<seq>`` or ``<ms>`` (sequence 0), as Redis accepts a start ID."""
+    ms, _, seq = text.partition("-")
+    if not ms.isdigit() or not (seq.isdigit() or (seq == "" and "-" not in text)):
+        return None
+    return int(ms), int(seq or 0)
+
+
+def _lease_ms(lease: timedelta) -> int:
+    ms = lease // _MS
+    if ms < 1:
+        raise ValueError("a lease must be at least one millisecond")
+    return ms
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A delivered entry nobody acknowledged yet."""
+
+    consumer: str
+    delivered_ms: int
+    deliveries: int = 1
+
+
+@dataclass(slots=True)
+class _Partition:
+    """One partition's work stream and its consumer group."""
+
+    entries: dict[EntryId, str] = field(default_factory=dict)  # ID -> task ID, in ID order
+    last_id: EntryId = (0, 0)
+    # Entries above the group's last delivered ID, in ID order (some since deleted):
+    # what ``XREADGROUP >`` hands out next.
+    fresh: deque[EntryId] = field(default_factory=deque)
+    pending: dict[EntryId, _Pending] = field(default_factory=dict)
+    consumers: dict[str, int] = field(default_factory=dict)  # name -> last seen (ms)
+    waiting: set[asyncio.Event] = field(default_factory=set)
+
+
+class _Reader:
+    """A consumer's blocking read of one partition's new entries."""
+
+    __slots__ = ("_block", "_consumer", "_partition", "_queue")
+
+    def __init__(
+        self, queue: InMemoryWorkQueue, partition: int, consumer: str, block: timedelta
+    ) -> None:
+        self._queue = queue
+        self._partition = partition
+        self._consumer = consumer
+        # Like the Redis reader: at least 1 ms, since BLOCK 0 would wait forever.
+        self._block = max(block, _MS).total_seconds()
+
+    async def read(self, count: int) -> list[WorkEntry]:
+        """Up to ``count`` new entries, waiting up to the block time for the first."""
+        queue = self._queue
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._block
+        while True:
+            arrived = asyncio.Event()
+            with queue.lock:
+                entries = queue.deliver(self._partition, self._consumer, count)
+                if entries:
+                    return entries
+                # Registered under the lock that appends take: an entry added
+                # after the check above sets this event, so no wake-up is lost.
+                waiting = queue.partition(self._partition).waiting
+                waiting.add(arrived)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await arrived.wait()
+            except TimeoutError:
+                return []
+            finally:
+                with queue.lock:
+                    waiting.discard(arrived)
+            # Another reader may have taken what arrived: look again until the deadline.
+
+    async def close(self) -> None:
+        """Nothing to release: the reader holds no connection."""
+
+
+class InMemoryWorkQueue:
+    """The work queue of an :class:`InMemoryTaskManager` (see the module)."""
+
+    def __init__(self, manager: InMemoryTaskManager) -> None:
+        self._manager = manager
+        self._partitions: dict[int, _Partition] = {}
+        self._poison_error = manager._encoder.error(INTERNAL_ERROR)
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The manager's lock, which guards the records and the streams together."""
+        return self._manager._lock
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one call may take."""
+        return _TIMEOUT
+
+    # -- the streams (callers hold the lock) -------------------------------------------
+
+    def partition(self, partition: int) -> _Partition:
+        """The partition's stream and group, created on first use (like ``MKSTREAM``)."""
+        state = self._partitions.get(partition)
+        if state is None:
+            state = self._partitions[partition] = _Partition()
+        return state
+
+    def append(self, partition: int, task_id: str) -> str:
+        """``XADD <work> * t <task_id>``: the new entry's ID; wakes the waiting readers."""
+        state = self.partition(partition)
+        ms, seq = state.last_id
+        now = self._manager._now()
+        entry_id = (now, 0) if now > ms else (ms, seq + 1)
+        state.last_id = entry_id
+        state.entries[entry_id] = task_id
+        state.fresh.append(entry_id)
+        for arrived in state.waiting:
+            arrived.set()
+        state.waiting.clear()
+        return _id_text(entry_id)
+
+    def drop_entry(self, partition: int, entry: str) -> None:
+        """``XACK`` and ``XDEL``: the entry is neither pending nor in the stream."""
+        entry_id = _parse_id(entry)
+        state = self._partitions.get(partition)
+        if entry_id is None or state is None:
+            return
+        state.pending.pop(entry_id, None)
+        state.entries.pop(entry_id, None)
+
+    def deliver(self, partition: int, consumer: str, count: int) -> list[WorkEntry]:
+        """``XREADGROUP GROUP workers <consumer> COUNT <count> ... >`` (not blocking)."""
+        state = self.partition(partition)
+        now = self._manager._now()
+        out: list[WorkEntry] = []
+        while state.fresh and len(out) < count:
+            entry_id = state.fresh.popleft()
+            task_id = state.entries.get(entry_id)
+            if task_id is None:
+                continue  # deleted before anyone read it
+            state.pending[entry_id] = _Pending(consumer, now)
+            out.append(WorkEntry(partition, _id_text(entry_id), task_id))
+        if out:
+            state.consumers[consumer] = now
+        return out
+
+    def _take_over(self, state: _Partition, entry: str, consumer: str, now: int) -> None:
+        """``XCLAIM <work> workers <consumer> 0 <entry> JUSTID``."""
+        entry_id = _parse_id(entry)
+        pending = state.pending.get(entry_id) if entry_id is not None else None
+        if entry_id is None or pending is None:
+            return
+        if entry_id not in state.entries:
+            del state.pending[entry_id]  # Redis 7 purges a deleted entry it meets
+            return
+        pending.consumer, pending.delivered_ms = consumer, now
+        state.consumers[consumer] = now
+
+    # -- claims (mirrors of the scripts; callers hold the lock) --------------------------
+
+    def _claim_entry(
+        self, task_id: str, entry_id: str, consumer: str, lease_ms: int, max_attempts: int
+    ) -> Claim:
+        """Mirror of ``claim_entry`` in ``lua/includes/claim.lua``."""
+        manager = self._manager
+        partition = parse_task_id(task_id)
+        assert partition is not None  # the callers checked the ID
+        record = manager._live(task_id)
+        if record is None:
+            self.drop_entry(partition, entry_id)
+            return Claim(ClaimOutcome.EXPIRED)
+        fields = record.fields
+        if fields["st"] in TERMINAL:
+            self.drop_entry(partition, entry_id)
+            return Claim(ClaimOutcome.TERMINAL)
+        now = manager._now()
+        deadline = fields.get("ld")
+        if deadline is not None and int(deadline) > now:
+            if fields.get("lo") == consumer.encode() and fields.get("wk") == entry_id.encode():
+                return self._run(record, int(fields["fn"]), int(fields.get("at", b"0")))
+            return Claim(ClaimOutcome.LEASE_HELD)
+        entry = fields.get("wk", entry_id.encode()).decode()
+        if fields.get("cx") == b"1":
+            manager._terminate(record, task_id, entry, _CANCELLED, None, "", b"")
+            return Claim(ClaimOutcome.CANCELLED)
+        attempt = int(fields.get("at", b"0")) + 1
+        if attempt > max_attempts:
+            manager._terminate(record, task_id, entry, _FAILED, None, "er", self._poison_error)
+            return Claim(ClaimOutcome.POISONED)
+        # Two workers claiming in the same millisecond get different fences.
+        tiebreak = 0
+        for byte in consumer.encode():
+            tiebreak = (tiebreak * 31 + byte) % 1024
+        fence = max(int(fields["fn"]) + 1, now * 1024 + tiebreak)
+        fields["fn"] = str(fence).encode()
+        fields["at"] = str(attempt).encode()
+        fields["lo"] = consumer.encode()
+        fields["ld"] = str(now + lease_ms).encode()
+        return self._run(record, fence, attempt)
+
+    @staticmethod
+    def _run(record: _Record, fence: int, attempt: int) -> Claim:
+        origin = decode_origin(record.fields["or"])
+        return Claim(ClaimOutcome.RUN, fence, attempt, origin, record.fields.get("pl", b""))
+
+    # -- the WorkQueue protocol ---------------------------------------------------------
+
+    def reader(self, partition: int, consumer: str, block: timedelta) -> _Reader:
+        """A blocking reader of ``partition``'s new entries for ``consumer``."""
+        return _Reader(self, partition, consumer, block)
+
+    async def ensure_groups(self, partitions: Iterable[int]) -> None:
+        """Create each partition's stream and group if missing (they never go away)."""
+        with self.lock:
+            for partition in partitions:
+                self.partition(partition)
+
+    async def claim(
+        self, entry: WorkEntry, *, consumer: str, lease: timedelta, max_attempts: int
+    ) -> Claim:
+        """Mirror of ``claim.lua`` for an entry a worker read or reclaimed."""
+        lease_ms = _lease_ms(lease)
+        # Like the Redis queue, which cannot name the task's keys without its ID.
+        if entry.task_id is None or parse_task_id(entry.task_id) is None:
+            raise TaskNotFoundError()
+        with self.lock:
+            return self._claim_entry(
+                entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts
+            )
+
+    async def claim_next(
+        self,
+        partition: int,
+        *,
+        consumer: str,
+        count: int,
+        lease: timedelta,
+        max_attempts: int,
+    ) -> list[tuple[WorkEntry, Claim]]:
+        """Mirror of ``claim_next.lua``: read up to ``count`` new entries, claim each."""
+        lease_ms = _lease_ms(lease)
+        with self.lock:
+            return [
+                (
+                    entry,
+                    self._claim_entry(
+                        entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts
+                    ),
+                )
+                for entry in self.deliver(partition, consumer, count)
+                if entry.task_id is not None  # every entry here names a task
+            ]
+
+    async def reclaim(
+        self, partition: int, *, consumer: str, idle: timedelta, cursor: str, count: int
+    ) -> tuple[str, list[WorkEntry]]:
+        """``XAUTOCLAIM <work> workers <consumer> <idle> <cursor> COUNT <count>``: the
+        next cursor (``0-0`` once the scan reached the end) and the entries taken over."""
+        start = _parse_id(cursor)
+        if start is None:
+            raise BackendError("invalid stream ID")
+        idle_ms = idle // _MS
+        with self.lock:
+            state = self.partition(partition)
+            now = self._manager._now()
+            # Redis looks at no more than ten entries per one asked for.
+            attempts, wanted = count * 10, count
+            taken: list[WorkEntry] = []
+            next_cursor: EntryId = (0, 0)
+            for entry_id in [e for e in state.pending if e >= start]:
+                if attempts == 0 or wanted == 0:
+                    next_cursor = entry_id
+                    break
+                attempts -= 1
+                task_id = state.entries.get(entry_id)
+                if task_id is None:
+                    # Deleted from the stream: the pending entry goes, and counts.
+                    del state.pending[entry_id]
+                    wanted -= 1
+                    continue
+                pending = state.pending[entry_id]
+                if idle_ms and now - pending.delivered_ms < idle_ms:
+                    continue
+                pending.consumer, pending.delivered_ms = consumer, now
+                pending.deliveries += 1
+                taken.append(WorkEntry(partition, _id_text(entry_id), task_id))
+                wanted -= 1
+            if taken:
+                state.consumers[consumer] = now
+        return _id_text(next_cursor), taken
+
+    async def renew(self, task_id: str, *, fence: int, consumer: str, lease: timedelta) -> bool:
+        """Mirror of ``renew.lua``; whether cancellation was requested."""
+        lease_ms = _lease_ms(lease)
+        manager = self._manager
+        encoded = manager._encoder.fence(fence)
+        with self.lock:
+            record = manager._guarded(task_id, encoded)
+            now = manager._now()
+            record.fields["ld"] = str(now + lease_ms).encode()
+            record.fields["lo"] = consumer.encode()
+            entry = record.fields.get("wk")
+            partition = parse_task_id(task_id)
+            if entry is not None and partition is not None:
+                self._take_over(self.partition(partition), entry.decode(), consumer, now)
+            return record.fields.get("cx") == b"1"
+
+    async def release(self, task_id: str, *, fence: int) -> None:
+        """Mirror of ``release.lua``: a fresh entry, the fence bumped, the attempt undone."""
+        manager = self._manager
+        encoded = manager._encoder.fence(fence)
+        with self.lock:
+            record = manager._guarded(task_id, encoded)
+            partition = parse_task_id(task_id)
+            assert partition is not None  # _guarded found the record by this ID
+            fields = record.fields
+            entry = fields.get("wk")
+            if entry is not None:
+                self.drop_entry(partition, entry.decode())
+            fields["wk"] = self.append(partition, task_id).encode()
+            attempts = max(int(fields.get("at", b"1")) - 1, 0)
+            fields["fn"] = str(int(fields["fn"]) + 1).encode()
+            fields["at"] = str(attempts).encode()
+            fields["ld"] = b"0"
+            fields.pop("lo", None)
+
+    async def requeue(self, entry: WorkEntry) -> None:
+        """Mirror of ``requeue.lua``: a delivered, unclaimed entry goes to the tail."""
+        if entry.task_id is None:
+            await self.drop(entry)
+            return
+        task_id = entry.task_id
+        partition = parse_task_id(task_id)
+        if partition is None:
+            raise TaskNotFoundError()
+        with self.lock:
+            record = self._manager._live(task_id)
+            self.drop_entry(partition, entry.entry_id)
+            if (
+                record is None
+                or record.fields["st"] in TERMINAL
+                or record.fields.get("wk") != entry.entry_id.encode()
+            ):
+                return
+            record.fields["wk"] = self.append(partition, task_id).encode()
+
+    async def drop(self, entry: WorkEntry) -> None:
+        """Acknowledge and delete an entry that will never run."""
+        with self.lock:
+            self.drop_entry(entry.partition, entry.entry_id)
+
+    async def forget_consumer(self, partition: int, consumer: str) -> None:
+        """``XGROUP DELCONSUMER`` of ``consumer`` if nothing is pending with it."""
+        with self.lock:
+            state = self.partition(partition)
+            if all(p.consumer != consumer for p in state.pending.values()):
+                state.consumers.pop(consumer, None)
+
+    async def remove_stale_consumers(self, partition: int, *, keep: str, idle: timedelta) -> None:
+        """Remove consumers other than ``keep`` with nothing pending, idle for ``idle``."""
+        idle_ms = idle // _MS
+        with self.lock:
+            state = self.partition(partition)
+            now = self._manager._now()
+            busy = Counter(p.consumer for p in state.pending.values())
+            for name, seen in list(state.consumers.items()):
+                if name != keep and not busy[name] and now - seen > idle_ms:
+                    del state.consumers[name]
+
+    # -- inspection (tests) -------------------------------------------------------------
+
+    def pending_with(self, partition: int) -> dict[str, str]:
+        """Each pending entry's ID and the consumer it is pending with."""
+        with self.lock:
+            state = self.partition(partition)
+            return {_id_text(e): p.consumer for e, p in state.pending.items()}
+
+    def consumers(self, partition: int) -> list[str]:
+        """The names of the group's consumers."""
+        with self.lock:
+            return list(self.partition(partition).consumers)
