@@ -40,32 +40,21 @@ How the clock is modelled
     backends see each expiry at the same step.
 
 How fences and claims are modelled
-    The reference stores a fence ``fn`` (``b"0"`` at creation) and refuses a
-    worker write whose ``fence`` differs; it has no work queue, claims or leases.
-    The Redis backend bumps the fence when a worker claims the task. The lease
-    rules (``claim_task``, ``claim_next``, ``release``, ``renew``) therefore run
-    on Redis only, and their effects are mirrored on the reference, minimally and
-    white-box:
-
-    - a claim that runs the task (``RUN``) or a ``release`` sets the reference
-      record's ``fields["fn"]`` to the new fence, so the fence is the same number
-      on both backends and a worker operation is called with the same ``fence=``
-      on both (``None``, the current fence, or a stale one: the fence a claim
-      superseded, else one never issued);
-    - a claim that honors cancellation intent (``CANCELLED``) is mirrored by an
-      unfenced ``cancel_task`` on the reference, a poisoned one (``POISONED``,
-      attempts exhausted) by an unfenced ``fail_task`` with the generic internal
-      error: the same terminal write ``terminate()`` makes;
-    - ``LEASE_HELD``, ``EXPIRED`` and ``TERMINAL`` change nothing to mirror.
-
-    Which claim outcome occurs is Redis's decision; the rule checks that it fits
-    the reference's state (an expired task only when the reference lost it too, a
-    terminal one only when it is terminal there, cancellation only when intent is
-    recorded there, a fresh fence only when none is recorded, the origin and
-    payload as created). ``release`` and ``renew`` are checked against the
-    reference's worker guard (unknown, then stale fence, then terminal) and, for
-    ``renew``, its cancellation flag. An invariant checks the mirrored fence
-    against the ``fn`` field stored in Redis.
+    Both backends have a work queue (``manager.work_queue``), so the lease rules
+    (``claim_task``, ``claim_next``, ``release``, ``renew``) run on both and their
+    outcomes are compared like any other operation's. Each backend takes a new
+    fence from its own clock (ms x 1024 above the old fence), so the two fences of
+    a task are different numbers: a :class:`Pair` keeps each backend's current
+    fence and the ones later claims or releases superseded, and a worker operation
+    gets the same *kind* of ``fence=`` on both (``None``, the current fence, or a
+    stale one: the last superseded, else one never issued). A claim must agree on
+    both in outcome, attempt, origin and payload and in whether it raised the
+    fence (a fresh claim) or handed it back (the holder's retry within its lease);
+    the rule also checks that the outcome fits the reference's state before the
+    claim (an expired task only when the reference lost it too, a terminal one
+    only when it is terminal there, cancellation only when intent is recorded
+    there, a fresh fence only then not). An invariant checks each backend's stored
+    ``fn`` against the fence the pair holds for it.
 
 Steering and determinism
     Four rules pick their task from the reference's state rather than at random,
@@ -74,10 +63,10 @@ Steering and determinism
     ``reissue_round`` repeats an earlier round on a live task,
     ``take_accepted_answers`` takes from a task holding answers, and
     ``claim_after_intent`` claims a task whose cancellation was requested.
-    Task IDs are random, but which partition a Redis task lands in decides what
-    ``claim_next`` reads, so that partition is drawn and the Redis module's ID
-    generator is patched during ``create_task`` to use it: a replayed example
-    runs identically.
+    Task IDs are random, but which partition a task lands in decides what
+    ``claim_next`` reads, so that partition is drawn and the ID generator is
+    patched during ``create_task`` to use it, on both backends: the same tasks
+    share a stream on both, and a replayed example runs identically.
 
 Task-manager events are not compared: delivery is best effort and asynchronous
 by contract. Each step labels its outcome with ``hypothesis.event`` (to count
@@ -126,10 +115,9 @@ from redis_tasks import (
 )
 from redis_tasks import _base as base_module
 from redis_tasks._ids import new_task_id, parse_task_id
-from redis_tasks._lease import INTERNAL_ERROR, Claim
-from redis_tasks._record import Encoder
+from redis_tasks._lease import Claim
 from redis_tasks._status import TERMINAL_STATUSES
-from redis_tasks._work_queue import WorkEntry
+from redis_tasks._work_queue import WorkEntry, WorkQueue
 from redis_tasks.testing import RedisServer
 
 from .conftest import Backend
@@ -212,6 +200,7 @@ LEASES_MS = (5_000, 15_000)
 MAX_ATTEMPTS = (1, 2, 3)
 CONSUMERS = ("w1", "w2")
 FENCE_KINDS = ("none", "good", "stale")
+BACKENDS = ("memory", "redis")
 
 #: Well-formed IDs of no task (one in a partition the managers never use) and
 #: malformed ones: every operation must find nothing, the same way on both.
@@ -248,10 +237,14 @@ class Pair:
     origin: str = "plain"
     payload: bytes = b""
     known: bool = True
-    #: The current fence, the same number on both backends (see the module docstring).
-    fence: int = 0
-    #: Fences later claims or releases replaced: what a zombie worker would present.
-    superseded: list[int] = field(default_factory=list)
+    #: Per backend, the current fence (a different number on each: see the module
+    #: docstring).
+    fence: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BACKENDS, 0))
+    #: Per backend, fences later claims or releases replaced: what a zombie worker
+    #: would present.
+    superseded: dict[str, list[int]] = field(
+        default_factory=lambda: {backend: [] for backend in BACKENDS}
+    )
     #: Every input round asked (request names, message), for identical re-issues.
     rounds: list[tuple[dict[str, str], str | None]] = field(default_factory=list)
     #: Per backend, the last (created_at, last_updated_at) seen.
@@ -265,13 +258,25 @@ class Pair:
         """This task's ID on ``backend`` ("memory" or "redis")."""
         return self.memory_id if backend == "memory" else self.redis_id
 
-    def fence_for(self, kind: str) -> int | None:
-        """The ``fence=`` argument of kind "none", "good" or "stale"."""
+    def fence_for(self, kind: str, backend: str) -> int | None:
+        """The ``fence=`` argument of kind "none", "good" or "stale" on ``backend``."""
         if kind == "none":
             return None
-        if kind == "good":
-            return self.fence
-        return self.superseded[-1] if self.superseded else self.fence + 1
+        return self.lease_fence(kind == "stale", backend)
+
+    def lease_fence(self, stale: bool, backend: str) -> int:
+        """The current fence on ``backend``, or a stale one: the last superseded, else
+        one never issued."""
+        current = self.fence[backend]
+        if not stale:
+            return current
+        superseded = self.superseded[backend]
+        return superseded[-1] if superseded else current + 1
+
+    def supersede(self, backend: str, fence: int) -> None:
+        """A claim or release on ``backend`` made ``fence`` the current fence."""
+        self.superseded[backend].append(self.fence[backend])
+        self.fence[backend] = fence
 
 
 def bogus(task_id: str) -> Pair:
@@ -363,7 +368,7 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         )
         self.store = Backend("redis", self.redis, self.prefix)
         self.pairs: list[Pair] = []
-        self.by_redis_id: dict[str, Pair] = {}
+        self.by_id: dict[str, dict[str, Pair]] = {backend: {} for backend in BACKENDS}
         self.run(self.memory.__aenter__())
         self.run(self.redis.__aenter__())
 
@@ -434,6 +439,18 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         event(f"{what}: {label(memory)}")
         return memory
 
+    def backend_of(self, m: TaskManager) -> str:
+        """The name of the backend ``m`` is ("memory" or "redis")."""
+        return "memory" if m is self.memory else "redis"
+
+    def fences(self, pair: Pair, kind: str) -> Callable[[TaskManager], int | None]:
+        """The pair's ``fence=`` argument of ``kind``, for each backend's manager."""
+        return lambda m: pair.fence_for(kind, self.backend_of(m))
+
+    def queue_of(self, m: TaskManager) -> WorkQueue:
+        """The work queue of ``m``, one of the two managers."""
+        return self.memory.work_queue if m is self.memory else self.redis.work_queue
+
     def context(self, pair: Pair, who: str) -> RequestContext:
         """The request context named ``who`` ("owner": the pair's creator)."""
         return CONTEXTS[pair.owner if who == "owner" else who]
@@ -473,16 +490,13 @@ class MemoryVersusRedis(RuleBasedStateMachine):
                 metadata=METADATA[metadata],
             )
 
-        memory_task = self.run(call(self.memory))
-        # Task IDs are random; the partition a Redis task lands in decides which
+        # Task IDs are random; the partition a task lands in decides which
         # claim_next reads it, so it is drawn instead (replays must be identical).
         with mock.patch.object(base_module, "new_task_id", placed_in(partition)):
+            memory_task = self.run(call(self.memory))
             redis_task = self.run(call(self.redis))
-        assert parse_task_id(redis_task.task_id) == partition
         for task in (memory_task, redis_task):
-            placed = parse_task_id(task.task_id)
-            assert placed is not None
-            assert placed < PARTITIONS
+            assert parse_task_id(task.task_id) == partition
             assert task.created_at == task.last_updated_at
         pair = Pair(
             len(self.pairs),
@@ -494,7 +508,8 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         )
         assert self.observe(pair, "memory", memory_task) == self.observe(pair, "redis", redis_task)
         self.pairs.append(pair)
-        self.by_redis_id[pair.redis_id] = pair
+        self.by_id["memory"][pair.memory_id] = pair
+        self.by_id["redis"][pair.redis_id] = pair
         event(f"create_task: ttl {ttl_s} s")
         return pair
 
@@ -621,15 +636,17 @@ class MemoryVersusRedis(RuleBasedStateMachine):
     @rule(pair=targets, message=message, fence_kind=fence_kind)
     def mark_working(self, pair: Pair, message: str | None, fence_kind: str) -> None:
         """``mark_working``."""
-        fence = pair.fence_for(fence_kind)
-        self.both("mark_working", pair, lambda m, i: m.mark_working(i, message, fence=fence))
+        fence = self.fences(pair, fence_kind)
+        self.both("mark_working", pair, lambda m, i: m.mark_working(i, message, fence=fence(m)))
 
     def ask(self, pair: Pair, names: dict[str, str], message: str | None, fence_kind: str) -> None:
         """``request_input`` with the named requests; remember the round when accepted."""
         requests = {key: REQUESTS[name] for key, name in names.items()}
-        fence = pair.fence_for(fence_kind)
+        fence = self.fences(pair, fence_kind)
         outcome = self.both(
-            "request_input", pair, lambda m, i: m.request_input(i, requests, message, fence=fence)
+            "request_input",
+            pair,
+            lambda m, i: m.request_input(i, requests, message, fence=fence(m)),
         )
         if outcome[0] == "returned":
             pair.rounds.append((names, message))
@@ -668,8 +685,10 @@ class MemoryVersusRedis(RuleBasedStateMachine):
     @rule(pair=targets, fence_kind=fence_kind)
     def take_input_responses(self, pair: Pair, fence_kind: str) -> None:
         """``take_input_responses``."""
-        fence = pair.fence_for(fence_kind)
-        self.both("take_input_responses", pair, lambda m, i: m.take_input_responses(i, fence=fence))
+        fence = self.fences(pair, fence_kind)
+        self.both(
+            "take_input_responses", pair, lambda m, i: m.take_input_responses(i, fence=fence(m))
+        )
 
     @rule(which=st.integers(0, 15), fence_kind=fence_kind)
     def take_accepted_answers(self, which: int, fence_kind: str) -> None:
@@ -681,8 +700,10 @@ class MemoryVersusRedis(RuleBasedStateMachine):
             return record is not None and bool(record.answers)
 
         pair = self.steer(which, holds_answers)
-        fence = pair.fence_for(fence_kind)
-        self.both("take_input_responses", pair, lambda m, i: m.take_input_responses(i, fence=fence))
+        fence = self.fences(pair, fence_kind)
+        self.both(
+            "take_input_responses", pair, lambda m, i: m.take_input_responses(i, fence=fence(m))
+        )
 
     @rule(
         pair=targets,
@@ -692,10 +713,10 @@ class MemoryVersusRedis(RuleBasedStateMachine):
     )
     def complete_task(self, pair: Pair, result: str, message: str | None, fence_kind: str) -> None:
         """``complete_task`` (a repeat of the same completion is accepted)."""
-        fence = pair.fence_for(fence_kind)
+        fence = self.fences(pair, fence_kind)
         value = RESULTS[result]
         self.both(
-            "complete_task", pair, lambda m, i: m.complete_task(i, value, message, fence=fence)
+            "complete_task", pair, lambda m, i: m.complete_task(i, value, message, fence=fence(m))
         )
 
     @rule(
@@ -706,24 +727,24 @@ class MemoryVersusRedis(RuleBasedStateMachine):
     )
     def fail_task(self, pair: Pair, error: str, message: str | None, fence_kind: str) -> None:
         """``fail_task`` with a JSON-RPC error."""
-        fence = pair.fence_for(fence_kind)
+        fence = self.fences(pair, fence_kind)
         value = ERRORS[error]
-        self.both("fail_task", pair, lambda m, i: m.fail_task(i, value, message, fence=fence))
+        self.both("fail_task", pair, lambda m, i: m.fail_task(i, value, message, fence=fence(m)))
 
     @rule(pair=targets, message=message, fence_kind=fence_kind)
     def cancel_task(self, pair: Pair, message: str | None, fence_kind: str) -> None:
         """``cancel_task``."""
-        fence = pair.fence_for(fence_kind)
-        self.both("cancel_task", pair, lambda m, i: m.cancel_task(i, message, fence=fence))
+        fence = self.fences(pair, fence_kind)
+        self.both("cancel_task", pair, lambda m, i: m.cancel_task(i, message, fence=fence(m)))
 
     @rule(pair=targets, fence_kind=fence_kind)
     def is_cancellation_requested(self, pair: Pair, fence_kind: str) -> None:
         """``is_cancellation_requested``."""
-        fence = pair.fence_for(fence_kind)
+        fence = self.fences(pair, fence_kind)
         self.both(
             "is_cancellation_requested",
             pair,
-            lambda m, i: m.is_cancellation_requested(i, fence=fence),
+            lambda m, i: m.is_cancellation_requested(i, fence=fence(m)),
         )
 
     # -- the clock --------------------------------------------------------------------
@@ -762,37 +783,48 @@ class MemoryVersusRedis(RuleBasedStateMachine):
                     pipe.pexpireat(key, expire_at - ms)
             await pipe.execute()
 
-    # -- leases (Redis only; effects mirrored on the reference) --------------------
+    # -- leases (each backend's work queue) -------------------------------------------
 
-    def mirror_claim(self, pair: Pair, claim: Claim) -> None:
-        """Check a Redis claim's outcome against the reference and mirror its effect."""
-        outcome = claim.outcome
+    def before_claim(self, pair: Pair) -> tuple[bool, bool, bool]:
+        """What the reference holds of ``pair`` before a claim: whether the task is
+        live, terminal, and whether its cancellation was requested."""
+        record = self.memory._live(pair.memory_id)  # read-only look at the reference
+        if record is None:
+            return False, False, False
+        return True, record.fields["st"] in _TERMINAL, record.fields.get("cx") == b"1"
+
+    def check_claims(
+        self, pair: Pair, before: tuple[bool, bool, bool], claims: dict[str, Claim]
+    ) -> None:
+        """Both backends' claims of ``pair`` agree and fit the state before; a fresh
+        claim's fences become the pair's current ones."""
+        outcome = claims["redis"].outcome
         event(f"claim: {outcome.value}")
-        record = self.memory._live(pair.memory_id)
+        assert claims["memory"].outcome is outcome, f"claims of {pair!r}: {claims}"
+        live, terminal, cancel_requested = before
         if outcome is ClaimOutcome.EXPIRED:
-            assert record is None, f"claim found {pair!r} expired; the reference has it"
+            assert not live, f"claim found {pair!r} expired; the reference had it"
             return
-        assert record is not None, f"claim found {pair!r} ({outcome}); the reference lost it"
-        terminal = record.fields["st"] in _TERMINAL
-        cancel_requested = record.fields.get("cx") == b"1"
+        assert live, f"claim found {pair!r} ({outcome}); the reference had lost it"
         assert terminal == (outcome is ClaimOutcome.TERMINAL), f"claim {outcome} of {pair!r}"
-        if outcome is ClaimOutcome.RUN:
+        if outcome is ClaimOutcome.CANCELLED:
+            assert cancel_requested, f"claim cancelled {pair!r} without intent"
+        if outcome is not ClaimOutcome.RUN:
+            return
+        assert claims["memory"].attempt == claims["redis"].attempt, f"claims of {pair!r}"
+        for claim in claims.values():
             assert claim.origin is not None
             assert claim.origin.to_persisted_string() == ORIGINS[pair.origin].to_persisted_string()
             assert claim.payload == pair.payload
-            if claim.fence != pair.fence:
-                # A fresh claim honors cancellation intent instead of running; only
-                # the holder's own retry within its lease gets the same fence back.
-                assert not cancel_requested, f"claim ran {pair!r} despite cancellation"
-                assert claim.fence > pair.fence, "a claim must raise the fence"
-                pair.superseded.append(pair.fence)
-                pair.fence = claim.fence
-                record.fields["fn"] = str(claim.fence).encode()
-        elif outcome is ClaimOutcome.CANCELLED:
-            assert cancel_requested, f"claim cancelled {pair!r} without intent"
-            self.run(self.memory.cancel_task(pair.memory_id))
-        elif outcome is ClaimOutcome.POISONED:
-            self.run(self.memory.fail_task(pair.memory_id, INTERNAL_ERROR))
+        fresh = {backend: claim.fence != pair.fence[backend] for backend, claim in claims.items()}
+        assert fresh["memory"] == fresh["redis"], f"claims of {pair!r}: {claims} after {pair.fence}"
+        if fresh["redis"]:
+            # A fresh claim honors cancellation intent instead of running; only the
+            # holder's own retry within its lease gets the same fence back.
+            assert not cancel_requested, f"claim ran {pair!r} despite cancellation"
+            for backend, claim in claims.items():
+                assert claim.fence > pair.fence[backend], "a claim must raise the fence"
+                pair.supersede(backend, claim.fence)
 
     lease_ms = st.sampled_from(LEASES_MS)
     consumer = st.sampled_from(CONSUMERS)
@@ -816,22 +848,37 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         pair = self.steer(which, intent)
         self.claim(pair, consumer, lease_ms, max(MAX_ATTEMPTS))
 
+    async def entry_of(self, pair: Pair, backend: str) -> WorkEntry:
+        """The work entry the task's record names on ``backend`` (``0-1``, which names
+        nothing, when it names none)."""
+        task_id = pair.id_on(backend)
+        entry: bytes | str | None
+        if backend == "memory":
+            record = self.memory._live(task_id)  # read-only look at the reference
+            entry = None if record is None else record.fields.get("wk")
+        else:
+            entry = await self.redis.client.hget(self.record_key(pair), "wk")
+        partition = parse_task_id(task_id)
+        assert partition is not None
+        if isinstance(entry, bytes):
+            entry = entry.decode()
+        return WorkEntry(partition, entry or "0-1", task_id)
+
     def claim(self, pair: Pair, consumer: str, lease_ms: int, max_attempts: int) -> None:
-        """Claim the pair's work entry on Redis and mirror the outcome."""
-        entry = self.run(self.redis.client.hget(self.record_key(pair), "wk"))
-        claim = self.run(
-            self.redis.work_queue.claim(
-                WorkEntry(
-                    parse_task_id(pair.redis_id) or 0,
-                    entry.decode() if isinstance(entry, bytes) else "0-1",  # none: nothing to ack
-                    pair.redis_id,
-                ),
-                consumer=consumer,
-                lease=timedelta(milliseconds=lease_ms),
-                max_attempts=max_attempts,
+        """Claim the pair's work entry on both backends and compare."""
+        before = self.before_claim(pair)
+        claims = {}
+        for backend, manager in (("memory", self.memory), ("redis", self.redis)):
+            entry = self.run(self.entry_of(pair, backend))
+            claims[backend] = self.run(
+                self.queue_of(manager).claim(
+                    entry,
+                    consumer=consumer,
+                    lease=timedelta(milliseconds=lease_ms),
+                    max_attempts=max_attempts,
+                )
             )
-        )
-        self.mirror_claim(pair, claim)
+        self.check_claims(pair, before, claims)
 
     @rule(
         partition=st.integers(0, PARTITIONS - 1),
@@ -844,73 +891,57 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         self, partition: int, consumer: str, count: int, lease_ms: int, max_attempts: int
     ) -> None:
         """A worker reads and claims the partition's next new work entries."""
-        claims = self.run(
-            self.redis.work_queue.claim_next(
-                partition,
-                consumer=consumer,
-                count=count,
-                lease=timedelta(milliseconds=lease_ms),
-                max_attempts=max_attempts,
+        before = {pair: self.before_claim(pair) for pair in self.pairs}
+        read: dict[str, list[tuple[Pair, Claim]]] = {}
+        for backend, manager in (("memory", self.memory), ("redis", self.redis)):
+            claimed = self.run(
+                self.queue_of(manager).claim_next(
+                    partition,
+                    consumer=consumer,
+                    count=count,
+                    lease=timedelta(milliseconds=lease_ms),
+                    max_attempts=max_attempts,
+                )
             )
-        )
-        for entry, claim in claims:
-            task_id = entry.task_id
-            assert task_id is not None
-            pair = self.by_redis_id[task_id]  # every entry names a task of this example
-            assert parse_task_id(task_id) == partition
-            self.mirror_claim(pair, claim)
-
-    def reference_guard(self, pair: Pair, fence: int) -> Outcome:
-        """The reference's worker guard (unknown, stale fence, terminal) as an outcome."""
-        try:
-            self.memory._guarded(pair.memory_id, Encoder.fence(fence))
-        except RedisTasksError as exc:
-            return ("raised", type(exc).__name__, str(exc))
-        return NOTHING
+            read[backend] = []
+            for entry, claim in claimed:
+                assert entry.task_id is not None  # every entry names a task of this example
+                assert parse_task_id(entry.task_id) == partition == entry.partition
+                read[backend].append((self.by_id[backend][entry.task_id], claim))
+        assert [p for p, _ in read["memory"]] == [p for p, _ in read["redis"]], read
+        for (pair, in_memory), (_, in_redis) in zip(read["memory"], read["redis"], strict=True):
+            self.check_claims(pair, before[pair], {"memory": in_memory, "redis": in_redis})
 
     @rule(pair=targets, stale=st.booleans())
     def release(self, pair: Pair, stale: bool) -> None:
-        """A worker hands the task back: the fence goes up by one, mirrored."""
-        fence = pair.fence_for("stale" if stale else "good")
-        assert fence is not None
-        expected = self.reference_guard(pair, fence)
-        actual = self.outcome(
-            pair, "redis", self.redis.work_queue.release(pair.redis_id, fence=fence)
-        )
-        event(f"release: {label(actual)}")
-        assert actual == expected, f"release of {pair!r}: redis {actual}, reference {expected}"
-        if actual == NOTHING:
-            pair.superseded.append(pair.fence)
-            pair.fence += 1
-            record = self.memory._live(pair.memory_id)
-            assert record is not None
-            record.fields["fn"] = str(pair.fence).encode()
+        """A worker hands the task back: the fence goes up by one on both."""
+
+        def release(m: TaskManager, task_id: str) -> Awaitable[None]:
+            fence = pair.lease_fence(stale, self.backend_of(m))
+            return self.queue_of(m).release(task_id, fence=fence)
+
+        if self.both("release", pair, release) == NOTHING:
+            for backend in BACKENDS:
+                pair.supersede(backend, pair.fence[backend] + 1)
 
     @rule(pair=targets, stale=st.booleans(), consumer=consumer, lease_ms=lease_ms)
     def renew(self, pair: Pair, stale: bool, consumer: str, lease_ms: int) -> None:
         """A worker renews its lease and learns whether cancellation was requested."""
-        fence = pair.fence_for("stale" if stale else "good")
-        assert fence is not None
-        expected = self.reference_guard(pair, fence)
-        if expected == NOTHING:
-            record = self.memory._live(pair.memory_id)
-            assert record is not None
-            expected = ("returned", record.fields.get("cx") == b"1")
         lease = timedelta(milliseconds=lease_ms)
-        call = self.redis.work_queue.renew(
-            pair.redis_id, fence=fence, consumer=consumer, lease=lease
-        )
-        actual = self.outcome(pair, "redis", call)
-        event(f"renew: {label(actual)}")
-        assert actual == expected, f"renew of {pair!r}: redis {actual}, reference {expected}"
+
+        def renew(m: TaskManager, task_id: str) -> Awaitable[bool]:
+            fence = pair.lease_fence(stale, self.backend_of(m))
+            return self.queue_of(m).renew(task_id, fence=fence, consumer=consumer, lease=lease)
+
+        self.both("renew", pair, renew)
 
     # -- invariants -------------------------------------------------------------------
 
     @invariant()
     def every_task_looks_the_same_to_its_owner(self) -> None:
         """Each task's owner sees the same snapshot (or nothing) on both backends, a
-        worker the same cancellation flag, and the fence mirrored on the reference
-        is the one Redis stored."""
+        worker the same cancellation flag, and each backend stored the fence the
+        pair holds for it."""
 
         def looks(m: TaskManager, pair: Pair, task_id: str) -> list[Awaitable[Any]]:
             # Both reads change nothing, so checking them after every step is free
@@ -943,7 +974,8 @@ class MemoryVersusRedis(RuleBasedStateMachine):
             if record is None:
                 assert stored is None, f"{pair!r} expired on the reference only"
             else:
-                assert stored == record.fields["fn"] == str(pair.fence).encode()
+                assert record.fields["fn"] == str(pair.fence["memory"]).encode()
+                assert stored == str(pair.fence["redis"]).encode()
 
     async def stored_fences(self) -> list[bytes | None]:
         """The fence of every task record in Redis (``None``: no record), in one round
