@@ -430,16 +430,3 @@ class InMemoryWorkQueue:
             for name, seen in list(state.consumers.items()):
                 if name != keep and not busy[name] and now - seen > idle_ms:
                     del state.consumers[name]
-
-    # -- inspection (tests) -------------------------------------------------------------
-
-    def pending_with(self, partition: int) -> dict[str, str]:
-        """Each pending entry's ID and the consumer it is pending with."""
-        with self.lock:
-            state = self.partition(partition)
-            return {_id_text(e): p.consumer for e, p in state.pending.items()}
-
-    def consumers(self, partition: int) -> list[str]:
-        """The names of the group's consumers."""
-        with self.lock:
-            return list(self.partition(partition).consumers)
