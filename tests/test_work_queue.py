@@ -2,10 +2,13 @@
 
 Each test runs against every backend in :data:`QUEUE_BACKENDS` through the
 ``subject`` fixture: a manager with one partition (so every task lands in
-partition 0), its work queue, and a few read-only looks at the queue's state
-(pending entries, consumers, the entries in the stream) that each backend
-answers its own way. Only the looks are backend-specific; every step goes
-through :class:`WorkQueue` and the contract.
+partition 0), its work queue, a few read-only looks at the queue's state
+(pending entries, consumers, the entries in the stream) and one operator's
+action (deleting an entry from the stream), which each backend does its own
+way. Only those are backend-specific; every step goes through
+:class:`WorkQueue` and the contract. The Redis backend is the reference: its
+behaviour (Redis 7.0's stream commands and the Lua scripts) is what the
+in-memory queue must match.
 
 Time is real (the Redis server's clock cannot be moved): leases and idle times
 in these tests are a few hundred milliseconds, and a test sleeps past them.
@@ -26,18 +29,20 @@ from redis_tasks import (
     ClaimOutcome,
     InMemoryTaskManager,
     LeaseLostError,
+    RedisTaskManager,
     TaskNotFoundError,
     TaskRequestContext,
     TaskStatus,
     TaskTerminalError,
 )
 from redis_tasks._lease import INTERNAL_ERROR, Claim
+from redis_tasks._redis.keys import WORK_GROUP
 from redis_tasks._work_queue import WorkEntry, WorkerBackend, WorkQueue
 
 from .helpers import ALICE, ORIGIN
 
-#: The backends the suite runs on.
-QUEUE_BACKENDS = ("memory",)
+#: The backends the suite runs on: the in-memory queue and a standalone redis-server.
+QUEUE_BACKENDS = ("memory", "redis")
 
 LONG = timedelta(seconds=30)  # a lease that outlives the test
 SHORT = timedelta(milliseconds=200)  # a lease a test waits out
@@ -75,6 +80,8 @@ class Subject(ABC):
 
 
 class MemorySubject(Subject):
+    """Looks at partition 0's state inside the in-memory queue."""
+
     name = "memory"
 
     def __init__(self, manager: InMemoryTaskManager) -> None:
@@ -96,13 +103,47 @@ class MemorySubject(Subject):
         del self._queue.partition(0).entries[(int(ms), int(seq))]
 
 
+class RedisSubject(Subject):
+    """Looks at partition 0's stream and group with the stream commands themselves."""
+
+    def __init__(self, name: str, manager: RedisTaskManager) -> None:
+        self.name = name
+        self.manager = manager
+        self._client = manager.client
+        self._stream = manager.keyspace.work(0)
+
+    async def pending(self) -> dict[str, str]:
+        rows = await self._client.xpending_range(self._stream, WORK_GROUP, "-", "+", 1000)
+        return {_text(r["message_id"]): _text(r["consumer"]) for r in rows}
+
+    async def consumers(self) -> set[str]:
+        rows = await self._client.xinfo_consumers(self._stream, WORK_GROUP)
+        return {_text(r["name"]) for r in rows}
+
+    async def entries(self) -> list[str]:
+        rows = await self._client.xrange(self._stream) or []
+        return [_text(entry_id) for entry_id, _ in rows]
+
+    async def delete_entry(self, entry_id: str) -> None:
+        await self._client.xdel(self._stream, entry_id)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 @pytest.fixture(params=QUEUE_BACKENDS)
 async def subject(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[Subject]:
     """A one-partition manager of each backend, entered."""
-    assert request.param == "memory"
-    memory = InMemoryTaskManager(partitions=1)
-    async with memory:
-        yield MemorySubject(memory)
+    if request.param == "memory":
+        memory = InMemoryTaskManager(partitions=1)
+        async with memory:
+            yield MemorySubject(memory)
+        return
+    server = request.getfixturevalue("redis_server")
+    redis = RedisTaskManager.from_url(server.url, prefix=prefix, partitions=1, cluster=False)
+    async with redis:
+        yield RedisSubject(request.param, redis)
 
 
 async def new_task(subject: Subject, payload: bytes = b"", **options: Any) -> str:
