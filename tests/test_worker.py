@@ -1,4 +1,9 @@
-"""The worker in one process, on a real redis-server: outcomes, cancellation, leases."""
+"""The worker in one process: outcomes, cancellation, leases.
+
+Tests that use only the contract and the work queue take ``worker_backend`` and run
+on the in-memory backend, a standalone redis-server and the cluster; the rest look
+at Redis streams themselves and take ``redis_backend``.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import pytest
 
 from redis_tasks import (
     ClaimOutcome,
+    InMemoryTaskManager,
     InputRequest,
     JsonRpcError,
     LeaseLostError,
@@ -27,17 +33,29 @@ from redis_tasks import (
     Worker,
 )
 from redis_tasks._redis.keys import WORK_GROUP
-from redis_tasks._work_queue import WorkEntry
+from redis_tasks._work_queue import WorkEntry, WorkerBackend
 
-from .conftest import Backend
+from .conftest import SERVERS, Backend, server_url
 from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, reaches, wait_until
 
 Handler = Any
 
 
+@pytest.fixture(params=["memory", *SERVERS])
+async def worker_backend(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[Backend]:
+    """A backend a worker runs on: in memory, standalone Redis, the cluster."""
+    manager: WorkerBackend
+    if request.param == "memory":
+        manager = InMemoryTaskManager()
+    else:
+        manager = RedisTaskManager.from_url(server_url(request, request.param), prefix=prefix)
+    async with manager:
+        yield Backend(request.param, manager, prefix)
+
+
 @asynccontextmanager
 async def running(
-    manager: RedisTaskManager, handler: Handler, **options: Any
+    manager: WorkerBackend, handler: Handler, **options: Any
 ) -> AsyncIterator[Worker]:
     """A worker running in the background for the duration of the block."""
     worker = Worker(manager, handler, **options)
@@ -50,7 +68,7 @@ async def running(
             await runner
 
 
-async def settled(manager: RedisTaskManager, task_id: str, within: float = 15.0) -> Any:
+async def settled(manager: WorkerBackend, task_id: str, within: float = 15.0) -> Any:
     async def terminal() -> Any:
         task = await manager.find_task(TaskRequestContext(ALICE, task_id))
         return task if task is not None and task.is_terminal else None
@@ -58,12 +76,12 @@ async def settled(manager: RedisTaskManager, task_id: str, within: float = 15.0)
     return await wait_until(terminal, within=within, what="a terminal task")
 
 
-async def create(manager: RedisTaskManager, payload: bytes = b"", **options: Any) -> str:
+async def create(manager: WorkerBackend, payload: bytes = b"", **options: Any) -> str:
     return (await manager.create_task(ALICE, ORIGIN, payload=payload, **options)).task_id
 
 
-async def test_handler_results_complete_tasks_even_with_is_error(redis_backend: Backend) -> None:
-    m = redis_backend.manager
+async def test_handler_results_complete_tasks_even_with_is_error(worker_backend: Backend) -> None:
+    m = worker_backend.manager
     seen: list[tuple[str, int, int, bytes]] = []
 
     async def handler(execution: TaskExecution) -> dict[str, Any]:
@@ -85,8 +103,8 @@ async def test_handler_results_complete_tasks_even_with_is_error(redis_backend: 
     assert all(fence > 0 for _, _, fence, _ in seen)
 
 
-async def test_task_failed_ends_the_task_with_its_error(redis_backend: Backend) -> None:
-    m = redis_backend.manager
+async def test_task_failed_ends_the_task_with_its_error(worker_backend: Backend) -> None:
+    m = worker_backend.manager
 
     async def handler(execution: TaskExecution) -> dict[str, Any]:
         raise TaskFailed(JsonRpcError(code=-32001, message="quota exceeded", data={"n": 1}))
@@ -99,9 +117,9 @@ async def test_task_failed_ends_the_task_with_its_error(redis_backend: Backend) 
 
 
 async def test_other_exceptions_fail_with_a_generic_error_and_log_no_secret(
-    redis_backend: Backend, caplog: pytest.LogCaptureFixture
+    worker_backend: Backend, caplog: pytest.LogCaptureFixture
 ) -> None:
-    m = redis_backend.manager
+    m = worker_backend.manager
 
     async def handler(execution: TaskExecution) -> dict[str, Any]:
         raise RuntimeError("password=hunter2 in " + execution.payload.decode())
@@ -123,9 +141,9 @@ async def test_other_exceptions_fail_with_a_generic_error_and_log_no_secret(
     "result", [["not", "a", "dict"], {"nan": float("nan")}, {"big": "x" * 2_000_000}]
 )
 async def test_a_result_that_cannot_be_stored_fails_the_task(
-    redis_backend: Backend, result: Any
+    worker_backend: Backend, result: Any
 ) -> None:
-    m = redis_backend.manager
+    m = worker_backend.manager
 
     async def handler(execution: TaskExecution) -> Any:
         return result
@@ -138,9 +156,9 @@ async def test_a_result_that_cannot_be_stored_fails_the_task(
 
 
 async def test_cancellation_is_observed_within_one_renewal_interval(
-    redis_backend: Backend,
+    worker_backend: Backend,
 ) -> None:
-    m = redis_backend.manager
+    m = worker_backend.manager
     started = asyncio.Event()
     observed: list[float] = []
 
@@ -161,8 +179,8 @@ async def test_cancellation_is_observed_within_one_renewal_interval(
     assert observed[0] - asked <= lease.total_seconds() / 3 + 0.4
 
 
-async def test_a_cancellation_hint_delivers_it_sooner_than_renewal(redis_backend: Backend) -> None:
-    m = redis_backend.manager
+async def test_a_cancellation_hint_delivers_it_sooner_than_renewal(worker_backend: Backend) -> None:
+    m = worker_backend.manager
     started = asyncio.Event()
 
     async def handler(execution: TaskExecution) -> dict[str, Any]:
@@ -179,9 +197,9 @@ async def test_a_cancellation_hint_delivers_it_sooner_than_renewal(redis_backend
 
 
 async def test_a_handler_that_ignores_cancellation_may_still_complete(
-    redis_backend: Backend,
+    worker_backend: Backend,
 ) -> None:
-    m = redis_backend.manager
+    m = worker_backend.manager
     started, release = asyncio.Event(), asyncio.Event()
 
     async def handler(execution: TaskExecution) -> dict[str, Any]:
@@ -204,9 +222,9 @@ async def test_a_handler_that_ignores_cancellation_may_still_complete(
 
 
 async def test_a_task_cancelled_before_any_claim_ends_cancelled_without_running(
-    redis_backend: Backend,
+    worker_backend: Backend,
 ) -> None:
-    m = redis_backend.manager
+    m = worker_backend.manager
     ran: list[str] = []
 
     async def handler(execution: TaskExecution) -> dict[str, Any]:
@@ -224,9 +242,9 @@ async def test_a_task_cancelled_before_any_claim_ends_cancelled_without_running(
 
 
 async def test_input_round_trip_resumes_the_handler_with_the_answers(
-    redis_backend: Backend,
+    worker_backend: Backend,
 ) -> None:
-    m = redis_backend.manager
+    m = worker_backend.manager
 
     async def handler(execution: TaskExecution) -> dict[str, Any]:
         answers = await execution.request_input({"name": ELICIT}, "need a name")
@@ -241,9 +259,9 @@ async def test_input_round_trip_resumes_the_handler_with_the_answers(
 
 
 async def test_graceful_stop_hands_unfinished_tasks_to_another_worker_at_once(
-    redis_backend: Backend,
+    worker_backend: Backend,
 ) -> None:
-    m = redis_backend.manager
+    m = worker_backend.manager
     runs: list[tuple[str, int, int]] = []
     first_started = asyncio.Event()
 
@@ -273,8 +291,8 @@ async def test_graceful_stop_hands_unfinished_tasks_to_another_worker_at_once(
     assert b_fence > a_fence + 1
 
 
-async def test_a_worker_that_loses_its_lease_stops_its_handler(redis_backend: Backend) -> None:
-    m = redis_backend.manager
+async def test_a_worker_that_loses_its_lease_stops_its_handler(worker_backend: Backend) -> None:
+    m = worker_backend.manager
     cancelled_runs: list[int] = []
     started: asyncio.Queue[int] = asyncio.Queue()
 
@@ -406,9 +424,9 @@ def test_worker_refuses_bad_settings(redis_backend: Backend) -> None:
 
 
 async def test_a_worker_with_fewer_slots_than_partitions_serves_every_partition(
-    redis_backend: Backend,
+    worker_backend: Backend,
 ) -> None:
-    m = redis_backend.manager
+    m = worker_backend.manager
 
     async def handler(execution: TaskExecution) -> dict[str, Any]:
         return {"ok": True}
