@@ -33,7 +33,8 @@ from .client import Client, ConnectionSettings, is_cluster
 from .cluster_topology import ClusterTopology
 from .events import RedisEventPublisher
 from .keys import KeySpace, TaskKeys
-from .scripts import Arg, ScriptRunner
+from .runner import ScriptRunner
+from .scripts import Arg
 from .setup import may_publish, warn_if_evicting
 from .topology import StandaloneTopology, Topology
 from .work_queue import RedisWorkQueue

@@ -34,7 +34,8 @@ from .client import CLIENT_ERRORS, backend_errors
 from .keys import WORK_GROUP, KeySpace, TaskKeys
 from .pipeline import pack
 from .rawio import KeptConnection, stream_entries
-from .scripts import ScriptRunner, scripts
+from .runner import ScriptRunner
+from .scripts import scripts
 from .topology import Node, Topology
 
 if TYPE_CHECKING:
