@@ -5,7 +5,7 @@
   round trip instead of a read and one claim per entry. An idle worker blocks
   in XREADGROUP outside any script and claims what it gets with claim.
   Each task's keys are built here from the partition's hash tag, the way
-  KeySpace.task builds them, so they share the declared keys' slot.
+  KeySpace.task builds them (task_keys), so they share the declared keys' slot.
 
   KEYS:
     1 work           the partition's work stream
@@ -49,18 +49,15 @@ for _, entry in ipairs(read[1][2]) do
     end
   end
   local reply
-  -- A partition number, a dot, URL-safe characters: anything else is not ours,
-  -- and must not become part of a key name.
-  if not string.match(task_id, '^%d+%.[%w_%-]+$') then
+  -- Anything but a task ID parse_task_id accepts is not ours, and must not
+  -- become part of a key name.
+  if not is_task_id(task_id) then
     task_id = ''
     drop_entry(work_key, entry_id)
     reply = {RC_NOT_FOUND}
   else
-    local base = tag .. ':task:' .. task_id
-    local keys = {base, base .. ':req', base .. ':iss', base .. ':ans', base .. ':jrn',
-      work_key, events_key}
-    reply = claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
-      poison_error, events)
+    reply = claim_entry(task_keys(tag, task_id, work_key, events_key), task_id, entry_id,
+      consumer, lease_ms, max_attempts, poison_error, events)
   end
   table.insert(out, entry_id)
   table.insert(out, task_id)

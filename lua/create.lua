@@ -51,7 +51,7 @@ local entry = redis.call('XADD', work_key, '*', 't', task_id)
 -- No `ua` (it reads as `ca` until the first update) and no `fn` (it reads as
 -- 0 until the first claim): every byte of a record is kept for its retention.
 local fields = {
-  'st', 'working', 'ca', int_text(now), 'ttl', ttl_text, 'pi', poll_ms, 'wk', entry,
+  'st', ST_WORKING, 'ca', int_text(now), 'ttl', ttl_text, 'pi', poll_ms, 'wk', entry,
   'bd', binding,
 }
 add_field(fields, 'or', origin)

@@ -31,7 +31,7 @@ if t[11] ~= binding then
 end
 t[11] = nil
 local requests = {}
-if t[1] == 'input_required' then
+if t[1] == ST_INPUT_REQUIRED then
   requests = redis.call('HGETALL', requests_key)
 end
 return {RC_OK, t, requests}

@@ -83,17 +83,17 @@ local same_message = (has_message and current_message == message)
   or (not has_message and not current_message)
 
 if #pending_keys == 0 then
-  if status ~= 'input_required' then
+  if status ~= ST_INPUT_REQUIRED then
     return {RC_OK, answers}
   end
   redis.call('DEL', requests_key)
   set_long(task_key, {}, 'sm', nil, current_message)
-  redis.call('HSET', task_key, 'st', 'working', 'ua', int_text(next_update(now_ms(), t[3])))
+  redis.call('HSET', task_key, 'st', ST_WORKING, 'ua', int_text(next_update(now_ms(), t[3])))
   emit(events_key, events, task_id)
   return {RC_OK, answers}
 end
 
-if status == 'input_required' and same_message then
+if status == ST_INPUT_REQUIRED and same_message then
   local outstanding = redis.call('HKEYS', requests_key)
   local unchanged = #outstanding * 2 == #pending_keys
   for _, key in ipairs(outstanding) do
@@ -111,7 +111,7 @@ if #new_issued > 0 then
   redis.call('HSET', issued_key, unpack(new_issued))
   expire_with_task(issued_key, expire_at)
 end
-local fields = {'st', 'input_required', 'ua', int_text(next_update(now_ms(), t[3]))}
+local fields = {'st', ST_INPUT_REQUIRED, 'ua', int_text(next_update(now_ms(), t[3]))}
 set_long(task_key, fields, 'sm', has_message and message or nil, current_message)
 redis.call('HSET', task_key, unpack(fields))
 emit(events_key, events, task_id)

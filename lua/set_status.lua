@@ -36,14 +36,14 @@ end
 local current_message = t[4]
 local same_message = (has_message and current_message == message)
   or (not has_message and not current_message)
-if t[1] == 'working' and same_message then
+if t[1] == ST_WORKING and same_message then
   return {RC_OK}
 end
 
-local fields = {'st', 'working', 'ua', int_text(next_update(now_ms(), t[3]))}
+local fields = {'st', ST_WORKING, 'ua', int_text(next_update(now_ms(), t[3]))}
 set_long(task_key, fields, 'sm', has_message and message or nil, current_message)
 redis.call('HSET', task_key, unpack(fields))
-if t[1] == 'input_required' then
+if t[1] == ST_INPUT_REQUIRED then
   redis.call('DEL', requests_key)
 end
 emit(events_key, events, task_id)

@@ -40,7 +40,7 @@ local t = hmget(task_key, 'bd', 'st', 'ua', 'ex', 'sm')
 if t[1] ~= binding then
   return {RC_NOT_FOUND}
 end
-if t[2] ~= 'input_required' then
+if t[2] ~= ST_INPUT_REQUIRED then
   return {RC_OK, 0}
 end
 
@@ -80,7 +80,7 @@ local updated = int_text(next_update(now_ms(), t[3]))
 if redis.call('EXISTS', requests_key) == 0 then
   -- The last answer: back to working, and the wait's message no longer applies.
   set_long(task_key, {}, 'sm', nil, t[5])
-  redis.call('HSET', task_key, 'st', 'working', 'ua', updated)
+  redis.call('HSET', task_key, 'st', ST_WORKING, 'ua', updated)
 else
   redis.call('HSET', task_key, 'ua', updated)
 end

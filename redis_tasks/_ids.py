@@ -11,12 +11,32 @@ import re
 import secrets
 from typing import Final
 
-__all__ = ["MAX_PARTITIONS", "new_task_id", "parse_task_id"]
+__all__ = [
+    "ALPHABET_OTHERS",
+    "ALPHABET_RANGES",
+    "MAX_PARTITIONS",
+    "PARTITION_DIGITS",
+    "RANDOM_CHARS",
+    "new_task_id",
+    "parse_task_id",
+]
 
 #: Upper bound on partitions (Redis Cluster has 16,384 slots; more buys nothing).
 MAX_PARTITIONS: Final = 16384
+#: The most digits a partition number has (it has no leading zeros).
+PARTITION_DIGITS: Final = len(str(MAX_PARTITIONS - 1))
 _RANDOM_BYTES: Final = 18  # 144 bits, a whole number of base64 characters
-_TASK_ID = re.compile(r"(0|[1-9][0-9]{0,4})\.[A-Za-z0-9_-]{24}")
+#: How many characters the random part has: base64 of the random bytes, unpadded.
+RANDOM_CHARS: Final = _RANDOM_BYTES * 4 // 3
+#: The random part's alphabet, URL-safe base64: these ranges and these other characters.
+#: The Lua scripts check IDs with a pattern generated from this definition
+#: (``redis_tasks/_redis/scripts.py``), so both accept the same IDs.
+ALPHABET_RANGES: Final = ("A-Z", "a-z", "0-9")
+ALPHABET_OTHERS: Final = "_-"
+_TASK_ID = re.compile(
+    rf"(0|[1-9][0-9]{{0,{PARTITION_DIGITS - 1}}})\."
+    rf"[{''.join(ALPHABET_RANGES)}{re.escape(ALPHABET_OTHERS)}]{{{RANDOM_CHARS}}}"
+)
 
 
 def new_task_id(partitions: int) -> str:
@@ -27,7 +47,7 @@ def new_task_id(partitions: int) -> str:
 
 def parse_task_id(task_id: object) -> int | None:
     """Return the partition of a well-formed task ID, or ``None`` for anything else."""
-    if not isinstance(task_id, str) or len(task_id) > 30:
+    if not isinstance(task_id, str) or len(task_id) > PARTITION_DIGITS + 1 + RANDOM_CHARS:
         return None
     match = _TASK_ID.fullmatch(task_id)
     if match is None:

@@ -4,22 +4,16 @@ Both backends store a task as the same flat record of byte strings (a Redis
 hash, or a dict in memory), and both validate every input here before they
 touch storage, so bad input stores nothing on either backend.
 
-Record fields (short names keep Redis memory and script arguments small)::
+The record's fields are :data:`RECORD_FIELDS` (short names keep Redis memory and
+script arguments small); the Lua scripts' field names are checked against that
+table when they are loaded (``redis_tasks/_redis/scripts.py``).
 
-    st  status                 sm  status message (absent: none)
-    ca  created (ms, server)   ua  last updated (ms, server, never decreasing)
-    ttl retention ms (0: unlimited)      ex  expiry at (ms; absent: never)
-    pi  poll interval ms (0: none)       ep  endpoint
-    pk  binding: "-" anonymous, "=<partition key>" otherwise
-    or  origin (exact UTF-8 bytes)       pl  payload (bytes; dropped when terminal)
-    md  metadata (msgpack, optional)     rs  result (msgpack)   er  error (msgpack)
-    cx  "1" once cancellation was requested
-    fn  fence (lease generation)         wk  work-stream entry ID
-
-In Redis, the long fields (``sm ep pk or pl md rs er``) of 65 to 512 bytes are
-stored in 64-byte pieces (``or``, ``or+1``, ...), so that the hash stays a listpack
-under Redis's default ``hash-max-listpack-value``; the scripts join them
-(``lua/includes/common.lua``), and what a script returns is the whole value.
+In Redis, the long fields (:data:`LONG_FIELDS`) of ``PIECE_BYTES + 1`` to
+``PIECE_BYTES * MAX_PIECES`` bytes (65 to 512) are stored in pieces (``or``,
+``or+1``, ...), so that the hash stays a listpack under Redis's default
+``hash-max-listpack-value``; the scripts join them (``lua/includes/common.lua``,
+which gets these three as generated constants), and what a script returns is
+the whole value.
 """
 
 from __future__ import annotations
@@ -49,6 +43,10 @@ from ._origin import TaskOrigin
 from ._status import TaskStatus
 
 __all__ = [
+    "LONG_FIELDS",
+    "MAX_PIECES",
+    "PIECE_BYTES",
+    "RECORD_FIELDS",
     "SNAPSHOT_FIELDS",
     "EncodedAnswer",
     "EncodedRequest",
@@ -59,6 +57,36 @@ __all__ = [
     "decode_task",
 ]
 
+#: Every field of the stored record (a Redis hash, or a dict in memory), by name.
+RECORD_FIELDS: Final[dict[str, str]] = {
+    "st": "status",
+    "sm": "status message (absent: none)",
+    "ca": "created at (ms, server clock)",
+    "ua": "last updated at (ms, server clock, never decreasing; absent: as ca)",
+    "ttl": "retention in ms (0: unlimited)",
+    "ex": "expires at (ms; absent: never)",
+    "pi": "poll interval in ms (0: none)",
+    "bd": "binding digest: the endpoint and partition key (Redis)",
+    "ep": "endpoint (in memory)",
+    "pk": 'binding (in memory): "-" anonymous, "=<partition key>" otherwise',
+    "or": "origin (exact UTF-8 bytes)",
+    "pl": "payload (bytes; dropped when terminal)",
+    "md": "metadata (msgpack, optional)",
+    "rs": "result (msgpack)",
+    "er": "error (msgpack)",
+    "cx": '"1" once cancellation was requested',
+    "fn": "fence: the lease generation (absent: 0, never claimed)",
+    "wk": "the work-stream entry ID (dropped when terminal)",
+    "at": "attempts: how many claims ran the task (Redis)",
+    "ld": "lease deadline (ms, server clock; dropped when terminal; Redis)",
+    "lo": "lease owner: the holder's consumer name (dropped when terminal; Redis)",
+    "op": "the operation ID of the unfenced call that ended the task (absent: none)",
+}
+#: The fields a Redis record may keep in pieces (see the module docstring).
+LONG_FIELDS: Final = frozenset({"sm", "or", "pl", "md", "rs", "er"})
+#: The size of one piece of a long field, and the most pieces a value is kept in.
+PIECE_BYTES: Final = 64
+MAX_PIECES: Final = 8
 #: The record fields a snapshot is decoded from, in the order scripts return them.
 SNAPSHOT_FIELDS: Final = ("st", "sm", "ca", "ua", "ttl", "pi", "or", "rs", "er", "md")
 _METHOD_BY_KIND: Final[dict[str, InputMethod]] = {

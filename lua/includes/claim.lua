@@ -28,12 +28,12 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   end
   local entry = t[7] or entry_id
   if t[4] == '1' then
-    terminate(keys, task_id, entry, t[6], 'cancelled', nil, '', '', events)
+    terminate(keys, task_id, entry, t[6], ST_CANCELLED, nil, '', '', events)
     return {RC_CANCELLED}
   end
   local attempt = (tonumber(t[3]) or 0) + 1
   if attempt > max_attempts then
-    terminate(keys, task_id, entry, t[6], 'failed', nil, 'er', poison_error, events)
+    terminate(keys, task_id, entry, t[6], ST_FAILED, nil, 'er', poison_error, events)
     return {RC_POISONED}
   end
   -- Two workers claiming in the same millisecond (one of them on a promoted

@@ -1,6 +1,6 @@
--- Shared helpers. The loader inlines this file (after the generated constants
--- RC_*, TERMINAL and WORK_GROUP) into every script, so each command stays one
--- script with one SHA.
+-- Shared helpers. The loader inlines this file (after the constants it generates
+-- from Python: RC_*, ST_*, TERMINAL, WORK_GROUP, KEY_*, LONG_FIELDS, PIECE_BYTES,
+-- MAX_PIECES...) into every script, so each command stays one script with one SHA.
 
 -- Milliseconds on the Redis server's clock: every timestamp comes from here,
 -- never from a client, so all nodes agree on one clock.
@@ -26,15 +26,13 @@ end
 -- Long values are kept in pieces, so the record stays a listpack. A hash
 -- holding one value longer than hash-max-listpack-value (64 bytes by default)
 -- becomes a hashtable, about twice the memory for the same fields; a typical
--- origin (a tool name and its arguments) is longer than that. A value of
--- PIECE + 1 to PIECE * MAX_PIECES bytes is stored as `<field>` (the first
--- PIECE bytes), `<field>+1`, `<field>+2`...; shorter and longer values are
--- stored whole (a record holding a value that long is a hashtable whatever
--- we do, and pieces would only add fields to it). So a stored first piece of
--- exactly PIECE bytes may have more, and any other length has none.
-local PIECE = 64
-local MAX_PIECES = 8
-local LONG = {sm = true, ['or'] = true, pl = true, md = true, rs = true, er = true}
+-- origin (a tool name and its arguments) is longer than that. A value of one
+-- of LONG_FIELDS of PIECE_BYTES + 1 to PIECE_BYTES * MAX_PIECES bytes is stored
+-- as `<field>` (the first PIECE_BYTES bytes), `<field>+1`, `<field>+2`...;
+-- shorter and longer values are stored whole (a record holding a value that
+-- long is a hashtable whatever we do, and pieces would only add fields to it).
+-- So a stored first piece of exactly PIECE_BYTES bytes may have more, and any
+-- other length has none. (All three come from redis_tasks/_record.py.)
 
 -- The field names of `name`'s continuation pieces (to read, drop or replace a
 -- value that may have been stored in pieces); appended to `names`.
@@ -69,7 +67,7 @@ local function hmget(key, ...)
       elseif names[i] == 'ua' then
         values[i] = values[created]
       end
-    elseif #first == PIECE and LONG[names[i]] then
+    elseif #first == PIECE_BYTES and LONG_FIELDS[names[i]] then
       local rest = redis.call('HMGET', key, unpack(add_pieces({}, names[i])))
       local parts = {first}
       for n = 1, #rest do
@@ -90,18 +88,18 @@ end
 -- Append `name`, `value` to an HSET argument list, in pieces when it is long.
 local function add_field(fields, name, value)
   local size = #value
-  if size <= PIECE or size > PIECE * MAX_PIECES then
+  if size <= PIECE_BYTES or size > PIECE_BYTES * MAX_PIECES then
     fields[#fields + 1] = name
     fields[#fields + 1] = value
     return
   end
   fields[#fields + 1] = name
-  fields[#fields + 1] = string.sub(value, 1, PIECE)
-  local n, at = 1, PIECE + 1
+  fields[#fields + 1] = string.sub(value, 1, PIECE_BYTES)
+  local n, at = 1, PIECE_BYTES + 1
   while at <= size do
     fields[#fields + 1] = name .. '+' .. n
-    fields[#fields + 1] = string.sub(value, at, at + PIECE - 1)
-    n, at = n + 1, at + PIECE
+    fields[#fields + 1] = string.sub(value, at, at + PIECE_BYTES - 1)
+    n, at = n + 1, at + PIECE_BYTES
   end
 end
 
@@ -109,7 +107,7 @@ end
 -- value as hmget joined it is `current`: the pieces of a current value go at
 -- once, the new value is appended to the HSET list `fields` for the caller.
 local function set_long(key, fields, name, value, current)
-  if current and #current > PIECE and #current <= PIECE * MAX_PIECES then
+  if current and #current > PIECE_BYTES and #current <= PIECE_BYTES * MAX_PIECES then
     redis.call('HDEL', key, unpack(add_pieces({}, name)))
   end
   if value then

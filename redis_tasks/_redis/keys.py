@@ -36,10 +36,38 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from redis_tasks._ids import MAX_PARTITIONS
 
-__all__ = ["WORK_GROUP", "KeySpace", "TaskKeys"]
+__all__ = [
+    "ANSWERS_SUFFIX",
+    "EVENTS_SUFFIX",
+    "GRANT_INFIX",
+    "ISSUED_SUFFIX",
+    "JOURNAL_SUFFIX",
+    "REQUESTS_SUFFIX",
+    "TASK_INFIX",
+    "WORK_GROUP",
+    "WORK_SUFFIX",
+    "KeySpace",
+    "TaskKeys",
+]
 
 #: The consumer group every worker reads the work streams through.
 WORK_GROUP: Final = "workers"
+
+# What follows the partition's hash tag in each key name (see the module docstring).
+# The scripts get them as generated constants (KEY_TASK, KEY_REQUESTS...), so a
+# script that names a task's keys itself (claim_next) names them the same way.
+#: Between the tag and the task ID.
+TASK_INFIX: Final = ":task:"
+#: After a task's record key: outstanding requests, issued keys, answers, the journal.
+REQUESTS_SUFFIX: Final = ":req"
+ISSUED_SUFFIX: Final = ":iss"
+ANSWERS_SUFFIX: Final = ":ans"
+JOURNAL_SUFFIX: Final = ":jrn"
+#: Between the tag and a grant's digest.
+GRANT_INFIX: Final = ":g:"
+#: After the tag: the partition's streams.
+WORK_SUFFIX: Final = ":work"
+EVENTS_SUFFIX: Final = ":events"
 _PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
@@ -145,26 +173,26 @@ class KeySpace:
     def task(self, partition: int, task_id: str) -> TaskKeys:
         """Every key of the task ``task_id`` stored in ``partition``."""
         tag = self.tag(partition)
-        base = f"{tag}:task:{task_id}"
+        base = tag + TASK_INFIX + task_id
         return TaskKeys(
             task=base,
-            grant_prefix=f"{tag}:g:",
+            grant_prefix=tag + GRANT_INFIX,
             task_id=task_id,
-            requests=f"{base}:req",
-            issued=f"{base}:iss",
-            answers=f"{base}:ans",
-            journal=f"{base}:jrn",
-            work=f"{tag}:work",
-            events=f"{tag}:events",
+            requests=base + REQUESTS_SUFFIX,
+            issued=base + ISSUED_SUFFIX,
+            answers=base + ANSWERS_SUFFIX,
+            journal=base + JOURNAL_SUFFIX,
+            work=tag + WORK_SUFFIX,
+            events=tag + EVENTS_SUFFIX,
         )
 
     def work(self, partition: int) -> str:
         """The work stream of ``partition``."""
-        return f"{self.tag(partition)}:work"
+        return self.tag(partition) + WORK_SUFFIX
 
     def events(self, partition: int) -> str:
         """The event stream of ``partition``."""
-        return f"{self.tag(partition)}:events"
+        return self.tag(partition) + EVENTS_SUFFIX
 
     def pattern(self) -> str:
         """A ``SCAN MATCH`` / ACL key pattern covering every key of this prefix."""

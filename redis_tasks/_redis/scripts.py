@@ -13,19 +13,48 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from redis_tasks._codes import ReturnCode
 from redis_tasks._errors import InternalError
-from redis_tasks._status import TERMINAL_STATUSES
+from redis_tasks._ids import (
+    ALPHABET_OTHERS,
+    ALPHABET_RANGES,
+    MAX_PARTITIONS,
+    PARTITION_DIGITS,
+    RANDOM_CHARS,
+)
+from redis_tasks._record import LONG_FIELDS, MAX_PIECES, PIECE_BYTES, RECORD_FIELDS
+from redis_tasks._status import TERMINAL_STATUSES, TaskStatus
 
-from .keys import WORK_GROUP
+from .keys import (
+    ANSWERS_SUFFIX,
+    EVENTS_SUFFIX,
+    GRANT_INFIX,
+    ISSUED_SUFFIX,
+    JOURNAL_SUFFIX,
+    REQUESTS_SUFFIX,
+    TASK_INFIX,
+    WORK_GROUP,
+    WORK_SUFFIX,
+)
 
-__all__ = ["SPECS", "Arg", "Script", "Spec", "lua_dir", "scripts"]
+__all__ = [
+    "CONSTANTS",
+    "SPECS",
+    "Arg",
+    "Script",
+    "Spec",
+    "assemble",
+    "check_literals",
+    "lua_dir",
+    "scripts",
+]
 
-_INCLUDES: Final = ("common", "claim")
+_INCLUDES: Final = ("common", "keys", "claim")
 _HEADER = re.compile(r"\A--\[\[(.*?)\]\]", re.S)
 _SLOT = re.compile(r"^\s+(\d+)(\.\.)?\s+(\w+)", re.M)
 
@@ -153,12 +182,84 @@ def _check_header(name: str, source: str, spec: Spec) -> None:
         raise InternalError(f"lua/{name}.lua header disagrees with its Python contract")
 
 
-def _constants() -> str:
-    lines = [f"local RC_{code.name} = {code.value}" for code in ReturnCode]
-    terminal = ", ".join(f"{status.value} = true" for status in sorted(TERMINAL_STATUSES))
-    lines.append(f"local TERMINAL = {{{terminal}}}")
-    lines.append(f"local WORK_GROUP = '{WORK_GROUP}'")
-    return "\n".join(lines) + "\n"
+def _lua_string(text: str) -> str:
+    """``text`` as a Lua string literal (printable ASCII only: what we generate)."""
+    if not text.isascii() or not text.isprintable():
+        raise InternalError(f"cannot write {text!r} as a Lua literal")
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _lua_set(names: Iterable[str]) -> str:
+    return "{" + ", ".join(f"[{name}] = true" for name in names) + "}"
+
+
+_LUA_MAGIC: Final = "^$()%.[]*+-?"  # what a Lua pattern quotes with %
+
+
+def _task_id_pattern() -> str:
+    """The Lua pattern of a task ID, from :mod:`redis_tasks._ids`'s definition.
+
+    It captures the partition's digits; a Lua pattern has no alternatives and no
+    counted repeats, so ``is_task_id`` (``lua/includes/keys.lua``) checks the
+    partition's leading zero and bound after the match.
+    """
+    others = "".join(f"%{c}" if c in _LUA_MAGIC else c for c in ALPHABET_OTHERS)
+    char = f"[{''.join(ALPHABET_RANGES)}{others}]"
+    return f"^([0-9]+)%.{char * RANDOM_CHARS}$"
+
+
+def _status_constant(status: TaskStatus) -> str:
+    return f"ST_{status.name}"
+
+
+#: Constants every script gets, generated from the Python definitions.
+CONSTANTS: Final[dict[str, str]] = {
+    **{f"RC_{code.name}": str(code.value) for code in ReturnCode},
+    **{_status_constant(status): _lua_string(status.value) for status in TaskStatus},
+    "TERMINAL": _lua_set(sorted(_status_constant(status) for status in TERMINAL_STATUSES)),
+    "WORK_GROUP": _lua_string(WORK_GROUP),
+    "KEY_TASK": _lua_string(TASK_INFIX),
+    "KEY_REQUESTS": _lua_string(REQUESTS_SUFFIX),
+    "KEY_ISSUED": _lua_string(ISSUED_SUFFIX),
+    "KEY_ANSWERS": _lua_string(ANSWERS_SUFFIX),
+    "KEY_JOURNAL": _lua_string(JOURNAL_SUFFIX),
+    "KEY_GRANT": _lua_string(GRANT_INFIX),
+    "KEY_WORK": _lua_string(WORK_SUFFIX),
+    "KEY_EVENTS": _lua_string(EVENTS_SUFFIX),
+    "TASK_ID_PATTERN": _lua_string(_task_id_pattern()),
+    "PARTITION_DIGITS": str(PARTITION_DIGITS),
+    "MAX_PARTITIONS": str(MAX_PARTITIONS),
+    "LONG_FIELDS": _lua_set(_lua_string(name) for name in sorted(LONG_FIELDS)),
+    "PIECE_BYTES": str(PIECE_BYTES),
+    "MAX_PIECES": str(MAX_PIECES),
+}
+_PRELUDE: Final = "".join(f"local {name} = {value}\n" for name, value in CONSTANTS.items())
+
+# Comments and string literals of Lua source, in one pass so that neither hides
+# in the other; only single-line strings are used in our scripts.
+_LUA_TOKENS = re.compile(
+    r"--\[\[.*?\]\]|--[^\n]*|'((?:\\.|[^'\\\n])*)'|\"((?:\\.|[^\"\\\n])*)\"", re.S
+)
+_FIELD_LIKE = re.compile(r"[a-z]{2,3}")
+_STATUSES: Final = {status.value: _status_constant(status) for status in TaskStatus}
+
+
+def _code(source: str) -> str:
+    """``source`` without comments and with every string literal emptied."""
+    return _LUA_TOKENS.sub(lambda m: "''" if m.group(0)[0] in "'\"" else " ", source)
+
+
+def check_literals(where: str, source: str) -> None:
+    """Refuse a status written as a literal (use ``ST_*``) and a record-field name
+    (two or three lowercase letters) that :data:`RECORD_FIELDS` does not define."""
+    for match in _LUA_TOKENS.finditer(source):
+        literal = match.group(1) if match.group(1) is not None else match.group(2)
+        if literal is None:
+            continue
+        if literal in _STATUSES:
+            raise InternalError(f"{where} writes {literal!r}: use {_STATUSES[literal]}")
+        if _FIELD_LIKE.fullmatch(literal) and literal not in RECORD_FIELDS:
+            raise InternalError(f"{where} uses {literal!r}, which is no record field")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,14 +272,23 @@ class Script:
     sha: str
 
 
+def _include(directory: Path, name: str) -> str:
+    text = (directory / "includes" / f"{name}.lua").read_text(encoding="utf-8")
+    check_literals(f"lua/includes/{name}.lua", text)
+    return text
+
+
+def assemble(includes: Iterable[str], body: str, *, directory: Path | None = None) -> str:
+    """A script's full source: the generated constants, ``includes``, then ``body``."""
+    directory = directory or lua_dir()
+    return _PRELUDE + "".join(_include(directory, name) for name in includes) + body
+
+
 def _load(directory: Path, name: str, spec: Spec) -> Script:
     body = (directory / f"{name}.lua").read_text(encoding="utf-8")
     _check_header(name, body, spec)
-    includes = "".join(
-        (directory / "includes" / f"{include}.lua").read_text(encoding="utf-8")
-        for include in _INCLUDES
-    )
-    source = _constants() + includes + body
+    check_literals(f"lua/{name}.lua", body)
+    source = assemble(_INCLUDES, body, directory=directory)
     return Script(name, spec, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324
 
 

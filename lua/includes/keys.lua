@@ -1,0 +1,27 @@
+-- Key names and task IDs, as redis_tasks/_redis/keys.py and redis_tasks/_ids.py
+-- make them, from the constants the loader generates from those modules
+-- (KEY_*, TASK_ID_PATTERN, PARTITION_DIGITS, MAX_PARTITIONS).
+
+-- Whether `task_id` is a task ID that parse_task_id accepts. TASK_ID_PATTERN
+-- checks the form and captures the partition; a Lua pattern has neither
+-- alternatives nor counted repeats, so the partition's lack of a leading zero
+-- and its bound are checked here.
+local function is_task_id(task_id)
+  local partition = string.match(task_id, TASK_ID_PATTERN)
+  if not partition or #partition > PARTITION_DIGITS then
+    return false
+  end
+  if #partition > 1 and string.sub(partition, 1, 1) == '0' then
+    return false
+  end
+  return tonumber(partition) < MAX_PARTITIONS
+end
+
+-- The keys of the task `task_id` of the partition tagged `tag`, as
+-- KeySpace.task names them, in the order terminate() and claim_entry() take:
+-- {task, requests, issued, answers, journal, work, events}.
+local function task_keys(tag, task_id, work_key, events_key)
+  local base = tag .. KEY_TASK .. task_id
+  return {base, base .. KEY_REQUESTS, base .. KEY_ISSUED, base .. KEY_ANSWERS,
+    base .. KEY_JOURNAL, work_key, events_key}
+end

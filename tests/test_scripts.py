@@ -1,0 +1,129 @@
+"""The script catalogue: constants generated from Python, literal checks."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+from redis.asyncio import Redis
+
+from redis_tasks import InternalError
+from redis_tasks._ids import MAX_PARTITIONS, new_task_id, parse_task_id
+from redis_tasks._record import RECORD_FIELDS
+from redis_tasks._redis import scripts as lua
+from redis_tasks._redis.keys import KeySpace
+from redis_tasks._status import TaskStatus
+from redis_tasks.testing import RedisServer
+
+RANDOM = "q3Zk" * 6  # 24 characters of the URL-safe alphabet
+
+VALID_IDS = [
+    f"0.{RANDOM}",
+    f"7.{RANDOM}",
+    f"10.{RANDOM}",
+    f"9999.{RANDOM}",
+    f"{MAX_PARTITIONS - 1}.{RANDOM}",
+    "1." + "A-_z09" * 4,
+    "2." + "-" * 24,
+    *(new_task_id(MAX_PARTITIONS) for _ in range(50)),
+]
+INVALID_IDS = [
+    "",
+    "0",
+    "0.",
+    f"{MAX_PARTITIONS}.{RANDOM}",
+    f"99999.{RANDOM}",
+    f"100000.{RANDOM}",
+    f"00.{RANDOM}",
+    f"01.{RANDOM}",
+    f"007.{RANDOM}",
+    f"-1.{RANDOM}",
+    f"+1.{RANDOM}",
+    f" 1.{RANDOM}",
+    f"1e3.{RANDOM}",
+    f"0x1.{RANDOM}",
+    f"1 .{RANDOM}",
+    f".{RANDOM}",
+    f"1.{RANDOM[:-1]}",
+    f"1.{RANDOM}A",
+    f"1.{RANDOM}\n",
+    f"1.{RANDOM}:req",
+    f"1.{RANDOM[:-1]}=",
+    f"1.{RANDOM[:-1]}+",
+    f"1.{RANDOM[:-1]}/",
+    f"1.{RANDOM[:-1]}.",
+    f"1.{RANDOM[:-1]}%",
+    f"1.{RANDOM[:-1]}\x00",
+    f"1.{RANDOM[:-1]}é",
+    f"1.{RANDOM[:-2]}é",
+    f"\u0661.{RANDOM}",  # an Arabic-Indic digit one
+    f"1,{RANDOM}",
+    f"1x{RANDOM}",
+    f"1.{RANDOM}.{RANDOM}",
+    f"{{rt:1.2}}:task:1.{RANDOM}",
+]
+
+
+def test_the_id_sets_are_what_they_claim_to_be() -> None:
+    assert all(parse_task_id(task_id) is not None for task_id in VALID_IDS)
+    assert all(parse_task_id(task_id) is None for task_id in INVALID_IDS)
+
+
+async def test_the_lua_task_id_check_accepts_exactly_what_parse_task_id_accepts(
+    redis_server: RedisServer,
+) -> None:
+    source = lua.assemble(("keys",), "return is_task_id(ARGV[1]) and 1 or 0\n")
+    client = Redis.from_url(redis_server.url)
+    try:
+        for task_id in [*VALID_IDS, *INVALID_IDS, *(secrets.token_urlsafe(20) for _ in range(20))]:
+            accepted = await client.eval(source, 0, task_id.encode())
+            assert accepted == (parse_task_id(task_id) is not None), task_id
+    finally:
+        await client.aclose()
+
+
+async def test_the_lua_task_keys_are_keyspace_task_keys(redis_server: RedisServer) -> None:
+    body = "return task_keys(ARGV[1], ARGV[2], KEYS[1], KEYS[2])\n"
+    source = lua.assemble(("keys",), body)
+    space = KeySpace("rt")
+    task_id = new_task_id(16)
+    partition = parse_task_id(task_id)
+    assert partition is not None
+    keys = space.task(partition, task_id)
+    client = Redis.from_url(redis_server.url)
+    try:
+        names = await client.eval(source, 2, keys.work, keys.events, space.tag(partition), task_id)
+    finally:
+        await client.aclose()
+    assert [name.decode() for name in names] == [
+        keys.task,
+        keys.requests,
+        keys.issued,
+        keys.answers,
+        keys.journal,
+        keys.work,
+        keys.events,
+    ]
+
+
+def test_statuses_and_fields_come_from_python() -> None:
+    for status in TaskStatus:
+        assert lua.CONSTANTS[f"ST_{status.name}"] == f"'{status.value}'"
+    # claim_entry() writes the lease fields; the table has to know them.
+    assert {"at", "ld", "lo", "fn", "wk"} <= RECORD_FIELDS.keys()
+    for path in [*lua.lua_dir().glob("*.lua"), *lua.lua_dir().glob("includes/*.lua")]:
+        lua.check_literals(path.name, path.read_text())
+
+
+@pytest.mark.parametrize(
+    ("line", "complaint"),
+    [
+        ("if t[1] == 'working' then return {RC_OK} end", "use ST_WORKING"),
+        ('redis.call("HSET", KEYS[1], "st", "cancelled")', "use ST_CANCELLED"),
+        ("redis.call('HGET', KEYS[1], 'zz')", "no record field"),
+    ],
+)
+def test_a_status_literal_or_an_unknown_field_is_refused(line: str, complaint: str) -> None:
+    source = "-- 'working' in a comment is fine, and so is 'zz'\n" + line + "\n"
+    with pytest.raises(InternalError, match=complaint):
+        lua.check_literals("broken", source)
