@@ -1,6 +1,8 @@
 --[[
   cancel_requested: a worker asks whether a client requested cancellation.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
   ARGV:

@@ -8,6 +8,8 @@
   by a client while no worker was running it (ends cancelled), or delivered more
   than max_attempts times (ends failed: a poison task cannot loop forever).
 
+  Includes: claim
+
   KEYS:
     1 task           the task record hash
     2 requests       outstanding input requests

@@ -7,6 +7,8 @@
   Each task's keys are built here from the partition's hash tag, the way
   KeySpace.task builds them (task_keys), so they share the declared keys' slot.
 
+  Includes: common, keys, claim
+
   KEYS:
     1 work           the partition's work stream
     2 events         the partition's event stream

@@ -2,6 +2,8 @@
   create: store a new task and enqueue its work in one atomic step, so no
   outbox is needed and the task is readable the moment this returns.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
     2 work           the partition's work stream

@@ -3,6 +3,8 @@
   Unknown and unauthorized tasks run the same command (EXISTS on a grant key that
   does not exist) and give the same reply.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
     2 requests       outstanding input requests

@@ -8,6 +8,8 @@
   or, for a fenced call (operation ""), the same lease holder asking for the same
   transition again.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
     2 requests       outstanding input requests

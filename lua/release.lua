@@ -4,6 +4,8 @@
   against max_attempts, and the task is re-enqueued as a fresh work entry so
   an idle worker picks it up at once instead of waiting out the lease.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
     2 work           the partition's work stream

@@ -3,6 +3,8 @@
   work entry's idle time (XCLAIM to itself), so no other worker reclaims it,
   and reports whether a client asked to cancel.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
     2 work           the partition's work stream

@@ -3,6 +3,8 @@
   intent. A worker may honor it, or completion may win. A terminal task
   accepts the request idempotently and changes nothing.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
     2 events         the partition's event stream

@@ -6,6 +6,8 @@
   issued key reused for a different request is refused before any write.
   When every key is already answered the task is (or returns to) working.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
     2 requests       outstanding input requests (key -> kind..body)

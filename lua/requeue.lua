@@ -5,6 +5,8 @@
   blocked reader receives it at once. Never claimed, so fence and attempts are
   untouched. Entries of tasks that are gone or terminal are just dropped.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
     2 work           the partition's work stream

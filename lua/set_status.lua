@@ -4,6 +4,8 @@
   request (their keys stay issued, so late answers are ignored). Repeating the
   current status and message changes nothing.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
     2 requests       outstanding input requests

@@ -2,6 +2,8 @@
   take_answers: a worker takes the answers clients gave since it last took
   them. They stay in the journal, so a replacement worker can replay them.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
     2 answers        accepted answers not yet taken

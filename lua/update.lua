@@ -5,6 +5,8 @@
   not in input_required ignores the update. When no request remains
   outstanding the task returns to working.
 
+  Includes: common
+
   KEYS:
     1 task           the task record hash
     2 requests       outstanding input requests (key -> kind..body)

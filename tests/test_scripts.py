@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import secrets
+import shutil
+from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
@@ -127,3 +129,92 @@ def test_a_status_literal_or_an_unknown_field_is_refused(line: str, complaint: s
     source = "-- 'working' in a comment is fine, and so is 'zz'\n" + line + "\n"
     with pytest.raises(InternalError, match=complaint):
         lua.check_literals("broken", source)
+
+
+def _copy_of_lua(tmp_path: Path) -> Path:
+    shutil.copytree(lua.lua_dir(), tmp_path / "lua")
+    return tmp_path / "lua"
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_each_script_gets_the_includes_it_names_and_what_they_need() -> None:
+    assert lua.scripts["find"].includes == ("common",)
+    # claim.lua names only claim, which needs common: common comes first.
+    assert lua.scripts["claim"].includes == ("common", "claim")
+    assert lua.scripts["claim_next"].includes == ("common", "keys", "claim")
+    assert "local function is_task_id" not in lua.scripts["claim"].source
+    assert "local function claim_entry" not in lua.scripts["finish"].source
+
+
+def test_the_order_includes_are_named_in_does_not_matter(tmp_path: Path) -> None:
+    directory = _copy_of_lua(tmp_path)
+    _edit(
+        directory / "claim_next.lua",
+        "Includes: common, keys, claim",
+        "Includes: claim, keys, common",
+    )
+    assert lua.load_all(directory)["claim_next"].includes == ("common", "claim", "keys")
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "complaint"),
+    [
+        (
+            "claim_next.lua",
+            "Includes: common, keys, claim",
+            "Includes: common, claim",
+            "claim_next.lua uses is_task_id, task_keys of include keys, not included",
+        ),
+        (
+            "take_answers.lua",
+            "Includes: common",
+            "Includes: common, keys",
+            "take_answers.lua includes keys but uses nothing of it",
+        ),
+        (
+            "take_answers.lua",
+            "Includes: common",
+            "Includes: common, nosuch",
+            "includes nosuch, which lua/includes/ lacks",
+        ),
+        (
+            "includes/claim.lua",
+            "-- Includes: common\n",
+            "",
+            "claim.lua uses .* of include common, not included",
+        ),
+        (
+            "take_answers.lua",
+            "local answers = ",
+            "local function now_ms() return 0 end\nlocal answers = ",
+            "take_answers.lua redefines now_ms of include common",
+        ),
+        (
+            "includes/keys.lua",
+            "local function task_keys(",
+            "local function drop_entry() end\nlocal function task_keys(",
+            "drop_entry is defined by both",
+        ),
+    ],
+)
+def test_a_script_using_an_include_it_does_not_name_is_refused_at_load(
+    tmp_path: Path, file: str, old: str, new: str, complaint: str
+) -> None:
+    directory = _copy_of_lua(tmp_path)
+    _edit(directory / file, old, new)
+    with pytest.raises(InternalError, match=complaint):
+        lua.load_all(directory)
+
+
+def test_includes_that_need_each_other_are_refused() -> None:
+    def include(name: str, needs: tuple[str, ...]) -> lua.Include:
+        return lua.Include(name, "", needs, frozenset())
+
+    includes = {"a": include("a", ("b",)), "b": include("b", ("c",)), "c": include("c", ("a",))}
+    with pytest.raises(InternalError, match="a -> b -> c -> a"):
+        lua.assemble(["a"], "", includes=includes)

@@ -1,3 +1,5 @@
+-- claim_entry(), the claim of a work entry, for claim and claim_next.
+-- Includes: common
 
 -- The claim of one work entry, shared by claim (an entry the worker read or
 -- reclaimed) and claim_next (entries read inside the script). See claim.lua's

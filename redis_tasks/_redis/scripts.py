@@ -3,10 +3,19 @@
 Each script in ``lua/`` opens with a ``--[[ ]]`` header that lists its KEYS
 and ARGV. :data:`SPECS` restates those contracts in Python, and importing this
 module checks the two agree, so a script and its callers cannot drift apart.
-The loader prepends constants generated from Python (return codes, the
-terminal statuses, the work group) and inlines ``lua/includes/``, so each
-command is one self-contained script with one SHA, called with EVALSHA and
-reloaded on NOSCRIPT (see :mod:`.runner`, which runs them).
+
+The loader prepends :data:`CONSTANTS`, generated from the Python definitions
+(return codes ``RC_*``, statuses ``ST_*`` and ``TERMINAL``, key name parts
+``KEY_*``, the task-ID pattern, the long record fields...), so Lua holds no
+copies of them; a status written as a literal, or a record-field name that
+``redis_tasks._record.RECORD_FIELDS`` does not define, is refused at import.
+
+Then come the includes (``lua/includes/``) the script names in its header
+(``Includes: common, claim``), each after the includes it names in its own
+opening comment. A script (or include) that uses a helper of an include it
+does not name, names one it does not use, or redefines a helper is refused
+at import. Each command is so one self-contained script with one SHA, called
+with EVALSHA and reloaded on NOSCRIPT (see :mod:`.runner`, which runs them).
 """
 
 from __future__ import annotations
@@ -46,15 +55,16 @@ __all__ = [
     "CONSTANTS",
     "SPECS",
     "Arg",
+    "Include",
     "Script",
     "Spec",
     "assemble",
     "check_literals",
+    "load_all",
     "lua_dir",
     "scripts",
 ]
 
-_INCLUDES: Final = ("common", "keys", "claim")
 _HEADER = re.compile(r"\A--\[\[(.*?)\]\]", re.S)
 _SLOT = re.compile(r"^\s+(\d+)(\.\.)?\s+(\w+)", re.M)
 
@@ -161,7 +171,8 @@ def _section(header: str, name: str) -> list[tuple[int, bool, str]]:
     return [(int(n), bool(dots), word) for n, dots, word in _SLOT.findall(match.group(1))]
 
 
-def _check_header(name: str, source: str, spec: Spec) -> None:
+def _check_header(name: str, source: str, spec: Spec) -> str:
+    """Check ``source``'s header against ``spec``; return the header."""
     header = _HEADER.match(source)
     if header is None:
         raise InternalError(f"lua/{name}.lua does not open with a --[[ ]] header")
@@ -180,6 +191,7 @@ def _check_header(name: str, source: str, spec: Spec) -> None:
         or variadic != ([spec.variadic] if spec.variadic else [])
     ):
         raise InternalError(f"lua/{name}.lua header disagrees with its Python contract")
+    return header.group(1)
 
 
 def _lua_string(text: str) -> str:
@@ -264,38 +276,147 @@ def check_literals(where: str, source: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Script:
-    """One loaded script: its full source (with includes) and SHA1."""
+    """One loaded script: the includes it got, its full source and SHA1."""
 
     name: str
     spec: Spec
+    includes: tuple[str, ...]
     source: str
     sha: str
 
 
-def _include(directory: Path, name: str) -> str:
-    text = (directory / "includes" / f"{name}.lua").read_text(encoding="utf-8")
-    check_literals(f"lua/includes/{name}.lua", text)
-    return text
+# A script names the includes it uses in its header; an include names those it
+# uses in its opening comment lines ("-- Includes: common").
+_INCLUDES_LINE = re.compile(r"^[ \t]*(?:--)?[ \t]*Includes:[ \t]*(.*)$", re.M)
+_LEADING_COMMENT = re.compile(r"\A(?:[ \t]*(?:--.*)?\n)*")
+_TOP_LEVEL_LOCAL = re.compile(r"^local\s+(?:function\s+)?([A-Za-z_]\w*)", re.M)
+_NAME = re.compile(r"(?<![.:\w])([A-Za-z_]\w*)")
 
 
-def assemble(includes: Iterable[str], body: str, *, directory: Path | None = None) -> str:
-    """A script's full source: the generated constants, ``includes``, then ``body``."""
-    directory = directory or lua_dir()
-    return _PRELUDE + "".join(_include(directory, name) for name in includes) + body
+@dataclass(frozen=True, slots=True)
+class Include:
+    """One file of ``lua/includes/``: what it needs and what it defines."""
+
+    name: str
+    text: str
+    needs: tuple[str, ...]
+    defines: frozenset[str]
 
 
-def _load(directory: Path, name: str, spec: Spec) -> Script:
+def _named_includes(where: str, comment: str) -> tuple[str, ...]:
+    lines = _INCLUDES_LINE.findall(comment)
+    if len(lines) > 1:
+        raise InternalError(f"{where} has more than one Includes line")
+    names = tuple(name.strip() for name in lines[0].split(",")) if lines else ()
+    if any(not re.fullmatch(r"\w+", name) for name in names) or len(set(names)) < len(names):
+        raise InternalError(f"{where} has a malformed Includes line")
+    return names
+
+
+def _read_includes(directory: Path) -> dict[str, Include]:
+    includes = {}
+    for path in sorted((directory / "includes").glob("*.lua")):
+        where = f"lua/includes/{path.name}"
+        text = path.read_text(encoding="utf-8")
+        check_literals(where, text)
+        match = _LEADING_COMMENT.match(text)
+        needs = _named_includes(where, match.group(0) if match else "")
+        defines = frozenset(_TOP_LEVEL_LOCAL.findall(_code(text)))
+        includes[path.stem] = Include(path.stem, text, needs, defines)
+    owners: dict[str, str] = {}
+    for include in includes.values():
+        for name in include.defines:
+            if name in owners:
+                raise InternalError(f"{name} is defined by both {owners[name]} and {include.name}")
+            owners[name] = include.name
+    for include in includes.values():
+        _check_uses(f"lua/includes/{include.name}.lua", include.text, include.needs, includes)
+    return includes
+
+
+def _check_uses(
+    where: str, text: str, named: tuple[str, ...], includes: dict[str, Include]
+) -> None:
+    """Every name ``text`` takes from an include comes from one it names, and it
+    uses something of each one it names."""
+    code = _code(text)
+    used = set(_NAME.findall(code))
+    own = set(_TOP_LEVEL_LOCAL.findall(code))
+    for name in named:
+        if name not in includes:
+            raise InternalError(f"{where} includes {name}, which lua/includes/ lacks")
+    for include in includes.values():
+        if where == f"lua/includes/{include.name}.lua":
+            continue
+        if own & include.defines:
+            names = ", ".join(sorted(own & include.defines))
+            raise InternalError(f"{where} redefines {names} of include {include.name}")
+        taken = used & include.defines
+        if taken and include.name not in named:
+            names = ", ".join(sorted(taken))
+            raise InternalError(f"{where} uses {names} of include {include.name}, not included")
+        if not taken and include.name in named:
+            raise InternalError(f"{where} includes {include.name} but uses nothing of it")
+
+
+def _resolve(named: Iterable[str], includes: dict[str, Include]) -> list[str]:
+    """``named`` and what they need, each once, every include after those it needs."""
+    order: list[str] = []
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            raise InternalError(f"includes need each other: {' -> '.join((*path, name))}")
+        if name in order:
+            return
+        if name not in includes:
+            raise InternalError(f"no include {name} in lua/includes/")
+        for needed in includes[name].needs:
+            visit(needed, (*path, name))
+        order.append(name)
+
+    for name in named:
+        visit(name, ())
+    return order
+
+
+def assemble(
+    named: Iterable[str],
+    body: str,
+    *,
+    directory: Path | None = None,
+    includes: dict[str, Include] | None = None,
+) -> str:
+    """A script's full source: the generated constants, the ``named`` includes
+    (after the includes they need), then ``body``. The includes are those of
+    ``directory`` (default ``lua_dir()``) unless given."""
+    if includes is None:
+        includes = _read_includes(directory or lua_dir())
+    return _assemble(_resolve(named, includes), body, includes)
+
+
+def _assemble(order: list[str], body: str, includes: dict[str, Include]) -> str:
+    return _PRELUDE + "".join(includes[name].text for name in order) + body
+
+
+def _load(directory: Path, name: str, spec: Spec, includes: dict[str, Include]) -> Script:
+    where = f"lua/{name}.lua"
     body = (directory / f"{name}.lua").read_text(encoding="utf-8")
-    _check_header(name, body, spec)
-    check_literals(f"lua/{name}.lua", body)
-    source = assemble(_INCLUDES, body, directory=directory)
-    return Script(name, spec, source, hashlib.sha1(source.encode()).hexdigest())  # noqa: S324
+    header = _check_header(name, body, spec)
+    check_literals(where, body)
+    named = _named_includes(where, header)
+    _check_uses(where, body, named, includes)
+    order = _resolve(named, includes)
+    source = _assemble(order, body, includes)
+    sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324
+    return Script(name, spec, tuple(order), source, sha)
 
 
-def _load_all() -> dict[str, Script]:
-    directory = lua_dir()
-    return {name: _load(directory, name, spec) for name, spec in SPECS.items()}
+def load_all(directory: Path | None = None) -> dict[str, Script]:
+    """Load and check every script of :data:`SPECS` from ``directory`` (``lua_dir()``)."""
+    directory = directory or lua_dir()
+    includes = _read_includes(directory)
+    return {name: _load(directory, name, spec, includes) for name, spec in SPECS.items()}
 
 
 #: Every script, loaded and checked once at import.
-scripts: Final[dict[str, Script]] = _load_all()
+scripts: Final[dict[str, Script]] = load_all()
