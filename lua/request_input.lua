@@ -89,8 +89,7 @@ if #pending_keys == 0 then
     return {RC_OK, answers}
   end
   redis.call('DEL', requests_key)
-  set_long(task_key, {}, 'sm', nil, current_message)
-  redis.call('HSET', task_key, 'st', ST_WORKING, 'ua', int_text(next_update(now_ms(), t[3])))
+  write_status(task_key, ST_WORKING, nil, current_message, t[3])
   emit(events_key, events, task_id)
   return {RC_OK, answers}
 end
@@ -113,8 +112,6 @@ if #new_issued > 0 then
   redis.call('HSET', issued_key, unpack(new_issued))
   expire_with_task(issued_key, expire_at)
 end
-local fields = {'st', ST_INPUT_REQUIRED, 'ua', int_text(next_update(now_ms(), t[3]))}
-set_long(task_key, fields, 'sm', has_message and message or nil, current_message)
-redis.call('HSET', task_key, unpack(fields))
+write_status(task_key, ST_INPUT_REQUIRED, has_message and message or nil, current_message, t[3])
 emit(events_key, events, task_id)
 return {RC_OK, answers}

@@ -42,9 +42,7 @@ if t[1] == ST_WORKING and same_message then
   return {RC_OK}
 end
 
-local fields = {'st', ST_WORKING, 'ua', int_text(next_update(now_ms(), t[3]))}
-set_long(task_key, fields, 'sm', has_message and message or nil, current_message)
-redis.call('HSET', task_key, unpack(fields))
+write_status(task_key, ST_WORKING, has_message and message or nil, current_message, t[3])
 if t[1] == ST_INPUT_REQUIRED then
   redis.call('DEL', requests_key)
 end

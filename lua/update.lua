@@ -78,13 +78,11 @@ local expire_at = t[4]
 expire_with_task(answers_key, expire_at)
 expire_with_task(journal_key, expire_at)
 
-local updated = int_text(next_update(now_ms(), t[3]))
 if redis.call('EXISTS', requests_key) == 0 then
   -- The last answer: back to working, and the wait's message no longer applies.
-  set_long(task_key, {}, 'sm', nil, t[5])
-  redis.call('HSET', task_key, 'st', ST_WORKING, 'ua', updated)
+  write_status(task_key, ST_WORKING, nil, t[5], t[3])
 else
-  redis.call('HSET', task_key, 'ua', updated)
+  redis.call('HSET', task_key, 'ua', int_text(next_update(now_ms(), t[3])))
 end
 emit(events_key, events, task_id)
 return {RC_OK, #accepted_keys}

@@ -117,6 +117,16 @@ local function set_long(key, fields, name, value, current)
   end
 end
 
+-- The status write of a live task: `status` with the status message `message`
+-- (nil: none) in place of `current_message` (as hmget joined it), and
+-- last_updated_at advanced from `last_update`, in one HSET (after the HDEL of
+-- the old message's pieces, if it had any).
+local function write_status(task_key, status, message, current_message, last_update)
+  local fields = {'st', status, 'ua', int_text(next_update(now_ms(), last_update))}
+  set_long(task_key, fields, 'sm', message, current_message)
+  redis.call('HSET', task_key, unpack(fields))
+end
+
 -- One task-ID hint on the partition's bounded event stream. `events` is the
 -- stream's MAXLEN, followed by "p" when the hint is also published on the
 -- stream's shard channel (named like the stream, so in its slot): on a cluster
