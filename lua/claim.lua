@@ -25,7 +25,7 @@
     4 lease_ms
     5 max_attempts
     6 poison_error   msgpack JSON-RPC error for a poisoned task
-    7 events         the event stream's MAXLEN, then "p" to also SPUBLISH
+    7 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK, fence, attempt, origin, payload}
     {RC_NOT_FOUND}   expired or unknown: entry dropped
@@ -44,7 +44,7 @@ local consumer = ARGV[3]
 local lease_ms = tonumber(ARGV[4])
 local max_attempts = tonumber(ARGV[5])
 local poison_error = ARGV[6]
-local events = ARGV[7]
+local event_opts = ARGV[7]
 
 return claim_entry(KEYS, task_id, entry_id, consumer, lease_ms, max_attempts,
-  poison_error, events)
+  poison_error, event_opts)

@@ -19,7 +19,7 @@
     4 lease_ms
     5 max_attempts
     6 poison_error   msgpack JSON-RPC error for a poisoned task
-    7 events         the event stream's MAXLEN, then "p" to also SPUBLISH
+    7 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK, entry_id, task_id, claim reply, entry_id, task_id, claim reply, ...}
     where each claim reply is one of claim's. An entry that names no well-formed
@@ -34,7 +34,7 @@ local count = tonumber(ARGV[3])
 local lease_ms = tonumber(ARGV[4])
 local max_attempts = tonumber(ARGV[5])
 local poison_error = ARGV[6]
-local events = ARGV[7]
+local event_opts = ARGV[7]
 
 local out = {RC_OK}
 local read = redis.call('XREADGROUP', 'GROUP', WORK_GROUP, consumer,
@@ -59,7 +59,7 @@ for _, entry in ipairs(read[1][2]) do
     reply = {RC_NOT_FOUND}
   else
     reply = claim_entry(task_keys(tag, task_id, work_key, events_key), task_id, entry_id,
-      consumer, lease_ms, max_attempts, poison_error, events)
+      consumer, lease_ms, max_attempts, poison_error, event_opts)
   end
   table.insert(out, entry_id)
   table.insert(out, task_id)

@@ -17,7 +17,7 @@
     5 ttl_ms         0: unlimited
     6 poll_ms        0: no suggested interval
     7 metadata       msgpack, or empty
-    8 events         the event stream's MAXLEN, then "p" to also SPUBLISH
+    8 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK, created_ms}
     {RC_EXISTS}      the ID is taken by another task; nothing is overwritten
@@ -38,7 +38,7 @@ local ttl_ms = tonumber(ARGV[5])
 local ttl_text = ARGV[5]
 local poll_ms = ARGV[6]
 local metadata = ARGV[7]
-local events = ARGV[8]
+local event_opts = ARGV[8]
 
 local existing = hmget(task_key, 'bd', 'or', 'ca')
 if existing[1] then
@@ -73,5 +73,5 @@ if ttl_ms > 0 then
 else
   redis.call('SET', grant_key, '1')
 end
-emit(events_key, events, task_id)
+emit(events_key, event_opts, task_id)
 return {RC_OK, now}

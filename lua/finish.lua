@@ -27,7 +27,7 @@
     6 outcome_field  "rs" (result), "er" (error) or "" (none)
     7 outcome        msgpack
     8 operation      the unfenced call's operation ID; "" for a fenced call
-    9 events         the event stream's MAXLEN, then "p" to also SPUBLISH
+    9 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK}          also when this very call was already applied (a retry)
     {RC_NOT_FOUND} | {RC_LEASE_LOST} | {RC_TERMINAL}
@@ -43,7 +43,7 @@ local message = ARGV[5]
 local outcome_field = ARGV[6]
 local outcome = ARGV[7]
 local operation = ARGV[8]
-local events = ARGV[9]
+local event_opts = ARGV[9]
 
 local t = hmget(task_key, 'st', 'fn', 'ua', 'wk', 'sm',
   outcome_field ~= '' and outcome_field or 'st', 'op')
@@ -63,7 +63,7 @@ if guard ~= RC_OK then
   return {guard}
 end
 terminate(KEYS, task_id, t[4], t[3], status, has_message and message or nil,
-  outcome_field, outcome, events)
+  outcome_field, outcome, event_opts)
 if operation ~= '' then
   redis.call('HSET', task_key, 'op', operation)
 end

@@ -12,7 +12,7 @@
   ARGV:
     1 task_id
     2 binding        the record's digest of (task ID, endpoint, partition binding)
-    3 events         the event stream's MAXLEN, then "p" to also SPUBLISH
+    3 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK}
     {RC_NOT_FOUND}   unknown, expired or unauthorized
@@ -23,7 +23,7 @@ local events_key = KEYS[2]
 local grant_key = KEYS[3]
 local task_id = ARGV[1]
 local binding = ARGV[2]
-local events = ARGV[3]
+local event_opts = ARGV[3]
 
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
@@ -36,5 +36,5 @@ if TERMINAL[t[2]] or t[3] == '1' then
   return {RC_OK}
 end
 redis.call('HSET', task_key, 'cx', '1')
-emit(events_key, events, task_id)
+emit(events_key, event_opts, task_id)
 return {RC_OK}

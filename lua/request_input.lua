@@ -20,8 +20,8 @@
     2 fence          "" for unfenced
     3 has_message    "1" when a status message is given
     4 message
-    5 events         the event stream's MAXLEN, then "p" to also SPUBLISH
-    6.. requests     triples: key, fingerprint, kind..body
+    5 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
+    6.. round        triples: key, fingerprint, kind..body: this round's requests
   Returns:
     {RC_OK, {key, answer, ...}}  recorded answers to this round's keys
     {RC_KEY_REUSED, key}
@@ -38,7 +38,7 @@ local task_id = ARGV[1]
 local fence = ARGV[2]
 local has_message = ARGV[3] == '1'
 local message = ARGV[4]
-local events = ARGV[5]
+local event_opts = ARGV[5]
 local first_request = 6
 
 local t = hmget(task_key, 'st', 'fn', 'ua', 'sm', 'ex')
@@ -90,7 +90,7 @@ if #pending_keys == 0 then
   end
   redis.call('DEL', requests_key)
   write_status(task_key, ST_WORKING, nil, current_message, t[3])
-  emit(events_key, events, task_id)
+  emit(events_key, event_opts, task_id)
   return {RC_OK, answers}
 end
 
@@ -113,5 +113,5 @@ if #new_issued > 0 then
   expire_with_task(issued_key, expire_at)
 end
 write_status(task_key, ST_INPUT_REQUIRED, has_message and message or nil, current_message, t[3])
-emit(events_key, events, task_id)
+emit(events_key, event_opts, task_id)
 return {RC_OK, answers}

@@ -15,7 +15,7 @@
     2 fence          "" for unfenced
     3 has_message    "1" when a status message is given
     4 message
-    5 events         the event stream's MAXLEN, then "p" to also SPUBLISH
+    5 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
     {RC_OK}
     {RC_NOT_FOUND} | {RC_LEASE_LOST} | {RC_TERMINAL}
@@ -28,7 +28,7 @@ local task_id = ARGV[1]
 local fence = ARGV[2]
 local has_message = ARGV[3] == '1'
 local message = ARGV[4]
-local events = ARGV[5]
+local event_opts = ARGV[5]
 
 local t = hmget(task_key, 'st', 'fn', 'ua', 'sm')
 local guard = worker_guard(t[1], t[2], fence)
@@ -46,5 +46,5 @@ write_status(task_key, ST_WORKING, has_message and message or nil, current_messa
 if t[1] == ST_INPUT_REQUIRED then
   redis.call('DEL', requests_key)
 end
-emit(events_key, events, task_id)
+emit(events_key, event_opts, task_id)
 return {RC_OK}

@@ -17,8 +17,8 @@
   ARGV:
     1 task_id
     2 binding        the record's digest of (task ID, endpoint, partition binding)
-    3 events         the event stream's MAXLEN, then "p" to also SPUBLISH
-    4.. answers      triples: key, kinds (letters the answer can match), body
+    3 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
+    4.. responses    triples: key, kinds (letters the answer can match), body
   Returns:
     {RC_OK, accepted_count}
     {RC_NOT_FOUND}   unknown, expired or unauthorized
@@ -32,7 +32,7 @@ local events_key = KEYS[5]
 local grant_key = KEYS[6]
 local task_id = ARGV[1]
 local binding = ARGV[2]
-local events = ARGV[3]
+local event_opts = ARGV[3]
 local first_answer = 4
 
 if not granted(grant_key) then
@@ -84,5 +84,5 @@ if redis.call('EXISTS', requests_key) == 0 then
 else
   redis.call('HSET', task_key, 'ua', int_text(next_update(now_ms(), t[3])))
 end
-emit(events_key, events, task_id)
+emit(events_key, event_opts, task_id)
 return {RC_OK, #accepted_keys}

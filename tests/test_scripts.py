@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -218,3 +219,75 @@ def test_includes_that_need_each_other_are_refused() -> None:
     includes = {"a": include("a", ("b",)), "b": include("b", ("c",)), "c": include("c", ("a",))}
     with pytest.raises(InternalError, match="a -> b -> c -> a"):
         lua.assemble(["a"], "", includes=includes)
+
+
+FIND_ARGS = {"task": "t", "requests": "r", "grant": "g", "binding": "b"}
+
+
+def test_a_binding_puts_named_arguments_in_header_order() -> None:
+    assert lua.find(**FIND_ARGS) == (lua.scripts["find"], ("t", "r", "g"), ("b",))
+    call = lua.update(
+        task="t",
+        requests="r",
+        answers="a",
+        journal="j",
+        events="e",
+        grant="g",
+        task_id="1.x",
+        binding="b",
+        event_opts="100",
+        responses=[b"k1", b"kinds1", b"body1", b"k2", b"kinds2", b"body2"],
+    )
+    assert call[1] == ("t", "r", "a", "j", "e", "g")
+    assert call[2] == ("1.x", "b", "100", b"k1", b"kinds1", b"body1", b"k2", b"kinds2", b"body2")
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {k: v for k, v in FIND_ARGS.items() if k != "binding"},  # missing
+        {**FIND_ARGS, "extra": "x"},  # extra
+        {**{k: v for k, v in FIND_ARGS.items() if k != "grant"}, "grnt": "g"},  # misnamed
+    ],
+    ids=["missing", "extra", "misnamed"],
+)
+def test_a_call_with_a_missing_extra_or_misnamed_argument_raises(arguments: dict[str, Any]) -> None:
+    with pytest.raises(TypeError):
+        lua.find(**arguments)
+
+
+def test_a_binding_takes_keywords_only() -> None:
+    with pytest.raises(TypeError):
+        lua.find("t", "r", "g", "b")  # type: ignore[call-arg]
+
+
+def test_a_binding_that_misplaces_an_argument_is_refused() -> None:
+    def find(*, task: str, requests: str, grant: str, binding: str) -> lua.Call:
+        return lua.scripts["find"], (task, grant, requests), (binding,)
+
+    with pytest.raises(InternalError, match="misplaces its arguments"):
+        lua.check_binding(find, lua.scripts["find"])
+
+    def take_answers(*, task: str, answers: str, fence: bytes) -> lua.Call:
+        return lua.scripts["find"], (task, answers), (fence,)
+
+    with pytest.raises(InternalError, match="misplaces its arguments"):
+        lua.check_binding(take_answers, lua.scripts["take_answers"])
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new"),
+    [
+        ("take_answers.lua", "1 fence", "1 fencing"),
+        ("take_answers.lua", "1 fence", "1 fence\n    2 extra"),
+        ("update.lua", "4.. responses", "4 responses"),
+        ("find.lua", "    3 grant", "    3 grant\n    4 more"),
+    ],
+)
+def test_a_header_that_disagrees_with_its_binding_is_refused(
+    tmp_path: Path, file: str, old: str, new: str
+) -> None:
+    directory = _copy_of_lua(tmp_path)
+    _edit(directory / file, old, new)
+    with pytest.raises(InternalError, match="disagrees with its binding"):
+        lua.load_all(directory)

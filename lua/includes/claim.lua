@@ -6,7 +6,7 @@
 -- header for the outcomes.
 -- keys: {task, requests, issued, answers, journal, work, events}
 local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
-                           poison_error, events)
+                           poison_error, event_opts)
   local task_key = keys[1]
   local work_key = keys[6]
   local t = hmget(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo')
@@ -30,12 +30,12 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   end
   local entry = t[7] or entry_id
   if t[4] == '1' then
-    terminate(keys, task_id, entry, t[6], ST_CANCELLED, nil, '', '', events)
+    terminate(keys, task_id, entry, t[6], ST_CANCELLED, nil, '', '', event_opts)
     return {RC_CANCELLED}
   end
   local attempt = (tonumber(t[3]) or 0) + 1
   if attempt > max_attempts then
-    terminate(keys, task_id, entry, t[6], ST_FAILED, nil, 'er', poison_error, events)
+    terminate(keys, task_id, entry, t[6], ST_FAILED, nil, 'er', poison_error, event_opts)
     return {RC_POISONED}
   end
   -- Two workers claiming in the same millisecond (one of them on a promoted

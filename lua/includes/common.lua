@@ -127,13 +127,13 @@ local function write_status(task_key, status, message, current_message, last_upd
   redis.call('HSET', task_key, unpack(fields))
 end
 
--- One task-ID hint on the partition's bounded event stream. `events` is the
+-- One task-ID hint on the partition's bounded event stream. `event_opts` is the
 -- stream's MAXLEN, followed by "p" when the hint is also published on the
 -- stream's shard channel (named like the stream, so in its slot): on a cluster
 -- that is how tails learn of changes without one blocking read per partition.
 -- The stream stays the record; pcall, since a lost wake-up is allowed.
-local function emit(events_key, events, task_id)
-  local maxlen, publish = string.match(events, '^(%d+)(p?)$')
+local function emit(events_key, event_opts, task_id)
+  local maxlen, publish = string.match(event_opts, '^(%d+)(p?)$')
   local id = redis.call('XADD', events_key, 'MAXLEN', '~', maxlen, '*', 't', task_id)
   if publish == 'p' then
     redis.pcall('SPUBLISH', events_key, id .. ' ' .. task_id)
@@ -182,7 +182,7 @@ end
 -- acknowledged and deleted; data no longer needed is dropped.
 -- keys: {task, requests, issued, answers, journal, work, events}
 local function terminate(keys, task_id, entry, last_update, status, message,
-                         outcome_field, outcome, events)
+                         outcome_field, outcome, event_opts)
   local task_key = keys[1]
   local fields = {'st', status, 'ua', int_text(next_update(now_ms(), last_update))}
   if message then
@@ -205,7 +205,7 @@ local function terminate(keys, task_id, entry, last_update, status, message,
     redis.pcall('XACK', keys[6], WORK_GROUP, entry)
     redis.call('XDEL', keys[6], entry)
   end
-  emit(keys[7], events, task_id)
+  emit(keys[7], event_opts, task_id)
 end
 
 -- Acknowledge and delete a work entry that will never run.

@@ -1,7 +1,7 @@
 """The transport of the Lua scripts: EVALSHA on the node that owns the keys.
 
-The catalogue (contracts, sources, SHAs) is :mod:`.scripts`; this module only
-runs what it loaded.
+The catalogue (contracts, sources, SHAs, and the bindings that make a call
+from named arguments) is :mod:`.scripts`; this module only runs the calls.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import BackendError, InternalError, ReplicationError
 
 from .client import backend_errors
-from .scripts import Arg, scripts
+from .scripts import Arg, Call, scripts
 from .topology import Node, Topology
 
 __all__ = ["ScriptRunner"]
@@ -46,14 +46,21 @@ class ScriptRunner:
         self._wait = (b"WAIT", wait_replicas, wait_ms) if wait_replicas > 0 else None
 
     async def run(
-        self, name: str, keys: Sequence[str], args: Sequence[Arg], *, durable: bool = False
+        self,
+        call: Call | str,
+        keys: Sequence[str] = (),
+        args: Sequence[Arg] = (),
+        *,
+        durable: bool = False,
     ) -> list[Any]:
-        """Run script ``name`` and return its reply after a successful code.
+        """Run ``call`` (a binding's, e.g. ``scripts.find(task=..., ...)``) and return
+        its reply after a successful code.
 
         Raises the mapped exception when the script answers a non-OK code.
         ``durable`` waits for ``wait_replicas`` replicas (if set) before returning.
+        (Transitional: a script's name with its KEYS and ARGV in order.)
         """
-        reply = await self.run_raw(name, keys, args, durable=durable)
+        reply = await self.run_raw(call, keys, args, durable=durable)
         code = reply[0]
         if code != ReturnCode.OK:
             detail = reply[1] if len(reply) > 1 and isinstance(reply[1], bytes) else None
@@ -62,21 +69,23 @@ class ScriptRunner:
 
     async def run_raw(
         self,
-        name: str,
-        keys: Sequence[str],
-        args: Sequence[Arg],
+        call: Call | str,
+        keys: Sequence[str] = (),
+        args: Sequence[Arg] = (),
         *,
         durable: bool = False,
         batch: bool = True,
     ) -> list[Any]:
-        """Run script ``name`` on the node that owns its keys and return its reply,
+        """Run ``call`` on the node that owns its keys and return its reply,
         whatever its code.
 
         ``batch=False`` sends the call on a connection of its own at once instead
         of with the auto-pipeline's next batch: for a call that others wait on (a
         worker's claim).
         """
-        script = scripts[name]
+        if isinstance(call, str):
+            call = (scripts[call], tuple(keys), tuple(args))
+        script, keys, args = call
         wait = self._wait if durable else None
         topology = self.topology
 

@@ -21,11 +21,12 @@ with EVALSHA and reloaded on NOSCRIPT (see :mod:`.runner`, which runs them).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from redis_tasks._codes import ReturnCode
 from redis_tasks._errors import InternalError
@@ -55,20 +56,37 @@ __all__ = [
     "CONSTANTS",
     "SPECS",
     "Arg",
+    "Call",
     "Include",
     "Script",
     "Spec",
     "assemble",
+    "cancel_requested",
+    "check_binding",
     "check_literals",
+    "claim",
+    "claim_next",
+    "create",
+    "find",
+    "finish",
     "load_all",
     "lua_dir",
+    "release",
+    "renew",
+    "request_cancel",
+    "request_input",
+    "requeue",
     "scripts",
+    "set_status",
+    "take_answers",
+    "update",
 ]
 
 _HEADER = re.compile(r"\A--\[\[(.*?)\]\]", re.S)
 _SLOT = re.compile(r"^\s+(\d+)(\.\.)?\s+(\w+)", re.M)
 
 Arg = str | bytes | int
+_BindingT = TypeVar("_BindingT", bound="Callable[..., Call]")
 
 
 def lua_dir() -> Path:
@@ -87,81 +105,230 @@ class Spec:
     variadic: str | None = None
 
 
-#: The contract of every script, checked against its header at import.
-SPECS: Final[dict[str, Spec]] = {
-    "create": Spec(
-        ("task", "work", "events", "grant"),
+#: A bound script call: the script, its KEYS and its ARGV, in the header's order.
+Call = tuple["Script", tuple[str, ...], tuple[Arg, ...]]
+_Binding = Callable[..., Call]
+_BINDINGS: dict[str, _Binding] = {}
+
+
+def _binding(function: _BindingT) -> _BindingT:
+    """Register ``function`` as the binding of the script of the same name."""
+    _BINDINGS[function.__name__] = function
+    return function
+
+
+# The bindings: one function per script whose keyword-only parameters are its
+# KEYS, then its ARGV, then (a flat sequence) its trailing repeated ARGV, named
+# and ordered as in the script's header; importing this module checks that, and
+# that each puts every argument in its place. A call with a missing, extra or
+# misnamed argument raises TypeError at the call site, and mypy sees it there.
+# Each returns the call for ScriptRunner.run: a tuple of the script and two
+# tuples, built here in header order with no per-call lookup of names.
+
+
+@_binding
+def create(
+    *,
+    task: str,
+    work: str,
+    events: str,
+    grant: str,
+    task_id: str,
+    binding: str,
+    origin: bytes,
+    payload: bytes,
+    ttl_ms: int,
+    poll_ms: int,
+    metadata: bytes,
+    event_opts: str,
+) -> Call:
+    return (
+        scripts["create"],
+        (task, work, events, grant),
+        (task_id, binding, origin, payload, ttl_ms, poll_ms, metadata, event_opts),
+    )
+
+
+@_binding
+def find(*, task: str, requests: str, grant: str, binding: str) -> Call:
+    return scripts["find"], (task, requests, grant), (binding,)
+
+
+@_binding
+def update(
+    *,
+    task: str,
+    requests: str,
+    answers: str,
+    journal: str,
+    events: str,
+    grant: str,
+    task_id: str,
+    binding: str,
+    event_opts: str,
+    responses: Sequence[Arg],
+) -> Call:
+    return (
+        scripts["update"],
+        (task, requests, answers, journal, events, grant),
+        (task_id, binding, event_opts, *responses),
+    )
+
+
+@_binding
+def request_cancel(
+    *, task: str, events: str, grant: str, task_id: str, binding: str, event_opts: str
+) -> Call:
+    return scripts["request_cancel"], (task, events, grant), (task_id, binding, event_opts)
+
+
+@_binding
+def set_status(
+    *,
+    task: str,
+    requests: str,
+    events: str,
+    task_id: str,
+    fence: bytes,
+    has_message: bytes,
+    message: bytes,
+    event_opts: str,
+) -> Call:
+    return (
+        scripts["set_status"],
+        (task, requests, events),
+        (task_id, fence, has_message, message, event_opts),
+    )
+
+
+@_binding
+def request_input(
+    *,
+    task: str,
+    requests: str,
+    issued: str,
+    answers: str,
+    journal: str,
+    events: str,
+    task_id: str,
+    fence: bytes,
+    has_message: bytes,
+    message: bytes,
+    event_opts: str,
+    round: Sequence[Arg],
+) -> Call:
+    return (
+        scripts["request_input"],
+        (task, requests, issued, answers, journal, events),
+        (task_id, fence, has_message, message, event_opts, *round),
+    )
+
+
+@_binding
+def take_answers(*, task: str, answers: str, fence: bytes) -> Call:
+    return scripts["take_answers"], (task, answers), (fence,)
+
+
+@_binding
+def finish(
+    *,
+    task: str,
+    requests: str,
+    issued: str,
+    answers: str,
+    journal: str,
+    work: str,
+    events: str,
+    task_id: str,
+    fence: bytes,
+    status: str,
+    has_message: bytes,
+    message: bytes,
+    outcome_field: bytes,
+    outcome: bytes,
+    operation: bytes,
+    event_opts: str,
+) -> Call:
+    return (
+        scripts["finish"],
+        (task, requests, issued, answers, journal, work, events),
         (
-            "task_id",
-            "binding",
-            "origin",
-            "payload",
-            "ttl_ms",
-            "poll_ms",
-            "metadata",
-            "events",
+            task_id,
+            fence,
+            status,
+            has_message,
+            message,
+            outcome_field,
+            outcome,
+            operation,
+            event_opts,
         ),
-    ),
-    "find": Spec(("task", "requests", "grant"), ("binding",)),
-    "update": Spec(
-        ("task", "requests", "answers", "journal", "events", "grant"),
-        ("task_id", "binding", "events"),
-        variadic="answers",
-    ),
-    "request_cancel": Spec(("task", "events", "grant"), ("task_id", "binding", "events")),
-    "set_status": Spec(
-        ("task", "requests", "events"),
-        ("task_id", "fence", "has_message", "message", "events"),
-    ),
-    "request_input": Spec(
-        ("task", "requests", "issued", "answers", "journal", "events"),
-        ("task_id", "fence", "has_message", "message", "events"),
-        variadic="requests",
-    ),
-    "take_answers": Spec(("task", "answers"), ("fence",)),
-    "finish": Spec(
-        ("task", "requests", "issued", "answers", "journal", "work", "events"),
-        (
-            "task_id",
-            "fence",
-            "status",
-            "has_message",
-            "message",
-            "outcome_field",
-            "outcome",
-            "operation",
-            "events",
-        ),
-    ),
-    "cancel_requested": Spec(("task",), ("fence",)),
-    "claim": Spec(
-        ("task", "requests", "issued", "answers", "journal", "work", "events"),
-        (
-            "task_id",
-            "entry_id",
-            "consumer",
-            "lease_ms",
-            "max_attempts",
-            "poison_error",
-            "events",
-        ),
-    ),
-    "claim_next": Spec(
-        ("work", "events"),
-        (
-            "tag",
-            "consumer",
-            "count",
-            "lease_ms",
-            "max_attempts",
-            "poison_error",
-            "events",
-        ),
-    ),
-    "renew": Spec(("task", "work"), ("fence", "consumer", "lease_ms")),
-    "release": Spec(("task", "work"), ("task_id", "fence")),
-    "requeue": Spec(("task", "work"), ("task_id", "entry_id")),
-}
+    )
+
+
+@_binding
+def cancel_requested(*, task: str, fence: bytes) -> Call:
+    return scripts["cancel_requested"], (task,), (fence,)
+
+
+@_binding
+def claim(
+    *,
+    task: str,
+    requests: str,
+    issued: str,
+    answers: str,
+    journal: str,
+    work: str,
+    events: str,
+    task_id: str,
+    entry_id: str,
+    consumer: str,
+    lease_ms: int,
+    max_attempts: int,
+    poison_error: bytes,
+    event_opts: str,
+) -> Call:
+    return (
+        scripts["claim"],
+        (task, requests, issued, answers, journal, work, events),
+        (task_id, entry_id, consumer, lease_ms, max_attempts, poison_error, event_opts),
+    )
+
+
+@_binding
+def claim_next(
+    *,
+    work: str,
+    events: str,
+    tag: str,
+    consumer: str,
+    count: int,
+    lease_ms: int,
+    max_attempts: int,
+    poison_error: bytes,
+    event_opts: str,
+) -> Call:
+    return (
+        scripts["claim_next"],
+        (work, events),
+        (tag, consumer, count, lease_ms, max_attempts, poison_error, event_opts),
+    )
+
+
+@_binding
+def renew(*, task: str, work: str, fence: bytes, consumer: str, lease_ms: int) -> Call:
+    return scripts["renew"], (task, work), (fence, consumer, lease_ms)
+
+
+@_binding
+def release(*, task: str, work: str, task_id: str, fence: bytes) -> Call:
+    return scripts["release"], (task, work), (task_id, fence)
+
+
+@_binding
+def requeue(*, task: str, work: str, task_id: str, entry_id: str) -> Call:
+    return scripts["requeue"], (task, work), (task_id, entry_id)
 
 
 def _section(header: str, name: str) -> list[tuple[int, bool, str]]:
@@ -171,27 +338,66 @@ def _section(header: str, name: str) -> list[tuple[int, bool, str]]:
     return [(int(n), bool(dots), word) for n, dots, word in _SLOT.findall(match.group(1))]
 
 
-def _check_header(name: str, source: str, spec: Spec) -> str:
-    """Check ``source``'s header against ``spec``; return the header."""
+def _parse_header(name: str, source: str) -> tuple[Spec, str]:
+    """The contract ``source``'s header declares, and the header's text."""
     header = _HEADER.match(source)
     if header is None:
         raise InternalError(f"lua/{name}.lua does not open with a --[[ ]] header")
     keys = _section(header.group(1), "KEYS")
     argv = _section(header.group(1), "ARGV")
-    declared_keys = tuple(word for _, _, word in keys)
-    fixed_argv = tuple(word for _, dots, word in argv if not dots)
-    variadic = [word for _, dots, word in argv if dots]
     numbers_ok = [n for n, _, _ in keys] == list(range(1, len(keys) + 1)) and [
         n for n, _, _ in argv
     ] == list(range(1, len(argv) + 1))
-    if (
-        not numbers_ok
-        or declared_keys != spec.keys
-        or fixed_argv != spec.argv
-        or variadic != ([spec.variadic] if spec.variadic else [])
-    ):
+    variadic = [word for _, dots, word in argv if dots]
+    if not numbers_ok or len(variadic) > 1 or (variadic and not argv[-1][1]):
+        raise InternalError(f"lua/{name}.lua header numbers its KEYS or ARGV wrongly")
+    spec = Spec(
+        tuple(word for _, _, word in keys),
+        tuple(word for _, dots, word in argv if not dots),
+        variadic[0] if variadic else None,
+    )
+    return spec, header.group(1)
+
+
+def _check_header(name: str, source: str, spec: Spec) -> None:
+    """Refuse ``source`` unless its header declares ``spec``."""
+    if _parse_header(name, source)[0] != spec:
         raise InternalError(f"lua/{name}.lua header disagrees with its Python contract")
-    return header.group(1)
+
+
+def _parameters(binding: _Binding) -> list[inspect.Parameter]:
+    return list(inspect.signature(binding).parameters.values())
+
+
+def _check_signature(name: str, binding: _Binding, spec: Spec) -> None:
+    """Refuse a binding whose parameters are not the header's KEYS, ARGV and
+    trailing ARGV, by keyword only, in that order."""
+    parameters = _parameters(binding)
+    expected = [*spec.keys, *spec.argv, *([spec.variadic] if spec.variadic else [])]
+    if [p.name for p in parameters] != expected or any(
+        p.kind is not inspect.Parameter.KEYWORD_ONLY
+        or p.default is not p.empty
+        # The trailing ARGV, and only they, come as a sequence.
+        or str(p.annotation).startswith("Sequence[") != (p.name == spec.variadic)
+        for p in parameters
+    ):
+        raise InternalError(f"lua/{name}.lua header disagrees with its binding {name}()")
+
+
+def check_binding(binding: _Binding, script: Script) -> None:
+    """Refuse a binding that does not return ``script`` with each argument in its
+    place: called with every argument its own name, it must answer the header."""
+    spec = script.spec
+    arguments: dict[str, Any] = {p.name: p.name for p in _parameters(binding)}
+    if spec.variadic:
+        arguments[spec.variadic] = (f"{spec.variadic}..",)
+    trailing = (f"{spec.variadic}..",) if spec.variadic else ()
+    try:
+        call = binding(**arguments)
+    except TypeError as exc:
+        raise InternalError(f"the binding of {script.name} does not take its contract") from exc
+    if call[0] is not script or call[1:] != (spec.keys, (*spec.argv, *trailing)):
+        raise InternalError(f"the binding of {script.name} misplaces its arguments")
 
 
 def _lua_string(text: str) -> str:
@@ -398,10 +604,11 @@ def _assemble(order: list[str], body: str, includes: dict[str, Include]) -> str:
     return _PRELUDE + "".join(includes[name].text for name in order) + body
 
 
-def _load(directory: Path, name: str, spec: Spec, includes: dict[str, Include]) -> Script:
+def _load(directory: Path, name: str, includes: dict[str, Include]) -> Script:
     where = f"lua/{name}.lua"
     body = (directory / f"{name}.lua").read_text(encoding="utf-8")
-    header = _check_header(name, body, spec)
+    spec, header = _parse_header(name, body)
+    _check_signature(name, _BINDINGS[name], spec)
     check_literals(where, body)
     named = _named_includes(where, header)
     _check_uses(where, body, named, includes)
@@ -412,11 +619,16 @@ def _load(directory: Path, name: str, spec: Spec, includes: dict[str, Include]) 
 
 
 def load_all(directory: Path | None = None) -> dict[str, Script]:
-    """Load and check every script of :data:`SPECS` from ``directory`` (``lua_dir()``)."""
+    """Load and check every script that has a binding, from ``directory`` (``lua_dir()``)."""
     directory = directory or lua_dir()
     includes = _read_includes(directory)
-    return {name: _load(directory, name, spec, includes) for name, spec in SPECS.items()}
+    return {name: _load(directory, name, includes) for name in _BINDINGS}
 
 
 #: Every script, loaded and checked once at import.
 scripts: Final[dict[str, Script]] = load_all()
+for _name, _script in scripts.items():
+    check_binding(_BINDINGS[_name], _script)
+
+#: The contract of every script, as its header and its binding declare it.
+SPECS: Final[dict[str, Spec]] = {name: script.spec for name, script in scripts.items()}
