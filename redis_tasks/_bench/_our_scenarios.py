@@ -21,8 +21,8 @@ from typing import Any, Final
 from redis_tasks._ids import parse_task_id
 from redis_tasks._models import TaskRequestContext
 from redis_tasks._origin import TaskOrigin
+from redis_tasks._redis import scripts as lua
 from redis_tasks._redis.manager import RedisTaskManager
-from redis_tasks._redis.scripts import scripts
 
 from ._adapter import ORIGIN, WHO, delete_prefix
 from ._bench_base import MEMORY_WARM, BenchBase, latencies
@@ -32,6 +32,13 @@ from ._systems import AdapterProcess, System, ours
 __all__ = ["OurScenarios", "sized_origin"]
 
 _CREATE_CHUNK: Final = 500  # creates in flight at once in this process
+
+
+def _evalsha(call: lua.Call) -> list[str]:
+    """A bound script call as a ``redis-benchmark`` command line (text arguments)."""
+    script, keys, args = call
+    text = [arg.decode() if isinstance(arg, bytes) else str(arg) for arg in args]
+    return ["EVALSHA", script.sha, str(len(keys)), *keys, *text]
 
 
 def sized_origin(size: int) -> TaskOrigin:
@@ -233,14 +240,30 @@ class OurScenarios(BenchBase):
             # The creates' grant keys differ as their IDs do (redis-benchmark fills
             # in __rand_int__ in every argument); the digest stored is any one.
             digest = keys.binding_digest(*grant)
-            create = [
-                "EVALSHA", scripts["create"].sha, "4", fresh.task, fresh.work, fresh.events,
-                fresh.grant_prefix + "b__rand_int__", "b__rand_int__", digest,
-                ORIGIN.to_persisted_string(),
-                "", "3600000", "1000", "", "10000",
-            ]  # fmt: skip
-            find = ["EVALSHA", scripts["find"].sha, "3", keys.task, keys.requests,
-                    keys.grant(*grant), digest]  # fmt: skip
+            create = _evalsha(
+                lua.create(
+                    task=fresh.task,
+                    work=fresh.work,
+                    events=fresh.events,
+                    grant=fresh.grant_prefix + "b__rand_int__",
+                    task_id="b__rand_int__",
+                    binding=digest,
+                    origin=ORIGIN.to_persisted_string().encode(),
+                    payload=b"",
+                    ttl_ms=3600000,
+                    poll_ms=1000,
+                    metadata=b"",
+                    event_opts="10000",
+                )
+            )
+            find = _evalsha(
+                lua.find(
+                    task=keys.task,
+                    requests=keys.requests,
+                    grant=keys.grant(*grant),
+                    binding=digest,
+                )
+            )
             if probe.cluster:
                 # Every key of the run lives in partition 0's slot: load the primary
                 # that owns it, directly (the ceiling of one primary).

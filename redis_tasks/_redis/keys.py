@@ -113,18 +113,6 @@ class TaskKeys:
         each client-facing script compares with the caller's: 96 bits, 16 characters."""
         return _digest(b"rt-binding", self.task_id, endpoint, binding, 12)
 
-    def terminal(self) -> tuple[str, ...]:
-        """The KEYS of scripts that may end the task, in the order ``terminate()`` takes."""
-        return (
-            self.task,
-            self.requests,
-            self.issued,
-            self.answers,
-            self.journal,
-            self.work,
-            self.events,
-        )
-
 
 _SLOT_BITS: Final = 14  # 16384 slots
 _WINDOW: Final = 64

@@ -29,6 +29,7 @@ from redis_tasks._record import (
     decode_task,
 )
 
+from . import scripts as lua
 from .client import Client, ConnectionSettings, is_cluster
 from .cluster_topology import ClusterTopology
 from .events import RedisEventPublisher
@@ -255,7 +256,7 @@ class RedisTaskManager(TaskManagerBase):
 
     @property
     def events_arg(self) -> str:
-        """The emitting scripts' ``events`` argument: the stream's MAXLEN, then ``p``
+        """The emitting scripts' ``event_opts`` argument: the stream's MAXLEN, then ``p``
         when each hint is also published on its shard channel."""
         return self._events
 
@@ -288,15 +289,6 @@ class RedisTaskManager(TaskManagerBase):
             raise TaskNotFoundError()
         return keys
 
-    async def _run(self, name: str, keys: tuple[str, ...], args: tuple[Arg, ...]) -> list[Any]:
-        return await self._runner.run(name, keys, args)
-
-    async def _run_durable(
-        self, name: str, keys: tuple[str, ...], args: tuple[Arg, ...]
-    ) -> list[Any]:
-        """Like ``_run``, then ``WAIT`` for the replicas when ``wait_replicas`` is set."""
-        return await self._runner.run(name, keys, args, durable=True)
-
     # -- the contract's hooks (input valid and encoded: see redis_tasks._base) ---------
 
     async def _find(self, task_id: str, endpoint: bytes, binding: bytes) -> Task | None:
@@ -306,8 +298,13 @@ class RedisTaskManager(TaskManagerBase):
             return None
         digest = keys.binding_digest(endpoint, binding)
         try:
-            reply = await self._run(
-                "find", (keys.task, keys.requests, keys.grant(endpoint, binding)), (digest,)
+            reply = await self._runner.run(
+                lua.find(
+                    task=keys.task,
+                    requests=keys.requests,
+                    grant=keys.grant(endpoint, binding),
+                    binding=digest,
+                )
             )
         except TaskNotFoundError:
             return None
@@ -321,20 +318,22 @@ class RedisTaskManager(TaskManagerBase):
         if keys is None:
             raise TaskNotFoundError()
         digest = keys.binding_digest(endpoint, binding)
-        args: list[Arg] = [task_id, digest, self._events]
+        responses: list[Arg] = []
         for answer in answers:
-            args += (answer.key, answer.kinds, answer.body)
-        await self._run(
-            "update",
-            (
-                keys.task,
-                keys.requests,
-                keys.answers,
-                keys.journal,
-                keys.events,
-                keys.grant(endpoint, binding),
-            ),
-            tuple(args),
+            responses += (answer.key, answer.kinds, answer.body)
+        await self._runner.run(
+            lua.update(
+                task=keys.task,
+                requests=keys.requests,
+                answers=keys.answers,
+                journal=keys.journal,
+                events=keys.events,
+                grant=keys.grant(endpoint, binding),
+                task_id=task_id,
+                binding=digest,
+                event_opts=self._events,
+                responses=responses,
+            )
         )
 
     async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
@@ -343,28 +342,36 @@ class RedisTaskManager(TaskManagerBase):
         if keys is None:
             raise TaskNotFoundError()
         digest = keys.binding_digest(endpoint, binding)
-        await self._run(
-            "request_cancel",
-            (keys.task, keys.events, keys.grant(endpoint, binding)),
-            (task_id, digest, self._events),
+        await self._runner.run(
+            lua.request_cancel(
+                task=keys.task,
+                events=keys.events,
+                grant=keys.grant(endpoint, binding),
+                task_id=task_id,
+                binding=digest,
+                event_opts=self._events,
+            )
         )
 
     async def _create(self, new: NewTask) -> int:
         """One ``create`` script call: stored, enqueued and announced atomically."""
         keys = self._worker_keys(new.task_id)
-        reply = await self._run_durable(
-            "create",
-            (keys.task, keys.work, keys.events, keys.grant(new.endpoint, new.binding)),
-            (
-                new.task_id,
-                keys.binding_digest(new.endpoint, new.binding),
-                new.origin,
-                new.payload,
-                new.ttl_ms,
-                new.poll_ms,
-                new.metadata,
-                self._events,
+        reply = await self._runner.run(
+            lua.create(
+                task=keys.task,
+                work=keys.work,
+                events=keys.events,
+                grant=keys.grant(new.endpoint, new.binding),
+                task_id=new.task_id,
+                binding=keys.binding_digest(new.endpoint, new.binding),
+                origin=new.origin,
+                payload=new.payload,
+                ttl_ms=new.ttl_ms,
+                poll_ms=new.poll_ms,
+                metadata=new.metadata,
+                event_opts=self._events,
             ),
+            durable=True,
         )
         return int(reply[1])
 
@@ -372,10 +379,17 @@ class RedisTaskManager(TaskManagerBase):
         """One ``set_status`` script call."""
         has_message, message_arg = _message_args(message)
         keys = self._worker_keys(task_id)
-        await self._run(
-            "set_status",
-            (keys.task, keys.requests, keys.events),
-            (task_id, fence, has_message, message_arg, self._events),
+        await self._runner.run(
+            lua.set_status(
+                task=keys.task,
+                requests=keys.requests,
+                events=keys.events,
+                task_id=task_id,
+                fence=fence,
+                has_message=has_message,
+                message=message_arg,
+                event_opts=self._events,
+            )
         )
 
     async def _request_input(
@@ -384,44 +398,63 @@ class RedisTaskManager(TaskManagerBase):
         """One ``request_input`` script call; returns answers recorded before."""
         has_message, message_arg = _message_args(message)
         keys = self._worker_keys(task_id)
-        args: list[Arg] = [task_id, fence, has_message, message_arg, self._events]
+        this_round: list[Arg] = []
         for request in requests:
-            args += (request.key, request.fingerprint, request.body)
-        reply = await self._run(
-            "request_input",
-            (keys.task, keys.requests, keys.issued, keys.answers, keys.journal, keys.events),
-            tuple(args),
+            this_round += (request.key, request.fingerprint, request.body)
+        reply = await self._runner.run(
+            lua.request_input(
+                task=keys.task,
+                requests=keys.requests,
+                issued=keys.issued,
+                answers=keys.answers,
+                journal=keys.journal,
+                events=keys.events,
+                task_id=task_id,
+                fence=fence,
+                has_message=has_message,
+                message=message_arg,
+                event_opts=self._events,
+                round=this_round,
+            )
         )
         return decode_answers(reply[1])
 
     async def _take_answers(self, task_id: str, fence: bytes) -> dict[str, Any]:
         """One ``take_answers`` script call."""
         keys = self._worker_keys(task_id)
-        reply = await self._run("take_answers", (keys.task, keys.answers), (fence,))
+        reply = await self._runner.run(
+            lua.take_answers(task=keys.task, answers=keys.answers, fence=fence)
+        )
         return decode_answers(reply[1])
 
     async def _finish(self, task_id: str, outcome: Outcome) -> None:
         """One ``finish`` script call."""
         has_message, message = _message_args(outcome.message)
         keys = self._worker_keys(task_id)
-        await self._run_durable(
-            "finish",
-            keys.terminal(),
-            (
-                task_id,
-                outcome.fence,
-                outcome.status.value,
-                has_message,
-                message,
-                outcome.result_field,
-                outcome.value,
-                outcome.operation,
-                self._events,
+        await self._runner.run(
+            lua.finish(
+                task=keys.task,
+                requests=keys.requests,
+                issued=keys.issued,
+                answers=keys.answers,
+                journal=keys.journal,
+                work=keys.work,
+                events=keys.events,
+                task_id=task_id,
+                fence=outcome.fence,
+                status=outcome.status.value,
+                has_message=has_message,
+                message=message,
+                outcome_field=outcome.result_field,
+                outcome=outcome.value,
+                operation=outcome.operation,
+                event_opts=self._events,
             ),
+            durable=True,
         )
 
     async def _cancel_requested(self, task_id: str, fence: bytes) -> bool:
         """One ``cancel_requested`` script call."""
         keys = self._worker_keys(task_id)
-        reply = await self._run("cancel_requested", (keys.task,), (fence,))
+        reply = await self._runner.run(lua.cancel_requested(task=keys.task, fence=fence))
         return bool(reply[1])

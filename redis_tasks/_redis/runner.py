@@ -7,7 +7,6 @@ from named arguments) is :mod:`.scripts`; this module only runs the calls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import NoScriptError
@@ -16,7 +15,7 @@ from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import BackendError, InternalError, ReplicationError
 
 from .client import backend_errors
-from .scripts import Arg, Call, scripts
+from .scripts import Call
 from .topology import Node, Topology
 
 __all__ = ["ScriptRunner"]
@@ -45,37 +44,21 @@ class ScriptRunner:
         wait_ms = max(1, int(wait_timeout * 1000))
         self._wait = (b"WAIT", wait_replicas, wait_ms) if wait_replicas > 0 else None
 
-    async def run(
-        self,
-        call: Call | str,
-        keys: Sequence[str] = (),
-        args: Sequence[Arg] = (),
-        *,
-        durable: bool = False,
-    ) -> list[Any]:
-        """Run ``call`` (a binding's, e.g. ``scripts.find(task=..., ...)``) and return
-        its reply after a successful code.
+    async def run(self, call: Call, *, durable: bool = False) -> list[Any]:
+        """Run ``call`` (what a binding made: ``scripts.find(task=..., ...)``) and
+        return its reply after a successful code.
 
         Raises the mapped exception when the script answers a non-OK code.
         ``durable`` waits for ``wait_replicas`` replicas (if set) before returning.
-        (Transitional: a script's name with its KEYS and ARGV in order.)
         """
-        reply = await self.run_raw(call, keys, args, durable=durable)
+        reply = await self.run_raw(call, durable=durable)
         code = reply[0]
         if code != ReturnCode.OK:
             detail = reply[1] if len(reply) > 1 and isinstance(reply[1], bytes) else None
             raise error_for(code, detail)
         return reply
 
-    async def run_raw(
-        self,
-        call: Call | str,
-        keys: Sequence[str] = (),
-        args: Sequence[Arg] = (),
-        *,
-        durable: bool = False,
-        batch: bool = True,
-    ) -> list[Any]:
+    async def run_raw(self, call: Call, *, durable: bool = False, batch: bool = True) -> list[Any]:
         """Run ``call`` on the node that owns its keys and return its reply,
         whatever its code.
 
@@ -83,8 +66,6 @@ class ScriptRunner:
         of with the auto-pipeline's next batch: for a call that others wait on (a
         worker's claim).
         """
-        if isinstance(call, str):
-            call = (scripts[call], tuple(keys), tuple(args))
         script, keys, args = call
         wait = self._wait if durable else None
         topology = self.topology

@@ -1,8 +1,13 @@
 """The Lua scripts: the catalogue of their KEYS/ARGV contracts, and loading them.
 
 Each script in ``lua/`` opens with a ``--[[ ]]`` header that lists its KEYS
-and ARGV. :data:`SPECS` restates those contracts in Python, and importing this
-module checks the two agree, so a script and its callers cannot drift apart.
+and ARGV. Its *binding* here, a function of the same name, restates that
+contract as keyword-only parameters and makes the call from named arguments:
+``runner.run(scripts.find(task=..., requests=..., grant=..., binding=...))``.
+Importing this module checks each binding against its header and its body
+against its parameters (:data:`SPECS` is the contract both declare), so a
+script and its callers cannot drift apart, and a call with a missing, extra or
+misnamed argument fails where it is made (for mypy too).
 
 The loader prepends :data:`CONSTANTS`, generated from the Python definitions
 (return codes ``RC_*``, statuses ``ST_*`` and ``TERMINAL``, key name parts

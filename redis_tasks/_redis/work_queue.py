@@ -30,12 +30,12 @@ from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from redis_tasks._record import decode_origin
 from redis_tasks._work_queue import WorkEntry
 
+from . import scripts as lua
 from .client import CLIENT_ERRORS, backend_errors
 from .keys import WORK_GROUP, KeySpace, TaskKeys
 from .pipeline import pack
 from .rawio import KeptConnection, stream_entries
 from .runner import ScriptRunner
-from .scripts import scripts
 from .topology import Node, Topology
 
 if TYPE_CHECKING:
@@ -180,7 +180,7 @@ class RedisWorkQueue:
         async def prepare(node: Node, streams: list[str]) -> list[Any]:
             pipe = node.client.pipeline(transaction=False)
             if load_scripts:
-                for script in scripts.values():
+                for script in lua.scripts.values():
                     pipe.script_load(script.source)
             for stream in streams:
                 pipe.xgroup_create(stream, WORK_GROUP, id="0", mkstream=True)
@@ -217,16 +217,21 @@ class RedisWorkQueue:
             raise TaskNotFoundError()
         keys = self._task_keys(entry.task_id)
         reply = await self._runner.run_raw(
-            "claim",
-            keys.terminal(),
-            (
-                entry.task_id,
-                entry.entry_id,
-                consumer,
-                _lease_ms(lease),
-                max_attempts,
-                self._poison_error,
-                self._manager.events_arg,
+            lua.claim(
+                task=keys.task,
+                requests=keys.requests,
+                issued=keys.issued,
+                answers=keys.answers,
+                journal=keys.journal,
+                work=keys.work,
+                events=keys.events,
+                task_id=entry.task_id,
+                entry_id=entry.entry_id,
+                consumer=consumer,
+                lease_ms=_lease_ms(lease),
+                max_attempts=max_attempts,
+                poison_error=self._poison_error,
+                event_opts=self._manager.events_arg,
             ),
             # A worker claims one entry at a time only when it was idle (or
             # reclaims): the task's start waits on this call, so it goes at once.
@@ -247,16 +252,16 @@ class RedisWorkQueue:
         keys = self.keys
         try:
             reply = await self._runner.run_raw(
-                "claim_next",
-                (keys.work(partition), keys.events(partition)),
-                (
-                    keys.tag(partition),
-                    consumer,
-                    count,
-                    _lease_ms(lease),
-                    max_attempts,
-                    self._poison_error,
-                    self._manager.events_arg,
+                lua.claim_next(
+                    work=keys.work(partition),
+                    events=keys.events(partition),
+                    tag=keys.tag(partition),
+                    consumer=consumer,
+                    count=count,
+                    lease_ms=_lease_ms(lease),
+                    max_attempts=max_attempts,
+                    poison_error=self._poison_error,
+                    event_opts=self._manager.events_arg,
                 ),
                 # The reader waits on this call for the next tasks to start: sent at
                 # once, it was measured to drain 30-50 % faster than with a batch.
@@ -297,14 +302,22 @@ class RedisWorkQueue:
         """One ``renew`` script call; whether cancellation was requested."""
         keys = self._task_keys(task_id)
         reply = await self._runner.run(
-            "renew", (keys.task, keys.work), (self._fence(fence), consumer, _lease_ms(lease))
+            lua.renew(
+                task=keys.task,
+                work=keys.work,
+                fence=self._fence(fence),
+                consumer=consumer,
+                lease_ms=_lease_ms(lease),
+            )
         )
         return bool(reply[1])
 
     async def release(self, task_id: str, *, fence: int) -> None:
         """One ``release`` script call: the task goes back for another worker at once."""
         keys = self._task_keys(task_id)
-        await self._runner.run("release", (keys.task, keys.work), (task_id, self._fence(fence)))
+        await self._runner.run(
+            lua.release(task=keys.task, work=keys.work, task_id=task_id, fence=self._fence(fence))
+        )
 
     async def requeue(self, entry: WorkEntry) -> None:
         """One ``requeue`` script call: an unclaimed delivered entry goes back to the tail."""
@@ -312,7 +325,11 @@ class RedisWorkQueue:
             await self.drop(entry)
             return
         keys = self._task_keys(entry.task_id)
-        await self._runner.run("requeue", (keys.task, keys.work), (entry.task_id, entry.entry_id))
+        await self._runner.run(
+            lua.requeue(
+                task=keys.task, work=keys.work, task_id=entry.task_id, entry_id=entry.entry_id
+            )
+        )
 
     async def drop(self, entry: WorkEntry) -> None:
         """``XACK`` and ``XDEL`` an entry that will never run."""
