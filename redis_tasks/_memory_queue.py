@@ -25,17 +25,16 @@ event loop.
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from ._errors import BackendError, TaskNotFoundError
 from ._ids import parse_task_id
 from ._lease import INTERNAL_ERROR, Claim, ClaimOutcome
+from ._memory_stream import EntryId, Partition, Pending, Reader, id_text, parse_id
 from ._record import decode_origin
 from ._status import TERMINAL_STATUSES
 from ._work_queue import WorkEntry
@@ -53,21 +52,6 @@ _FAILED: Final = b"failed"
 _TIMEOUT: Final = 5.0
 _MS: Final = timedelta(milliseconds=1)
 
-#: A stream entry ID: (milliseconds, sequence).
-EntryId = tuple[int, int]
-
-
-def _id_text(entry_id: EntryId) -> str:
-    return f"{entry_id[0]}-{entry_id[1]}"
-
-
-def _parse_id(text: str) -> EntryId | None:
-    """``<ms>-<seq>`` or ``<ms>`` (sequence 0), as Redis accepts a start ID."""
-    ms, _, seq = text.partition("-")
-    if not ms.isdigit() or not (seq.isdigit() or (seq == "" and "-" not in text)):
-        return None
-    return int(ms), int(seq or 0)
-
 
 def _lease_ms(lease: timedelta) -> int:
     ms = lease // _MS
@@ -76,78 +60,12 @@ def _lease_ms(lease: timedelta) -> int:
     return ms
 
 
-@dataclass(slots=True)
-class _Pending:
-    """A delivered entry nobody acknowledged yet."""
-
-    consumer: str
-    delivered_ms: int
-    deliveries: int = 1
-
-
-@dataclass(slots=True)
-class _Partition:
-    """One partition's work stream and its consumer group."""
-
-    entries: dict[EntryId, str] = field(default_factory=dict)  # ID -> task ID, in ID order
-    last_id: EntryId = (0, 0)
-    # Entries above the group's last delivered ID, in ID order (some since deleted):
-    # what ``XREADGROUP >`` hands out next.
-    fresh: deque[EntryId] = field(default_factory=deque)
-    pending: dict[EntryId, _Pending] = field(default_factory=dict)
-    consumers: dict[str, int] = field(default_factory=dict)  # name -> last seen (ms)
-    waiting: set[asyncio.Event] = field(default_factory=set)
-
-
-class _Reader:
-    """A consumer's blocking read of one partition's new entries."""
-
-    __slots__ = ("_block", "_consumer", "_partition", "_queue")
-
-    def __init__(
-        self, queue: InMemoryWorkQueue, partition: int, consumer: str, block: timedelta
-    ) -> None:
-        self._queue = queue
-        self._partition = partition
-        self._consumer = consumer
-        # Like the Redis reader: at least 1 ms, since BLOCK 0 would wait forever.
-        self._block = max(block, _MS).total_seconds()
-
-    async def read(self, count: int) -> list[WorkEntry]:
-        """Up to ``count`` new entries, waiting up to the block time for the first."""
-        queue = self._queue
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._block
-        while True:
-            arrived = asyncio.Event()
-            with queue.lock:
-                entries = queue.deliver(self._partition, self._consumer, count)
-                if entries:
-                    return entries
-                # Registered under the lock that appends take: an entry added
-                # after the check above sets this event, so no wake-up is lost.
-                waiting = queue.partition(self._partition).waiting
-                waiting.add(arrived)
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await arrived.wait()
-            except TimeoutError:
-                return []
-            finally:
-                with queue.lock:
-                    waiting.discard(arrived)
-            # Another reader may have taken what arrived: look again until the deadline.
-
-    async def close(self) -> None:
-        """Nothing to release: the reader holds no connection."""
-
-
 class InMemoryWorkQueue:
     """The work queue of an :class:`InMemoryTaskManager` (see the module)."""
 
     def __init__(self, manager: InMemoryTaskManager) -> None:
         self._manager = manager
-        self._partitions: dict[int, _Partition] = {}
+        self._partitions: dict[int, Partition] = {}
         self._poison_error = manager._encoder.error(INTERNAL_ERROR)
 
     @property
@@ -162,11 +80,11 @@ class InMemoryWorkQueue:
 
     # -- the streams (callers hold the lock) -------------------------------------------
 
-    def partition(self, partition: int) -> _Partition:
+    def partition(self, partition: int) -> Partition:
         """The partition's stream and group, created on first use (like ``MKSTREAM``)."""
         state = self._partitions.get(partition)
         if state is None:
-            state = self._partitions[partition] = _Partition()
+            state = self._partitions[partition] = Partition()
         return state
 
     def append(self, partition: int, task_id: str) -> str:
@@ -181,11 +99,11 @@ class InMemoryWorkQueue:
         for arrived in state.waiting:
             arrived.set()
         state.waiting.clear()
-        return _id_text(entry_id)
+        return id_text(entry_id)
 
     def drop_entry(self, partition: int, entry: str) -> None:
         """``XACK`` and ``XDEL``: the entry is neither pending nor in the stream."""
-        entry_id = _parse_id(entry)
+        entry_id = parse_id(entry)
         state = self._partitions.get(partition)
         if entry_id is None or state is None:
             return
@@ -202,15 +120,15 @@ class InMemoryWorkQueue:
             task_id = state.entries.get(entry_id)
             if task_id is None:
                 continue  # deleted before anyone read it
-            state.pending[entry_id] = _Pending(consumer, now)
-            out.append(WorkEntry(partition, _id_text(entry_id), task_id))
+            state.pending[entry_id] = Pending(consumer, now)
+            out.append(WorkEntry(partition, id_text(entry_id), task_id))
         if out:
             state.consumers[consumer] = now
         return out
 
-    def _take_over(self, state: _Partition, entry: str, consumer: str, now: int) -> None:
+    def _take_over(self, state: Partition, entry: str, consumer: str, now: int) -> None:
         """``XCLAIM <work> workers <consumer> 0 <entry> JUSTID``."""
-        entry_id = _parse_id(entry)
+        entry_id = parse_id(entry)
         pending = state.pending.get(entry_id) if entry_id is not None else None
         if entry_id is None or pending is None:
             return
@@ -269,9 +187,9 @@ class InMemoryWorkQueue:
 
     # -- the WorkQueue protocol ---------------------------------------------------------
 
-    def reader(self, partition: int, consumer: str, block: timedelta) -> _Reader:
+    def reader(self, partition: int, consumer: str, block: timedelta) -> Reader:
         """A blocking reader of ``partition``'s new entries for ``consumer``."""
-        return _Reader(self, partition, consumer, block)
+        return Reader(self, partition, consumer, block)
 
     async def ensure_groups(self, partitions: Iterable[int]) -> None:
         """Create each partition's stream and group if missing (they never go away)."""
@@ -320,7 +238,7 @@ class InMemoryWorkQueue:
     ) -> tuple[str, list[WorkEntry]]:
         """``XAUTOCLAIM <work> workers <consumer> <idle> <cursor> COUNT <count>``: the
         next cursor (``0-0`` once the scan reached the end) and the entries taken over."""
-        start = _parse_id(cursor)
+        start = parse_id(cursor)
         if start is None:
             raise BackendError("invalid stream ID")
         idle_ms = idle // _MS
@@ -347,11 +265,11 @@ class InMemoryWorkQueue:
                     continue
                 pending.consumer, pending.delivered_ms = consumer, now
                 pending.deliveries += 1
-                taken.append(WorkEntry(partition, _id_text(entry_id), task_id))
+                taken.append(WorkEntry(partition, id_text(entry_id), task_id))
                 wanted -= 1
             if taken:
                 state.consumers[consumer] = now
-        return _id_text(next_cursor), taken
+        return id_text(next_cursor), taken
 
     async def renew(self, task_id: str, *, fence: int, consumer: str, lease: timedelta) -> bool:
         """Mirror of ``renew.lua``; whether cancellation was requested."""

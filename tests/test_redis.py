@@ -29,8 +29,9 @@ from redis_tasks import (
 from redis_tasks._models import RequestContext
 from redis_tasks._origin import TaskOrigin
 from redis_tasks._redis.keys import KeySpace
+from redis_tasks._redis.lua_source import check_header, lua_dir
 from redis_tasks._redis.pipeline import AutoPipeline
-from redis_tasks._redis.scripts import SPECS, _check_header, lua_dir, scripts
+from redis_tasks._redis.scripts import SPECS, scripts
 from redis_tasks._work_queue import WorkEntry
 from redis_tasks.testing import RedisServer, start_redis_server
 
@@ -56,7 +57,7 @@ async def commands_of(client: Redis, action: Any) -> Counter[str]:
 def test_every_script_has_a_header_matching_its_python_contract() -> None:
     for name, spec in SPECS.items():
         source = (lua_dir() / f"{name}.lua").read_text()
-        _check_header(name, source, spec)  # raises on disagreement
+        check_header(name, source, spec)  # raises on disagreement
         assert scripts[name].sha
         assert "RC_OK" in scripts[name].source
         # Every KEYS and ARGV slot is bound to a named local (or KEYS handed whole
@@ -77,7 +78,7 @@ def test_a_header_that_disagrees_with_its_contract_is_refused() -> None:
         source.replace("--[[", "--[ [", 1),
     ):
         with pytest.raises(InternalError):
-            _check_header("take_answers", broken, spec)
+            check_header("take_answers", broken, spec)
 
 
 async def test_each_operation_is_one_evalsha_round_trip(standalone_backend: Backend) -> None:

@@ -4,7 +4,7 @@ One place decides how the library talks to Redis: timeouts on every call,
 ``decode_responses=False`` (origins and payloads are bytes), and bounded
 *blocking* pools: a burst of calls waits (within its deadline) for a free
 connection instead of failing. redis-py's own retries are off everywhere, on
-standalone and on a cluster alike: :mod:`._topology` retries, because it knows
+standalone and on a cluster alike: :mod:`.topology` retries, because it knows
 what is safe (every script may run again) and keeps every retry inside the
 call's one deadline.
 

@@ -35,7 +35,7 @@ class RedisEventPublisher(TaskEventPublisher):
     Tailing starts with the first subscription (``XREAD BLOCK``, no consumer
     group: every process sees every event): one read over every partition on a
     standalone server. On a cluster, where a read may not span slots, hints are
-    pushed on the streams' shard channels (:mod:`._shard_tail`), or, where the
+    pushed on the streams' shard channels (:mod:`.shard_tail`), or, where the
     ACL refuses those, read with one blocking read per partition. :meth:`wait_ready`
     returns once the start positions are fixed, from which no event is missed
     unless a stream's MAXLEN trimmed it first. Failures are retried with
@@ -81,7 +81,7 @@ class RedisEventPublisher(TaskEventPublisher):
                 maxlen=self._maxlen,
                 approximate=True,
             )
-            if publishing:  # as the scripts do (see _shard_tail.py)
+            if publishing:  # as the scripts do (see shard_tail.py)
                 raw = entry_id if isinstance(entry_id, bytes) else str(entry_id).encode()
                 await client.spublish(stream, b"%b %b" % (raw, task_id.encode()))
 

@@ -1,8 +1,11 @@
 """``RedisTaskManager``: durable, multi-node task state on Redis.
 
 Every operation validates its input in Python (storing nothing when it is
-bad), then makes exactly one Lua script call that authorizes, reads or
-transitions, and emits the event, atomically.
+bad: :mod:`redis_tasks._base`), then makes exactly one Lua script call that
+authorizes, reads or transitions, and emits the event, atomically
+(:mod:`.contract`). This module holds the rest: construction, connections,
+start-up and shutdown, and what a manager offers beyond the contract (its
+client, its key space, its work queue).
 """
 
 from __future__ import annotations
@@ -10,32 +13,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 from redis.asyncio import Redis, RedisCluster
 
-from redis_tasks._base import NewTask, Outcome, TaskManagerBase
-from redis_tasks._errors import TaskNotFoundError
 from redis_tasks._events import TaskEventPublisher
-from redis_tasks._ids import parse_task_id
 from redis_tasks._limits import Limits
-from redis_tasks._models import (
-    Task,
-)
-from redis_tasks._record import (
-    EncodedAnswer,
-    EncodedRequest,
-    decode_answers,
-    decode_task,
-)
 
-from . import scripts as lua
 from .client import Client, ConnectionSettings, is_cluster
 from .cluster_topology import ClusterTopology
+from .contract import RedisContract
 from .events import RedisEventPublisher
-from .keys import KeySpace, TaskKeys
+from .keys import KeySpace
 from .runner import ScriptRunner
-from .scripts import Arg
 from .setup import may_publish, warn_if_evicting
 from .topology import StandaloneTopology, Topology
 from .work_queue import RedisWorkQueue
@@ -44,22 +34,15 @@ __all__ = ["RedisTaskManager"]
 
 logger = logging.getLogger("redis_tasks")
 
-T = TypeVar("T")
 
-
-def _message_args(message: bytes | None) -> tuple[bytes, bytes]:
-    """A status message as the scripts' ``has_message``, ``message`` pair."""
-    return (b"0", b"") if message is None else (b"1", message)
-
-
-class RedisTaskManager(TaskManagerBase):
+class RedisTaskManager(RedisContract):
     """The task manager on Redis: standalone, Redis Cluster, Valkey; TLS via ``rediss://``.
 
     Keys live under ``prefix`` in ``partitions`` hash-tagged partitions (see
-    :mod:`redis_tasks._keys`), so every script touches one cluster slot. Every
+    :mod:`redis_tasks._redis.keys`), so every script touches one cluster slot. Every
     Redis call is bounded by ``timeout`` seconds and surfaces failures as
     :class:`BackendError`. Every script is safe to run again after a lost reply,
-    so a broken connection is retried once.
+    so redirects, failovers and broken connections are retried within that bound.
 
     ``wait_replicas=N`` makes ``create_task`` and every terminal transition return
     only after ``WAIT`` confirms ``N`` replicas within ``wait_timeout`` seconds
@@ -176,7 +159,7 @@ class RedisTaskManager(TaskManagerBase):
         """A redis-py client for your own commands (a ``RedisCluster`` on a cluster).
 
         The library's own calls do not go through it: they use a pool per node
-        (see :mod:`redis_tasks._topology`). On a cluster it is made on first use
+        (see :mod:`redis_tasks._redis.topology`). On a cluster it is made on first use
         and closed with the manager.
         """
         topology = self._topology
@@ -276,185 +259,3 @@ class RedisTaskManager(TaskManagerBase):
     def event_publisher(self) -> TaskEventPublisher:
         """The Redis-stream publisher (same instance for the manager's lifetime)."""
         return self._publisher
-
-    # -- helpers -------------------------------------------------------------------
-
-    def _task_keys(self, task_id: str) -> TaskKeys | None:
-        partition = parse_task_id(task_id)
-        return None if partition is None else self._keys.task(partition, task_id)
-
-    def _worker_keys(self, task_id: str) -> TaskKeys:
-        keys = self._task_keys(task_id)
-        if keys is None:
-            raise TaskNotFoundError()
-        return keys
-
-    # -- the contract's hooks (input valid and encoded: see redis_tasks._base) ---------
-
-    async def _find(self, task_id: str, endpoint: bytes, binding: bytes) -> Task | None:
-        """One ``find`` script call; ``None`` when unknown, expired or unauthorized."""
-        keys = self._task_keys(task_id)
-        if keys is None:
-            return None
-        digest = keys.binding_digest(endpoint, binding)
-        try:
-            reply = await self._runner.run(
-                lua.find(
-                    task=keys.task,
-                    requests=keys.requests,
-                    grant=keys.grant(endpoint, binding),
-                    binding=digest,
-                )
-            )
-        except TaskNotFoundError:
-            return None
-        return decode_task(task_id, reply[1], reply[2])
-
-    async def _update(
-        self, task_id: str, endpoint: bytes, binding: bytes, answers: list[EncodedAnswer]
-    ) -> None:
-        """One ``update`` script call with the answers that match some request variant."""
-        keys = self._task_keys(task_id)
-        if keys is None:
-            raise TaskNotFoundError()
-        digest = keys.binding_digest(endpoint, binding)
-        responses: list[Arg] = []
-        for answer in answers:
-            responses += (answer.key, answer.kinds, answer.body)
-        await self._runner.run(
-            lua.update(
-                task=keys.task,
-                requests=keys.requests,
-                answers=keys.answers,
-                journal=keys.journal,
-                events=keys.events,
-                grant=keys.grant(endpoint, binding),
-                task_id=task_id,
-                binding=digest,
-                event_opts=self._events,
-                responses=responses,
-            )
-        )
-
-    async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
-        """One ``request_cancel`` script call."""
-        keys = self._task_keys(task_id)
-        if keys is None:
-            raise TaskNotFoundError()
-        digest = keys.binding_digest(endpoint, binding)
-        await self._runner.run(
-            lua.request_cancel(
-                task=keys.task,
-                events=keys.events,
-                grant=keys.grant(endpoint, binding),
-                task_id=task_id,
-                binding=digest,
-                event_opts=self._events,
-            )
-        )
-
-    async def _create(self, new: NewTask) -> int:
-        """One ``create`` script call: stored, enqueued and announced atomically."""
-        keys = self._worker_keys(new.task_id)
-        reply = await self._runner.run(
-            lua.create(
-                task=keys.task,
-                work=keys.work,
-                events=keys.events,
-                grant=keys.grant(new.endpoint, new.binding),
-                task_id=new.task_id,
-                binding=keys.binding_digest(new.endpoint, new.binding),
-                origin=new.origin,
-                payload=new.payload,
-                ttl_ms=new.ttl_ms,
-                poll_ms=new.poll_ms,
-                metadata=new.metadata,
-                event_opts=self._events,
-            ),
-            durable=True,
-        )
-        return int(reply[1])
-
-    async def _set_working(self, task_id: str, fence: bytes, message: bytes | None) -> None:
-        """One ``set_status`` script call."""
-        has_message, message_arg = _message_args(message)
-        keys = self._worker_keys(task_id)
-        await self._runner.run(
-            lua.set_status(
-                task=keys.task,
-                requests=keys.requests,
-                events=keys.events,
-                task_id=task_id,
-                fence=fence,
-                has_message=has_message,
-                message=message_arg,
-                event_opts=self._events,
-            )
-        )
-
-    async def _request_input(
-        self, task_id: str, fence: bytes, message: bytes | None, requests: list[EncodedRequest]
-    ) -> dict[str, Any]:
-        """One ``request_input`` script call; returns answers recorded before."""
-        has_message, message_arg = _message_args(message)
-        keys = self._worker_keys(task_id)
-        this_round: list[Arg] = []
-        for request in requests:
-            this_round += (request.key, request.fingerprint, request.body)
-        reply = await self._runner.run(
-            lua.request_input(
-                task=keys.task,
-                requests=keys.requests,
-                issued=keys.issued,
-                answers=keys.answers,
-                journal=keys.journal,
-                events=keys.events,
-                task_id=task_id,
-                fence=fence,
-                has_message=has_message,
-                message=message_arg,
-                event_opts=self._events,
-                round=this_round,
-            )
-        )
-        return decode_answers(reply[1])
-
-    async def _take_answers(self, task_id: str, fence: bytes) -> dict[str, Any]:
-        """One ``take_answers`` script call."""
-        keys = self._worker_keys(task_id)
-        reply = await self._runner.run(
-            lua.take_answers(task=keys.task, answers=keys.answers, fence=fence)
-        )
-        return decode_answers(reply[1])
-
-    async def _finish(self, task_id: str, outcome: Outcome) -> None:
-        """One ``finish`` script call."""
-        has_message, message = _message_args(outcome.message)
-        keys = self._worker_keys(task_id)
-        await self._runner.run(
-            lua.finish(
-                task=keys.task,
-                requests=keys.requests,
-                issued=keys.issued,
-                answers=keys.answers,
-                journal=keys.journal,
-                work=keys.work,
-                events=keys.events,
-                task_id=task_id,
-                fence=outcome.fence,
-                status=outcome.status.value,
-                has_message=has_message,
-                message=message,
-                outcome_field=outcome.result_field,
-                outcome=outcome.value,
-                operation=outcome.operation,
-                event_opts=self._events,
-            ),
-            durable=True,
-        )
-
-    async def _cancel_requested(self, task_id: str, fence: bytes) -> bool:
-        """One ``cancel_requested`` script call."""
-        keys = self._worker_keys(task_id)
-        reply = await self._runner.run(lua.cancel_requested(task=keys.task, fence=fence))
-        return bool(reply[1])

@@ -4,7 +4,7 @@ Checking a connection out of the pool for every blocking read, and letting
 redis-py pack the command and parse the reply into dicts, cost a busy process more
 than a tenth of its CPU (profiled). A :class:`KeptConnection` is taken from the
 pool of the node that serves the stream, kept across reads, written to raw (see
-:func:`~._pipeline.write`), and moved when the stream moves (``MOVED``).
+:func:`~.pipeline.write`), and moved when the stream moves (``MOVED``).
 """
 
 from __future__ import annotations

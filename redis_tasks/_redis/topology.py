@@ -3,7 +3,7 @@
 A :class:`Topology` maps a key to the :class:`Node` that serves it: the one server
 of a standalone deployment, or the primary that owns the key's slot on a Redis
 Cluster. Every node has its own blocking connection pool, a redis-py client over
-that pool, and an :class:`~._pipeline.AutoPipeline`, so the two topologies run the
+that pool, and an :class:`~.pipeline.AutoPipeline`, so the two topologies run the
 same code: the cluster is the standalone path once per primary.
 
 Why not redis-py's ``RedisCluster``? Its node pools raise ``MaxConnectionsError``

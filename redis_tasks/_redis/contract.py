@@ -1,0 +1,220 @@
+"""``RedisContract``: the task manager's contract as script calls.
+
+Each hook of :class:`~redis_tasks._base.TaskManagerBase` (input already valid and
+encoded) is one script call that authorizes, reads or transitions, and emits the
+event, atomically; arguments are bound by name (:mod:`.scripts`). Construction,
+connections and start-up are :class:`~.manager.RedisTaskManager`'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis_tasks._base import NewTask, Outcome, TaskManagerBase
+from redis_tasks._errors import TaskNotFoundError
+from redis_tasks._ids import parse_task_id
+from redis_tasks._models import Task
+from redis_tasks._record import EncodedAnswer, EncodedRequest, decode_answers, decode_task
+
+from . import scripts as lua
+from .keys import KeySpace, TaskKeys
+from .runner import ScriptRunner
+from .scripts import Arg
+
+__all__ = ["RedisContract"]
+
+
+def _message_args(message: bytes | None) -> tuple[bytes, bytes]:
+    """A status message as the scripts' ``has_message``, ``message`` pair."""
+    return (b"0", b"") if message is None else (b"1", message)
+
+
+class RedisContract(TaskManagerBase):
+    """The contract's hooks on Redis; the subclass sets the runner, keys and events."""
+
+    _runner: ScriptRunner
+    _keys: KeySpace
+    # The emitting scripts' `event_opts`: the stream's MAXLEN, then "p" to publish.
+    _events: str
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _task_keys(self, task_id: str) -> TaskKeys | None:
+        partition = parse_task_id(task_id)
+        return None if partition is None else self._keys.task(partition, task_id)
+
+    def _worker_keys(self, task_id: str) -> TaskKeys:
+        keys = self._task_keys(task_id)
+        if keys is None:
+            raise TaskNotFoundError()
+        return keys
+
+    # -- the contract's hooks (input valid and encoded: see redis_tasks._base) ---------
+
+    async def _find(self, task_id: str, endpoint: bytes, binding: bytes) -> Task | None:
+        """One ``find`` script call; ``None`` when unknown, expired or unauthorized."""
+        keys = self._task_keys(task_id)
+        if keys is None:
+            return None
+        digest = keys.binding_digest(endpoint, binding)
+        try:
+            reply = await self._runner.run(
+                lua.find(
+                    task=keys.task,
+                    requests=keys.requests,
+                    grant=keys.grant(endpoint, binding),
+                    binding=digest,
+                )
+            )
+        except TaskNotFoundError:
+            return None
+        return decode_task(task_id, reply[1], reply[2])
+
+    async def _update(
+        self, task_id: str, endpoint: bytes, binding: bytes, answers: list[EncodedAnswer]
+    ) -> None:
+        """One ``update`` script call with the answers that match some request variant."""
+        keys = self._task_keys(task_id)
+        if keys is None:
+            raise TaskNotFoundError()
+        digest = keys.binding_digest(endpoint, binding)
+        responses: list[Arg] = []
+        for answer in answers:
+            responses += (answer.key, answer.kinds, answer.body)
+        await self._runner.run(
+            lua.update(
+                task=keys.task,
+                requests=keys.requests,
+                answers=keys.answers,
+                journal=keys.journal,
+                events=keys.events,
+                grant=keys.grant(endpoint, binding),
+                task_id=task_id,
+                binding=digest,
+                event_opts=self._events,
+                responses=responses,
+            )
+        )
+
+    async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
+        """One ``request_cancel`` script call."""
+        keys = self._task_keys(task_id)
+        if keys is None:
+            raise TaskNotFoundError()
+        digest = keys.binding_digest(endpoint, binding)
+        await self._runner.run(
+            lua.request_cancel(
+                task=keys.task,
+                events=keys.events,
+                grant=keys.grant(endpoint, binding),
+                task_id=task_id,
+                binding=digest,
+                event_opts=self._events,
+            )
+        )
+
+    async def _create(self, new: NewTask) -> int:
+        """One ``create`` script call: stored, enqueued and announced atomically."""
+        keys = self._worker_keys(new.task_id)
+        reply = await self._runner.run(
+            lua.create(
+                task=keys.task,
+                work=keys.work,
+                events=keys.events,
+                grant=keys.grant(new.endpoint, new.binding),
+                task_id=new.task_id,
+                binding=keys.binding_digest(new.endpoint, new.binding),
+                origin=new.origin,
+                payload=new.payload,
+                ttl_ms=new.ttl_ms,
+                poll_ms=new.poll_ms,
+                metadata=new.metadata,
+                event_opts=self._events,
+            ),
+            durable=True,
+        )
+        return int(reply[1])
+
+    async def _set_working(self, task_id: str, fence: bytes, message: bytes | None) -> None:
+        """One ``set_status`` script call."""
+        has_message, message_arg = _message_args(message)
+        keys = self._worker_keys(task_id)
+        await self._runner.run(
+            lua.set_status(
+                task=keys.task,
+                requests=keys.requests,
+                events=keys.events,
+                task_id=task_id,
+                fence=fence,
+                has_message=has_message,
+                message=message_arg,
+                event_opts=self._events,
+            )
+        )
+
+    async def _request_input(
+        self, task_id: str, fence: bytes, message: bytes | None, requests: list[EncodedRequest]
+    ) -> dict[str, Any]:
+        """One ``request_input`` script call; returns answers recorded before."""
+        has_message, message_arg = _message_args(message)
+        keys = self._worker_keys(task_id)
+        this_round: list[Arg] = []
+        for request in requests:
+            this_round += (request.key, request.fingerprint, request.body)
+        reply = await self._runner.run(
+            lua.request_input(
+                task=keys.task,
+                requests=keys.requests,
+                issued=keys.issued,
+                answers=keys.answers,
+                journal=keys.journal,
+                events=keys.events,
+                task_id=task_id,
+                fence=fence,
+                has_message=has_message,
+                message=message_arg,
+                event_opts=self._events,
+                round=this_round,
+            )
+        )
+        return decode_answers(reply[1])
+
+    async def _take_answers(self, task_id: str, fence: bytes) -> dict[str, Any]:
+        """One ``take_answers`` script call."""
+        keys = self._worker_keys(task_id)
+        reply = await self._runner.run(
+            lua.take_answers(task=keys.task, answers=keys.answers, fence=fence)
+        )
+        return decode_answers(reply[1])
+
+    async def _finish(self, task_id: str, outcome: Outcome) -> None:
+        """One ``finish`` script call."""
+        has_message, message = _message_args(outcome.message)
+        keys = self._worker_keys(task_id)
+        await self._runner.run(
+            lua.finish(
+                task=keys.task,
+                requests=keys.requests,
+                issued=keys.issued,
+                answers=keys.answers,
+                journal=keys.journal,
+                work=keys.work,
+                events=keys.events,
+                task_id=task_id,
+                fence=outcome.fence,
+                status=outcome.status.value,
+                has_message=has_message,
+                message=message,
+                outcome_field=outcome.result_field,
+                outcome=outcome.value,
+                operation=outcome.operation,
+                event_opts=self._events,
+            ),
+            durable=True,
+        )
+
+    async def _cancel_requested(self, task_id: str, fence: bytes) -> bool:
+        """One ``cancel_requested`` script call."""
+        keys = self._worker_keys(task_id)
+        reply = await self._runner.run(lua.cancel_requested(task=keys.task, fence=fence))
+        return bool(reply[1])
