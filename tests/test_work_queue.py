@@ -39,10 +39,11 @@ from redis_tasks._lease import INTERNAL_ERROR, Claim
 from redis_tasks._redis.keys import WORK_GROUP
 from redis_tasks._work_queue import WorkEntry, WorkerBackend, WorkQueue
 
+from .conftest import server_url
 from .helpers import ALICE, ORIGIN
 
 #: The backends the suite runs on: the in-memory queue and a standalone redis-server.
-QUEUE_BACKENDS = ("memory", "redis")
+QUEUE_BACKENDS = ("memory", "redis", "cluster")
 
 LONG = timedelta(seconds=30)  # a lease that outlives the test
 SHORT = timedelta(milliseconds=200)  # a lease a test waits out
@@ -140,8 +141,8 @@ async def subject(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[
         async with memory:
             yield MemorySubject(memory)
         return
-    server = request.getfixturevalue("redis_server")
-    redis = RedisTaskManager.from_url(server.url, prefix=prefix, partitions=1, cluster=False)
+    url = server_url(request, request.param)
+    redis = RedisTaskManager.from_url(url, prefix=prefix, partitions=1)
     async with redis:
         yield RedisSubject(request.param, redis)
 
