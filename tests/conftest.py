@@ -36,6 +36,11 @@ SERVERS = ("redis", "cluster")
 #: Standalone servers of other builds, Valkey 9.1 ("valkey") and Redis 8.2 ("redis8"),
 #: that the contract, worker and MCP suites run on besides Debian's redis-server.
 EXTRA_SERVERS = tuple(testing.EXTRA_SERVERS)
+#: The same two reached as a restricted user, like "acl": the README's ACL line must
+#: hold on every server version, not only on 7.0.
+EXTRA_ACL = ("valkey-acl", "redis8-acl")
+#: The server each ACL backend runs on.
+_ACL_SERVERS = {"acl": "redis", "valkey-acl": "valkey", "redis8-acl": "redis8"}
 #: Which session fixture holds the server of each kind ``server_url`` is asked for.
 _SERVER_FIXTURES = {
     "redis": "redis_server",
@@ -171,6 +176,11 @@ async def acl_user(server: RedisServer, prefix: str) -> AsyncIterator[tuple[str,
     command = [word.replace("{rt:*", f"{{{prefix}:*") for word in command]
     admin = Redis.from_url(server.url)
     try:
+        # What the README adds on 7.2 or later (Valkey says 7.2.4 here): redis-py
+        # names each connection with CLIENT SETINFO, a command 7.0 does not have.
+        version = str((await admin.info("server"))["redis_version"])
+        if tuple(int(n) for n in version.split(".")[:2]) >= (7, 2):
+            command.append("+client|setinfo")
         await admin.execute_command(*command)  # type: ignore[no-untyped-call]
         yield server.url.replace("redis://", f"redis://{user}:{password}@"), admin
         denied = [e for e in await admin.acl_log() if e.get("username") == user]
@@ -288,8 +298,9 @@ def make_backend(
     """Build the parametrised backend with custom limits or options."""
     real = backend_name in SERVERS or backend_name in EXTRA_SERVERS
     url = server_url(request, backend_name) if real else None
+    acl_on = _ACL_SERVERS.get(backend_name)
     server: RedisServer | None = (
-        request.getfixturevalue("redis_server") if backend_name == "acl" else None
+        request.getfixturevalue(_SERVER_FIXTURES[acl_on]) if acl_on is not None else None
     )
 
     @asynccontextmanager

@@ -2,7 +2,8 @@
 
 Each test is named after the rule it checks. The suite is parametrised over the
 in-memory reference, fakeredis, a real redis-server (standalone, as a restricted ACL
-user, and a cluster), and standalone Valkey 9.1 and Redis 8.2 (see conftest).
+user, and a cluster), and standalone Valkey 9.1 and Redis 8.2 (directly and as that
+ACL user; see conftest).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from redis_tasks import (
 )
 from redis_tasks._base import Outcome
 
-from .conftest import BACKENDS, EXTRA_SERVERS, Backend, BackendFactory
+from .conftest import BACKENDS, EXTRA_ACL, EXTRA_SERVERS, Backend, BackendFactory
 from .helpers import (
     ALICE,
     ANONYMOUS,
@@ -57,10 +58,11 @@ from .helpers import (
 )
 
 
-@pytest.fixture(params=[*BACKENDS, *EXTRA_SERVERS])
+@pytest.fixture(params=[*BACKENDS, *EXTRA_SERVERS, *EXTRA_ACL])
 def backend_name(request: pytest.FixtureRequest) -> str:
-    """Which backend the contract runs on: conftest's, plus the other server builds
-    (only here: the contract is what a server of another version must keep)."""
+    """Which backend the contract runs on: conftest's, plus the other server builds,
+    directly and as the README's ACL user (only here: the contract is what a server of
+    another version must keep)."""
     name: str = request.param
     return name
 
