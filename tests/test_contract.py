@@ -1,7 +1,9 @@
 """The task-manager contract (DESIGN §2), run on every backend.
 
 Each test is named after the rule it checks. The suite is parametrised over the
-in-memory reference, fakeredis and a real redis-server (see conftest).
+in-memory reference, fakeredis, a real redis-server (standalone, as a restricted ACL
+user, and a cluster), and standalone Valkey 9.1 and Redis 8.2 (directly and as that
+ACL user; see conftest).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from redis_tasks import (
 )
 from redis_tasks._base import Outcome
 
-from .conftest import Backend, BackendFactory
+from .conftest import BACKENDS, EXTRA_ACL, EXTRA_SERVERS, Backend, BackendFactory
 from .helpers import (
     ALICE,
     ANONYMOUS,
@@ -54,6 +56,16 @@ from .helpers import (
     operations,
     wait_until,
 )
+
+
+@pytest.fixture(params=[*BACKENDS, *EXTRA_SERVERS, *EXTRA_ACL])
+def backend_name(request: pytest.FixtureRequest) -> str:
+    """Which backend the contract runs on: conftest's, plus the other server builds,
+    directly and as the README's ACL user (only here: the contract is what a server of
+    another version must keep)."""
+    name: str = request.param
+    return name
+
 
 RESULT = {"content": [{"type": "text", "text": "done"}], "isError": False}
 ERROR = JsonRpcError(code=-32603, message="API rate limit exceeded", data={"retry": 3})

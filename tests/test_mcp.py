@@ -2,7 +2,8 @@
 
 A task is created on server A and read, answered and cancelled on server B; the
 worker is a separate ``redis-tasks worker`` process running the application's
-tools. Wire shapes are checked against SEP-2663's examples.
+tools. Wire shapes are checked against SEP-2663's examples. The module runs once
+per standalone server: Debian's redis-server, Valkey 9.1 and Redis 8.2.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from mcp_types import (
 from pydantic import ConfigDict
 
 from redis_tasks.mcp import CreatedTask, TasksClient, cancel_task, get_task, update_task
-from redis_tasks.testing import RedisServer
 
+from .conftest import EXTRA_SERVERS, server_url
 from .helpers import wait_until
 from .mcp_stack import SECRET, McpStack, until_status
 
@@ -40,11 +41,14 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z$")
 A, B = 0, 1
 
 
-@pytest.fixture(scope="module")
-def stack(redis_server: RedisServer) -> Iterator[McpStack]:
-    """Servers A and B and a worker, under a prefix of this module's own."""
+@pytest.fixture(scope="module", params=["redis", *EXTRA_SERVERS])
+def stack(request: pytest.FixtureRequest) -> Iterator[McpStack]:
+    """Servers A and B and a worker on one standalone server, under a prefix of this
+    module's own. A stack per server: pytest runs the module's tests on one, in file
+    order, before starting the next."""
+    url = server_url(request, request.param)
     with tempfile.TemporaryDirectory(prefix="redis-tasks-mcp-") as directory:
-        stack = McpStack(redis_server.url, f"m{uuid.uuid4().hex[:10]}", Path(directory))
+        stack = McpStack(url, f"m{uuid.uuid4().hex[:10]}", Path(directory))
         try:
             stack.start()
             yield stack
@@ -336,12 +340,10 @@ async def test_a_client_without_the_extension(stack: McpStack) -> None:
         assert get_refused.value.code == -32021
 
 
-async def test_invalid_arguments_are_answered_inline_and_store_nothing(
-    stack: McpStack, redis_server: RedisServer
-) -> None:
+async def test_invalid_arguments_are_answered_inline_and_store_nothing(stack: McpStack) -> None:
     from redis.asyncio import Redis
 
-    async with Redis.from_url(redis_server.url) as redis:
+    async with Redis.from_url(stack.url) as redis:
         before = len([k async for k in redis.scan_iter(match=f"{{{stack.prefix}:*:task:*")])
         reply = await stack.rpc(A, "tools/call", {"name": "add", "arguments": {"a": "x"}})
         after = len([k async for k in redis.scan_iter(match=f"{{{stack.prefix}:*:task:*")])

@@ -1,8 +1,9 @@
 """The worker in one process: outcomes, cancellation, leases.
 
 Tests that use only the contract and the work queue take ``worker_backend`` and run
-on the in-memory backend, a standalone redis-server and the cluster; the rest look
-at Redis streams themselves and take ``redis_backend``.
+on the in-memory backend, a standalone redis-server, the cluster, Valkey 9.1 and
+Redis 8.2; the rest look at Redis streams themselves and take ``redis_backend``,
+every real server but the in-memory one.
 """
 
 from __future__ import annotations
@@ -35,15 +36,16 @@ from redis_tasks import (
 from redis_tasks._redis.keys import WORK_GROUP
 from redis_tasks._work_queue import WorkEntry, WorkerBackend
 
-from .conftest import SERVERS, Backend, server_url
+from .conftest import EXTRA_SERVERS, SERVERS, Backend, real_backend, server_url
 from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, reaches, wait_until
 
 Handler = Any
 
 
-@pytest.fixture(params=["memory", *SERVERS])
+@pytest.fixture(params=["memory", *SERVERS, *EXTRA_SERVERS])
 async def worker_backend(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[Backend]:
-    """A backend a worker runs on: in memory, standalone Redis, the cluster."""
+    """A backend a worker runs on: in memory, standalone Redis, the cluster, and the
+    other server builds."""
     manager: WorkerBackend
     if request.param == "memory":
         manager = InMemoryTaskManager()
@@ -51,6 +53,15 @@ async def worker_backend(request: pytest.FixtureRequest, prefix: str) -> AsyncIt
         manager = RedisTaskManager.from_url(server_url(request, request.param), prefix=prefix)
     async with manager:
         yield Backend(request.param, manager, prefix)
+
+
+@pytest.fixture(params=[*SERVERS, *EXTRA_SERVERS])
+async def redis_backend(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[Backend]:
+    """Conftest's ``redis_backend`` here on the other server builds too: these tests
+    read the work streams and their group (``XINFO``), whose replies a version may change."""
+    kind = request.param
+    async with real_backend(kind, server_url(request, kind), prefix) as subject:
+        yield subject
 
 
 @asynccontextmanager
