@@ -6,13 +6,23 @@ metered variant): it needs the ``redis-tasks[otel]`` extra.
 
 from __future__ import annotations
 
+import importlib
 from typing import Final
 
 from .metrics import METRICS
 
-__all__ = ["INSTALL_HINT", "PrometheusExport"]
+__all__ = ["INSTALL_HINT", "PrometheusExport", "require_extra"]
 
 INSTALL_HINT: Final = "metrics need the otel extra: pip install 'redis-tasks[otel]'"
+
+
+def require_extra() -> None:
+    """Raise :class:`ImportError` (with :data:`INSTALL_HINT`) without the otel extra."""
+    try:
+        for module in ("opentelemetry.sdk.metrics", "opentelemetry.exporter.prometheus"):
+            importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(INSTALL_HINT) from exc
 
 
 class PrometheusExport:
