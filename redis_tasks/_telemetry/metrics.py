@@ -1,4 +1,4 @@
-"""Every instrument redis-tasks records, and the hooks the library calls to record.
+"""The hooks the library calls to record its metrics, bound once to OpenTelemetry or to no-ops.
 
 The library records through the OpenTelemetry metrics API when it can be
 imported (the ``redis-tasks[otel]`` extra): its instruments live on the meter
@@ -15,151 +15,23 @@ once (to an explicit meter provider, in the CLI and in tests) while every caller
 keeps the reference it took at import.
 
 Attributes are bounded on purpose: a partition number or an outcome from a
-closed set, never a task ID, origin, argument, payload, result or message.
+closed set, never a task ID, origin, argument, payload, result or message. The
+instruments themselves are in :mod:`.instruments`.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider
+    from opentelemetry.metrics import MeterProvider
 
     from redis_tasks._work_queue import QueueDepth
 
-__all__ = ["INSTRUMENTS", "METRICS", "SECONDS_BUCKETS", "Gauges", "Instrument", "Metrics"]
-
-#: Histogram buckets in seconds, from a sub-millisecond pickup to an hour-long task
-#: (OpenTelemetry's default buckets are meant for milliseconds).
-SECONDS_BUCKETS: Final = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-    900.0,
-    3600.0,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Instrument:
-    """One instrument: its OpenTelemetry name, kind, unit, attributes and meaning.
-
-    Prometheus shows a counter as ``<name>_total`` and a histogram in seconds as
-    ``<name>_seconds_bucket``/``_sum``/``_count``.
-    """
-
-    name: str
-    kind: str  #: "counter", "histogram" or "gauge" (observable)
-    unit: str
-    attributes: tuple[str, ...]
-    description: str
-
-
-INSTRUMENTS: Final = (
-    Instrument("redis_tasks_tasks_created", "counter", "{task}", (), "Tasks created"),
-    Instrument(
-        "redis_tasks_tasks_claimed",
-        "counter",
-        "{task}",
-        ("partition",),
-        "Claims that gave this worker a lease and started the handler",
-    ),
-    Instrument(
-        "redis_tasks_tasks_reclaimed",
-        "counter",
-        "{entry}",
-        ("partition",),
-        "Work entries taken over from a crashed or stalled worker",
-    ),
-    Instrument("redis_tasks_tasks_completed", "counter", "{task}", (), "Tasks ended completed"),
-    Instrument("redis_tasks_tasks_failed", "counter", "{task}", (), "Tasks ended failed"),
-    Instrument("redis_tasks_tasks_cancelled", "counter", "{task}", (), "Tasks ended cancelled"),
-    Instrument(
-        "redis_tasks_claims_settled",
-        "counter",
-        "{task}",
-        ("outcome",),
-        "Claims that settled the task instead of running it: "
-        "cancelled, poisoned, expired or terminal",
-    ),
-    Instrument(
-        "redis_tasks_lease_losses",
-        "counter",
-        "{lease}",
-        (),
-        "Leases this worker lost: fenced by a newer claim, or run out while Redis was unreachable",
-    ),
-    Instrument(
-        "redis_tasks_input_rounds",
-        "counter",
-        "{round}",
-        (),
-        "Input requests that asked the client a new round of questions",
-    ),
-    Instrument(
-        "redis_tasks_redis_errors",
-        "counter",
-        "{error}",
-        (),
-        "Calls that failed with BackendError (Redis failed, timed out or was unreachable)",
-    ),
-    Instrument(
-        "redis_tasks_pickup_latency",
-        "histogram",
-        "s",
-        (),
-        "Enqueue to handler start, for entries read fresh (not reclaimed)",
-    ),
-    Instrument(
-        "redis_tasks_run_duration",
-        "histogram",
-        "s",
-        ("outcome",),
-        "Handler start to end: completed, failed, cancelled or abandoned",
-    ),
-    Instrument(
-        "redis_tasks_create_to_terminal",
-        "histogram",
-        "s",
-        (),
-        "Enqueue to the terminal outcome this worker wrote",
-    ),
-    Instrument(
-        "redis_tasks_tasks_running", "gauge", "{task}", (), "Handlers running in this process"
-    ),
-    Instrument(
-        "redis_tasks_backlog",
-        "gauge",
-        "{entry}",
-        ("partition",),
-        "Work entries no worker has read yet",
-    ),
-    Instrument(
-        "redis_tasks_pending",
-        "gauge",
-        "{entry}",
-        ("partition",),
-        "Work entries delivered to a worker and not finished",
-    ),
-)
+__all__ = ["METRICS", "Gauges", "Metrics"]
 
 
 class Gauges(Protocol):
@@ -243,10 +115,12 @@ class Metrics:
         """
         try:
             from opentelemetry import metrics as otel
+
+            from .instruments import Recorder
         except ImportError:
             return False
         meter = (provider or otel.get_meter_provider()).get_meter("redis_tasks")
-        recorder = _Recorder(meter, self._observe_running, self._observe_depths)
+        recorder = Recorder(meter, self._observe_running, self._observe_depths)
         for name in _HOOKS:
             setattr(self, name, getattr(recorder, name))
         self.enabled = True
@@ -284,129 +158,6 @@ class Metrics:
         for gauges in self._watched():
             merged.update(gauges.depths())
         return merged
-
-
-class _Recorder:
-    """The instruments of one meter, and the hooks that record on them."""
-
-    def __init__(
-        self,
-        meter: Meter,
-        running: Callable[[], int],
-        depths: Callable[[], dict[int, QueueDepth]],
-    ) -> None:
-        from opentelemetry.metrics import Observation
-
-        made: dict[str, Any] = {}
-        for spec in INSTRUMENTS:
-            if spec.kind == "counter":
-                made[spec.name] = meter.create_counter(spec.name, spec.unit, spec.description)
-            elif spec.kind == "histogram":
-                made[spec.name] = meter.create_histogram(
-                    spec.name,
-                    spec.unit,
-                    spec.description,
-                    explicit_bucket_boundaries_advisory=SECONDS_BUCKETS,
-                )
-
-        def observe_running(options: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(running())]
-
-        def observe(field: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
-            def callback(options: CallbackOptions) -> Iterable[Observation]:
-                return [
-                    Observation(getattr(depth, field), {"partition": partition})
-                    for partition, depth in sorted(depths().items())
-                ]
-
-            return callback
-
-        gauges = {
-            "redis_tasks_tasks_running": observe_running,
-            "redis_tasks_backlog": observe("backlog"),
-            "redis_tasks_pending": observe("pending"),
-        }
-        for spec in INSTRUMENTS:
-            if spec.kind == "gauge":
-                meter.create_observable_gauge(
-                    spec.name, [gauges[spec.name]], spec.unit, spec.description
-                )
-        self._created = made["redis_tasks_tasks_created"].add
-        self._ended = {
-            status: made[f"redis_tasks_tasks_{status}"].add
-            for status in ("completed", "failed", "cancelled")
-        }
-        self._claimed = made["redis_tasks_tasks_claimed"].add
-        self._reclaimed = made["redis_tasks_tasks_reclaimed"].add
-        self._settled = made["redis_tasks_claims_settled"].add
-        self._lease_lost = made["redis_tasks_lease_losses"].add
-        self._input_round = made["redis_tasks_input_rounds"].add
-        self._redis_error = made["redis_tasks_redis_errors"].add
-        self._pickup = made["redis_tasks_pickup_latency"].record
-        self._run = made["redis_tasks_run_duration"].record
-        self._terminal = made["redis_tasks_create_to_terminal"].record
-        # One attribute mapping per partition and per outcome, made once: a hook
-        # then allocates nothing for its attributes.
-        self._partitions: dict[int, Mapping[str, int]] = {}
-        self._outcomes: dict[str, Mapping[str, str]] = {}
-
-    def _partition(self, partition: int) -> Mapping[str, int]:
-        attributes = self._partitions.get(partition)
-        if attributes is None:
-            attributes = self._partitions[partition] = {"partition": partition}
-        return attributes
-
-    def _outcome(self, outcome: str) -> Mapping[str, str]:
-        attributes = self._outcomes.get(outcome)
-        if attributes is None:
-            attributes = self._outcomes[outcome] = {"outcome": outcome}
-        return attributes
-
-    def task_created(self) -> None:
-        """See :attr:`Metrics.task_created`."""
-        self._created(1)
-
-    def task_ended(self, status: str) -> None:
-        """See :attr:`Metrics.task_ended`."""
-        add = self._ended.get(status)
-        if add is not None:
-            add(1)
-
-    def claimed(self, partition: int) -> None:
-        """See :attr:`Metrics.claimed`."""
-        self._claimed(1, self._partition(partition))
-
-    def reclaimed(self, partition: int, count: int) -> None:
-        """See :attr:`Metrics.reclaimed`."""
-        self._reclaimed(count, self._partition(partition))
-
-    def claim_settled(self, outcome: str) -> None:
-        """See :attr:`Metrics.claim_settled`."""
-        self._settled(1, self._outcome(outcome))
-
-    def lease_lost(self) -> None:
-        """See :attr:`Metrics.lease_lost`."""
-        self._lease_lost(1)
-
-    def input_round(self) -> None:
-        """See :attr:`Metrics.input_round`."""
-        self._input_round(1)
-
-    def redis_error(self) -> None:
-        """See :attr:`Metrics.redis_error`."""
-        self._redis_error(1)
-
-    def pickup(self, seconds: float) -> None:
-        """See :attr:`Metrics.pickup`."""
-        self._pickup(seconds)
-
-    def run_ended(self, outcome: str, seconds: float) -> None:
-        """See :attr:`Metrics.run_ended`."""
-        self._run(seconds, self._outcome(outcome))
-
-    def create_to_terminal(self, seconds: float) -> None:
-        """See :attr:`Metrics.create_to_terminal`."""
-        self._terminal(seconds)
 
 
 def _wanted() -> bool:
