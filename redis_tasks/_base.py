@@ -32,6 +32,7 @@ from ._models import (
 from ._origin import TaskOrigin
 from ._record import EncodedAnswer, EncodedRequest, Encoder, created_task
 from ._status import TaskStatus
+from ._telemetry.metrics import METRICS
 
 __all__ = ["NewTask", "Outcome", "TaskManagerBase"]
 
@@ -151,6 +152,7 @@ class TaskManagerBase(ABC):
             metadata=encoder.metadata(metadata),
         )
         created_at = await self._create(new)
+        METRICS.task_created()
         return created_task(new.task_id, created_at, new.ttl_ms, new.poll_ms, origin, new.metadata)
 
     async def mark_working(
@@ -227,6 +229,7 @@ class TaskManagerBase(ABC):
         operation = b"" if fence_bytes else secrets.token_hex(_OPERATION_BYTES).encode()
         outcome = Outcome(status, message, fence_bytes, outcome_field, value, operation)
         await self._finish(task_id, outcome)
+        METRICS.task_ended(status.value)
 
     # -- the backend's hooks: input valid and encoded ------------------------------
 

@@ -10,15 +10,21 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._errors import BackendError
 from ._execution import Handler
 from ._logs import configure_logging
 from ._loop import LOOPS, loop_name, run
 from ._redis.manager import RedisTaskManager
+from ._telemetry.endpoints import Endpoints
+from ._worker.health import HealthReport
 from ._worker.worker import Worker
+
+if TYPE_CHECKING:
+    from ._telemetry.prometheus import PrometheusExport
 
 __all__ = ["add_worker_command", "load_handler", "run_worker"]
 
@@ -96,6 +102,29 @@ def add_worker_command(commands: Any) -> None:
     )
     worker.add_argument("--log-level", default="info")
     worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics at /metrics on this port (0: any free port; "
+        "needs redis-tasks[otel])",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        help="address /metrics listens on (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--health-port",
+        type=int,
+        default=None,
+        help="answer GET /healthz (and /) on this port: 200 while reading and renewing, else 503",
+    )
+    worker.add_argument(
+        "--health-host",
+        default="127.0.0.1",
+        help="address /healthz listens on (default: %(default)s)",
+    )
+    worker.add_argument(
         "--startup-timeout",
         type=float,
         default=60.0,
@@ -115,7 +144,44 @@ def _dump_tasks() -> None:
         )
 
 
-async def _serve(args: argparse.Namespace, handler: Handler) -> int:
+async def _serve(
+    args: argparse.Namespace, handler: Handler, export: PrometheusExport | None
+) -> int:
+    worker: Worker | None = None
+
+    def health() -> HealthReport:
+        if worker is None:
+            return HealthReport(False, "starting: waiting for Redis")
+        return worker.health()
+
+    def started(running: Worker) -> None:
+        nonlocal worker
+        worker = running
+
+    endpoints = Endpoints(health, export)
+    try:
+        await endpoints.start(
+            metrics=None if args.metrics_port is None else (args.metrics_host, args.metrics_port),
+            health=None if args.health_port is None else (args.health_host, args.health_port),
+        )
+    except OSError as exc:
+        logger.error(
+            "could not start: an endpoint could not listen",
+            extra={"event": "startup_failed", "error": type(exc).__name__},
+        )
+        return 1
+    try:
+        return await _serve_worker(args, handler, started)
+    finally:
+        # After the worker stopped: a probe sees 503 "stopping" until the very end.
+        await endpoints.close()
+        if export is not None:
+            export.shutdown()
+
+
+async def _serve_worker(
+    args: argparse.Namespace, handler: Handler, started: Callable[[Worker], None]
+) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     worker: Worker | None = None
@@ -171,6 +237,7 @@ async def _serve(args: argparse.Namespace, handler: Handler) -> int:
             delay = min(delay * 2, 5.0)
             continue
         worker = candidate
+        started(worker)
         try:
             if stop.is_set():
                 break
@@ -194,4 +261,13 @@ def run_worker(args: argparse.Namespace) -> int:
         print(f"redis-tasks worker: {exc}", file=sys.stderr)
         return 2
     handler = load_handler(args.handler)
-    return run(_serve(args, handler), loop)
+    export = None
+    if args.metrics_port is not None:
+        from ._telemetry.prometheus import PrometheusExport
+
+        try:
+            export = PrometheusExport()
+        except ImportError as exc:
+            print(f"redis-tasks worker: {exc}", file=sys.stderr)
+            return 2
+    return run(_serve(args, handler, export), loop)

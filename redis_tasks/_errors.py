@@ -22,6 +22,8 @@ reachable through ``__cause__`` for the server's own diagnostics.
 
 from __future__ import annotations
 
+from ._telemetry.metrics import METRICS
+
 __all__ = [
     "BackendError",
     "CapacityError",
@@ -97,6 +99,12 @@ class InternalError(RedisTasksError):
 
 class BackendError(InternalError):
     """Redis failed, timed out or could not be reached."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        # Counted where it is made: every one is raised where it is made, and this
+        # one place sees them all (client errors, cluster discovery, replication).
+        METRICS.redis_error()
 
 
 class ReplicationError(BackendError):

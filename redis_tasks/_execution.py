@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._models import InputRequest, JsonRpcError
 from ._origin import TaskOrigin
+from ._telemetry.metrics import METRICS
 
 if TYPE_CHECKING:
     from ._manager import TaskManager
@@ -48,6 +49,7 @@ class TaskExecution:
         "_manager",
         "_origin",
         "_payload",
+        "_round",
         "_task_id",
         "attempt",
         "cancelled",
@@ -76,6 +78,9 @@ class TaskExecution:
         self.cancelled = asyncio.Event()
         # Set by change events for this task: answers may have arrived.
         self._changed = asyncio.Event()
+        # The unanswered keys and message of the round this run asked last: asking
+        # them again is a poll, not a new round (see answered_so_far).
+        self._round: tuple[frozenset[str], str | None] | None = None
 
     @property
     def task_id(self) -> str:
@@ -100,6 +105,7 @@ class TaskExecution:
     async def report(self, status_message: str | None) -> None:
         """Publish a progress message (status ``working``)."""
         await self._manager.mark_working(self._task_id, status_message, fence=self._fence)
+        self._round = None  # working supersedes the outstanding round
 
     async def request_input(
         self, requests: Mapping[str, InputRequest], status_message: str | None = None
@@ -125,9 +131,21 @@ class TaskExecution:
         no-op that returns every recorded answer, so polling with it loses nothing even
         if a reply is lost."""
         self._changed.clear()
-        return await self._manager.request_input(
+        answers = await self._manager.request_input(
             self._task_id, requests, status_message, fence=self._fence
         )
+        # A new round is what the request_input script writes: unanswered keys (or a
+        # message) other than those outstanding. This run's last round stands in
+        # for the stored one, which the reply does not show.
+        unanswered = requests.keys() - answers.keys()
+        if not unanswered:
+            self._round = None
+        else:
+            asked = (frozenset(unanswered), status_message)
+            if asked != self._round:
+                self._round = asked
+                METRICS.input_round()
+        return answers
 
     async def wait_for_input(self) -> None:
         """Wait until answers may have arrived (a change event, or the input poll

@@ -37,7 +37,7 @@ from ._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from ._memory_stream import EntryId, Partition, Pending, Reader, id_text, parse_id
 from ._record import decode_origin
 from ._status import TERMINAL_STATUSES
-from ._work_queue import WorkEntry
+from ._work_queue import QueueDepth, WorkEntry
 
 if TYPE_CHECKING:
     from ._memory import InMemoryTaskManager, _Record
@@ -348,3 +348,9 @@ class InMemoryWorkQueue:
             for name, seen in list(state.consumers.items()):
                 if name != keep and not busy[name] and now - seen > idle_ms:
                     del state.consumers[name]
+
+    async def depth(self, partition: int) -> QueueDepth:
+        """``XLEN`` and the ``XPENDING`` summary's count of ``partition``."""
+        with self.lock:
+            state = self.partition(partition)
+            return QueueDepth(len(state.entries), len(state.pending))

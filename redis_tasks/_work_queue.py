@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 from ._lease import Claim
 from ._manager import TaskManager
 
-__all__ = ["WorkEntry", "WorkQueue", "WorkReader", "WorkerBackend"]
+__all__ = ["QueueDepth", "WorkEntry", "WorkQueue", "WorkReader", "WorkerBackend"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,25 @@ class WorkEntry:
     partition: int
     entry_id: str
     task_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """How much work one partition holds: its entries, and those delivered to a consumer.
+
+    ``entries`` counts every entry in the partition's queue (``XLEN``): waiting
+    for a worker, or delivered and not yet finished. ``pending`` counts the
+    delivered ones (the group's pending list, which may still name an entry
+    deleted since), so ``backlog`` is what no worker has read yet.
+    """
+
+    entries: int
+    pending: int
+
+    @property
+    def backlog(self) -> int:
+        """Entries no worker has read yet (never below zero)."""
+        return max(self.entries - self.pending, 0)
 
 
 class WorkReader(Protocol):
@@ -124,6 +143,11 @@ class WorkQueue(Protocol):
 
     async def remove_stale_consumers(self, partition: int, *, keep: str, idle: timedelta) -> None:
         """Remove consumers (other than ``keep``) with nothing pending, idle for ``idle``."""
+        ...
+
+    async def depth(self, partition: int) -> QueueDepth:
+        """How many entries ``partition`` holds and how many of them are delivered: two
+        counters the backend keeps anyway (no scan), for the backlog gauge."""
         ...
 
 

@@ -37,7 +37,7 @@ from redis_tasks import (
 )
 from redis_tasks._lease import INTERNAL_ERROR, Claim
 from redis_tasks._redis.keys import WORK_GROUP
-from redis_tasks._work_queue import WorkEntry, WorkerBackend, WorkQueue
+from redis_tasks._work_queue import QueueDepth, WorkEntry, WorkerBackend, WorkQueue
 
 from .conftest import server_url
 from .helpers import ALICE, ORIGIN
@@ -629,3 +629,19 @@ async def test_remove_stale_consumers_keeps_the_caller_the_busy_and_the_recent(
     await q.drop(await read_one(subject, "recent"))
     await q.remove_stale_consumers(0, keep="keep", idle=SHORT)
     assert await subject.consumers() == {"keep", "busy", "recent"}
+
+
+# -- depth -------------------------------------------------------------------------------
+
+
+async def test_depth_counts_the_entries_and_those_delivered(subject: Subject) -> None:
+    q = subject.queue
+    assert await q.depth(0) == QueueDepth(0, 0)
+    for _ in range(3):
+        await new_task(subject)
+    assert (await q.depth(0)).backlog == 3
+    entry = await read_one(subject, "w1")
+    assert await q.depth(0) == QueueDepth(entries=3, pending=1)
+    await q.drop(entry)
+    depth = await q.depth(0)
+    assert (depth.entries, depth.pending, depth.backlog) == (2, 0, 2)

@@ -8,6 +8,7 @@ created with a no-op origin; its payload is the stamp. The worker is the library
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import Any
 
@@ -85,4 +86,8 @@ async def delete_prefix(manager: RedisTaskManager) -> None:
 
 
 if __name__ == "__main__":
+    if os.environ.get("REDIS_TASKS_METRICS") == "prometheus":  # the bench's metered variant
+        from redis_tasks._telemetry.prometheus import PrometheusExport
+
+        PrometheusExport()  # recorded as a scraped worker records; nobody scrapes here
     main(sys.modules[__name__])

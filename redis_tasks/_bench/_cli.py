@@ -21,7 +21,15 @@ from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import plot, table
 from redis_tasks._bench._run import run
 from redis_tasks._bench._scenarios import Settings
-from redis_tasks._bench._systems import PEERS, AdapterError, System, ours, ours_on_uvloop, peer
+from redis_tasks._bench._systems import (
+    PEERS,
+    AdapterError,
+    System,
+    ours,
+    ours_metered,
+    ours_on_uvloop,
+    peer,
+)
 from redis_tasks._loop import loop_name
 
 __all__ = ["SCENARIOS", "add_bench_command", "run_bench"]
@@ -33,6 +41,11 @@ def _systems(args: argparse.Namespace) -> list[System]:
     if args.uvloop:
         loop_name("uvloop")  # ImportError now, not in an adapter process later
         systems.append(ours_on_uvloop())
+    if args.metrics:
+        from redis_tasks._telemetry.prometheus import require_extra
+
+        require_extra()  # ImportError now, not in an adapter process later
+        systems.append(ours_metered())
     for name in names:
         systems.append(peer(name.replace("-", "_"), args.peers_python, args.peers_dir))
     return systems

@@ -110,6 +110,12 @@ def add_bench_command(commands: Any) -> None:
         help="also run redis-tasks on uvloop (pip install 'redis-tasks[fast]'), beside the "
         "default asyncio loop",
     )
+    peers.add_argument(
+        "--metrics",
+        action="store_true",
+        help="also run redis-tasks recording its metrics (OpenTelemetry SDK and a Prometheus "
+        "reader; pip install 'redis-tasks[otel]'), beside the default",
+    )
     out = bench.add_argument_group("output")
     out.add_argument("--json", type=Path, default=None, help="write the results here ('-': stdout)")
     out.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
-__all__ = ["PEERS", "AdapterProcess", "System", "ours", "ours_on_uvloop", "peer"]
+__all__ = [
+    "PEERS",
+    "AdapterProcess",
+    "System",
+    "ours",
+    "ours_metered",
+    "ours_on_uvloop",
+    "peer",
+]
 
 #: The peer queues with an adapter in ``benchmarks/peers/peer_<name>.py``.
 PEERS: Final = ("taskiq_redis", "bullmq", "saq", "arq", "docket")
@@ -41,6 +49,21 @@ def ours_on_uvloop() -> System:
     return System(
         "redis-tasks+uvloop",
         ("env", "REDIS_TASKS_LOOP=uvloop", sys.executable, "-m", "redis_tasks._bench._adapter"),
+    )
+
+
+def ours_metered() -> System:
+    """redis-tasks again, recording every metric into the OpenTelemetry SDK with a
+    Prometheus reader (as ``redis-tasks worker --metrics-port`` does): the cost of metrics."""
+    return System(
+        "redis-tasks+metrics",
+        (
+            "env",
+            "REDIS_TASKS_METRICS=prometheus",
+            sys.executable,
+            "-m",
+            "redis_tasks._bench._adapter",
+        ),
     )
 
 

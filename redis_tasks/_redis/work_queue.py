@@ -28,7 +28,7 @@ from redis_tasks._errors import BackendError, TaskNotFoundError
 from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from redis_tasks._record import decode_origin
-from redis_tasks._work_queue import WorkEntry
+from redis_tasks._work_queue import QueueDepth, WorkEntry
 
 from . import scripts as lua
 from .client import CLIENT_ERRORS, backend_errors
@@ -367,6 +367,23 @@ class RedisWorkQueue:
                     await client.xgroup_delconsumer(stream, WORK_GROUP, name)
 
         await self.topology.execute(stream, remove)
+
+    async def depth(self, partition: int) -> QueueDepth:
+        """``XLEN`` and the ``XPENDING`` summary of ``partition``'s stream, in one round trip
+        (both O(1)); a group not created yet has nothing pending."""
+        stream = self.keys.work(partition)
+
+        async def ask(client: Redis) -> QueueDepth:
+            pipe = client.pipeline(transaction=False)
+            pipe.xlen(stream)
+            pipe.xpending(stream, WORK_GROUP)
+            length, pending = await pipe.execute(raise_on_error=False)
+            if isinstance(length, Exception):
+                raise length
+            count = 0 if isinstance(pending, Exception) else int(pending["pending"])
+            return QueueDepth(int(length), count)
+
+        return await self.topology.execute(stream, ask)
 
     def _fence(self, fence: int) -> bytes:
         return self._manager._encoder.fence(fence)

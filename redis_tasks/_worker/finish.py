@@ -25,6 +25,7 @@ from redis_tasks._errors import (
 from redis_tasks._lease import INTERNAL_ERROR
 from redis_tasks._manager import TaskManager
 from redis_tasks._models import JsonRpcError
+from redis_tasks._telemetry.metrics import METRICS
 
 from .log import log
 from .run import Phase, Run, RunOutcome
@@ -70,6 +71,7 @@ async def record_outcome(manager: TaskManager, run: Run, outcome: RunOutcome, va
             outcome, value = RunOutcome.FAILED, INTERNAL_ERROR
             continue
         except LeaseLostError:
+            METRICS.lease_lost()
             log(
                 logging.WARNING,
                 "lease lost: another worker owns the task; outcome dropped",
@@ -93,6 +95,7 @@ async def record_outcome(manager: TaskManager, run: Run, outcome: RunOutcome, va
             )
         except BackendError as exc:
             if time.monotonic() > run.lease_until:
+                METRICS.lease_lost()
                 log(
                     logging.WARNING,
                     "could not record the outcome within the lease; "
@@ -116,5 +119,9 @@ async def record_outcome(manager: TaskManager, run: Run, outcome: RunOutcome, va
                 **fields,
             )
         else:
+            # Enqueue, not creation: the same for a task that was never handed back
+            # (a hand-back enqueues it anew), with the same clock-skew caveat.
+            if METRICS.enabled:
+                METRICS.create_to_terminal(run.enqueued_ago())
             log(logging.INFO, _DONE[outcome], f"task_{outcome.value}", **fields)
         return

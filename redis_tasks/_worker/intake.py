@@ -19,8 +19,10 @@ from datetime import timedelta
 from typing import Final
 
 from redis_tasks._errors import RedisTasksError
+from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import WorkEntry, WorkQueue
 
+from .health import Health
 from .log import log
 from .run import Settings
 from .runs import Runs
@@ -47,14 +49,16 @@ class Intake:
         settings: Settings,
         background: Background,
         stopping: asyncio.Event,
+        health: Health,
     ) -> None:
         self._queue = queue
+        self._health = health
         self._runs = runs
         self._slots = slots
         self._settings = settings
         self._background = background
         self._stopping = stopping
-        self._block = timedelta(milliseconds=max(1, min(1000, int(settings.timeout * 500))))
+        self._block = settings.block
 
     async def read(self, partition: int) -> None:
         """Read and start ``partition``'s new entries until the worker stops."""
@@ -62,8 +66,16 @@ class Intake:
         backoff = 0.05
         backlog = False
         try:
+            health = self._health
             while not self._stopping.is_set():
-                if not await self._slots.wait_free():
+                # Busy, not stuck: the health check leaves a loop waiting for a slot alone.
+                busy = self._slots.free == 0
+                if busy:
+                    health.waiting(partition, True)
+                free = await self._slots.wait_free()
+                if busy:
+                    health.waiting(partition, False)
+                if not free:
                     return
                 if backlog:
                     # The partition has more: read and claim a batch in one call,
@@ -85,6 +97,7 @@ class Intake:
                 except RedisTasksError:
                     backoff = await self._backoff("read", backoff)
                     continue
+                health.read_done(partition)
                 backoff = 0.05
                 backlog = len(entries) >= _IDLE_READ
                 for entry in entries:
@@ -140,6 +153,7 @@ class Intake:
             # Entries the call read before its reply was lost stay pending with
             # us and are reclaimed after a lease, like any claim that failed.
             return False, await self._backoff("read", backoff)
+        self._health.read_done(partition)
         started = sum(self._runs.start_claimed(entry, claim) for entry, claim in claimed)
         self._slots.give(reserved - started)
         return bool(claimed), 0.05
@@ -170,6 +184,8 @@ class Intake:
                     continue
                 # Keep the cursor: the next pass continues where this one stopped.
                 cursors[partition] = cursor
+                if entries:
+                    METRICS.reclaimed(partition, len(entries))
                 self._slots.give(wanted - len(entries))
                 for entry in entries:
                     if entry.task_id is None:

@@ -14,8 +14,10 @@ import logging
 import time
 
 from redis_tasks._errors import BackendError, LeaseLostError, TaskNotFoundError, TaskTerminalError
+from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import WorkQueue
 
+from .health import Health
 from .log import log
 from .run import Run, Settings
 from .runs import Runs
@@ -28,9 +30,15 @@ class Renewal:
     """Keeps the leases of a worker's runs (see the module)."""
 
     def __init__(
-        self, queue: WorkQueue, runs: Runs, settings: Settings, background: Background
+        self,
+        queue: WorkQueue,
+        runs: Runs,
+        settings: Settings,
+        background: Background,
+        health: Health,
     ) -> None:
         self._queue = queue
+        self._health = health
         self._runs = runs
         self._settings = settings
         self._background = background
@@ -43,6 +51,8 @@ class Renewal:
             runs = [r for r in self._runs.active if r.renewable]
             if runs:
                 await asyncio.gather(*(self.renew(r) for r in runs))
+            else:
+                self._health.renewed()  # nothing to renew: nothing failing
 
     def on_event(self, task_id: str) -> None:
         """A change hint: answers may have arrived, or a cancellation request."""
@@ -71,6 +81,7 @@ class Renewal:
         except (LeaseLostError, TaskNotFoundError, TaskTerminalError) as exc:
             if not run.renewable:
                 return  # the handler's own outcome was written meanwhile
+            METRICS.lease_lost()
             log(
                 logging.WARNING,
                 "lease ended; stopping the handler",
@@ -82,7 +93,9 @@ class Renewal:
             run.abandon("lease")
             return
         except BackendError as exc:
+            self._health.renew_failed()
             if time.monotonic() > run.lease_until:
+                METRICS.lease_lost()
                 log(
                     logging.WARNING,
                     "lease ran out while Redis was unreachable; stopping the handler",
@@ -96,6 +109,7 @@ class Renewal:
         finally:
             run.renewing = False
         run.lease_until = asked_at + settings.lease_s
+        self._health.renewed()
         if cancel and not execution.cancelled.is_set():
             log(
                 logging.INFO,

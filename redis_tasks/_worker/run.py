@@ -6,6 +6,7 @@ import asyncio
 import os
 import secrets
 import socket
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
@@ -38,6 +39,11 @@ class Settings:
         """The lease in seconds."""
         return self.lease.total_seconds()
 
+    @property
+    def block(self) -> timedelta:
+        """How long an idle read blocks: half a call's deadline, 1 ms to 1 s."""
+        return timedelta(milliseconds=max(1, min(1000, int(self.timeout * 500))))
+
 
 class RunOutcome(Enum):
     """How a handler ended, i.e. which terminal transition the worker writes."""
@@ -45,6 +51,18 @@ class RunOutcome(Enum):
     COMPLETED = "complete"  #: it returned a result
     FAILED = "fail"  #: it raised (TaskFailed, or anything: a generic internal error)
     CANCELLED = "cancel"  #: it raised CancelledError after cancellation was requested
+
+    @property
+    def ended(self) -> str:
+        """The terminal status it writes: completed, failed or cancelled."""
+        return _ENDED[self]
+
+
+_ENDED = {
+    RunOutcome.COMPLETED: "completed",
+    RunOutcome.FAILED: "failed",
+    RunOutcome.CANCELLED: "cancelled",
+}
 
 
 class Phase(Enum):
@@ -70,6 +88,16 @@ class Run:
     wake: asyncio.Future[None] | None = None
     renewing: bool = False  # a renewal is in flight (hints must not stack more)
     holds_slot: bool = True  # until the handler is done (see Runs.release_slot)
+    entry_id: str = "0-0"  # the work entry claimed: its ms part is when it was enqueued
+    reclaimed: bool = False  # the entry was taken over from another consumer
+    started: float = 0.0  # monotonic time the handler started
+
+    def enqueued_ago(self) -> float:
+        """Seconds since the run's entry was enqueued: this worker's wall clock
+        against the server's (the entry ID's ms part), so clock skew between the
+        two hosts shifts the figure; never below zero."""
+        ms = self.entry_id.partition("-")[0]
+        return max(time.time() - int(ms) / 1000, 0.0) if ms.isdigit() else 0.0
 
     @property
     def renewable(self) -> bool:

@@ -17,6 +17,7 @@ from redis_tasks._errors import RedisTasksError
 from redis_tasks._execution import Handler, TaskExecution, TaskFailed
 from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from redis_tasks._manager import TaskManager
+from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import WorkEntry, WorkQueue
 
 from .finish import record_outcome
@@ -58,6 +59,10 @@ class Runs:
 
     def __len__(self) -> int:
         return len(self.active)
+
+    def handlers_running(self) -> int:
+        """Handlers not yet done (safe from an exporter's thread: a copy is counted)."""
+        return sum(1 for run in tuple(self.active) if run.handler and not run.handler.done())
 
     # -- claiming and starting --------------------------------------------------------
 
@@ -125,6 +130,8 @@ class Runs:
             return None
         task_id = entry.task_id
         if claim.outcome is not ClaimOutcome.RUN or task_id is None:
+            if claim.outcome is not ClaimOutcome.LEASE_HELD:
+                METRICS.claim_settled(claim.outcome.value)
             level = logging.WARNING if claim.outcome is ClaimOutcome.POISONED else logging.INFO
             log(
                 level,
@@ -145,7 +152,14 @@ class Runs:
             fence=claim.fence,
             input_poll=settings.input_poll,
         )
-        run = Run(execution, entry.partition, time.monotonic() + settings.lease_s)
+        run = Run(
+            execution,
+            entry.partition,
+            time.monotonic() + settings.lease_s,
+            entry_id=entry.entry_id,
+            reclaimed=reclaimed,
+        )
+        METRICS.claimed(entry.partition)
         self.active.add(run)
         # A task handed back and claimed again by this worker has two runs for a
         # while; hints and lookups go to the newest.
@@ -167,8 +181,12 @@ class Runs:
         # One future to wait on, not a waiter task plus asyncio.wait: this runs
         # for every task, and the profile showed the difference.
         wake = run.wake = asyncio.get_running_loop().create_future()
+        run.started = time.monotonic()
         handler = run.handler = asyncio.ensure_future(self._handler(execution))
         handler.add_done_callback(lambda _: _resolve(wake))
+        if METRICS.enabled and not run.reclaimed:
+            # A reclaimed entry waited out a lease as well: that is no pickup.
+            METRICS.pickup(run.enqueued_ago())
 
     # -- supervising ------------------------------------------------------------------
 
@@ -225,6 +243,7 @@ class Runs:
         assert wake is not None
         await wake
         if run.abandoned is not None:
+            METRICS.run_ended("abandoned", time.monotonic() - run.started)
             handler.cancel()
             # A handler that swallows CancelledError must not hold up shutdown: its
             # late writes are refused by the fence anyway.
@@ -233,6 +252,7 @@ class Runs:
                 await self._hand_back(run)
             return
         outcome, value = self._outcome_of(run, handler)
+        METRICS.run_ended(outcome.ended, time.monotonic() - run.started)
         self.release_slot(run)
         await record_outcome(self._manager, run, outcome, value)
 

@@ -22,8 +22,11 @@ from types import TracebackType
 from typing import Self
 
 from redis_tasks._execution import Handler
+from redis_tasks._telemetry.backlog import WorkerGauges
+from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import WorkerBackend
 
+from .health import Health, HealthReport
 from .intake import Intake
 from .log import log
 from .renewal import Renewal
@@ -85,12 +88,19 @@ class Worker:
         )
         self._slots = Slots(concurrency)
         self._background = Background()
+        self._health = Health(
+            self.partitions,
+            block=settings.block.total_seconds(),
+            timeout=settings.timeout,
+            lease=settings.lease_s,
+        )
         self._runs = Runs(manager, queue, handler, settings, self._slots, self._background)
-        self._renewal = Renewal(queue, self._runs, settings, self._background)
+        self._renewal = Renewal(queue, self._runs, settings, self._background, self._health)
         self._stopping = asyncio.Event()
         self._intake = Intake(
-            queue, self._runs, self._slots, settings, self._background, self._stopping
+            queue, self._runs, self._slots, settings, self._background, self._stopping, self._health
         )
+        self._gauges = WorkerGauges(queue, self.partitions, self._runs.handlers_running)
         self._stopped = asyncio.Event()
         self._started = False
         self._grace: float = settings.lease_s
@@ -125,6 +135,11 @@ class Worker:
         """How many handlers are running now."""
         return len(self._runs)
 
+    def health(self) -> HealthReport:
+        """Whether the worker is reading and keeping its leases, and why not
+        (see :mod:`redis_tasks._worker.health`)."""
+        return self._health.check()
+
     async def __aenter__(self) -> Self:
         """Make sure the work queues of this worker's partitions exist."""
         await self._queue.ensure_groups(self.partitions)
@@ -147,6 +162,7 @@ class Worker:
         """
         if grace is not None:
             self._grace = grace
+        self._health.stopping()
         self._stopping.set()
         self._slots.close()
         if self._started:
@@ -181,6 +197,14 @@ class Worker:
                     "hints_late",
                     worker=self.name,
                 )
+        unwatch = METRICS.watch(self._gauges)
+        # Sampled only when metrics are on, and then only while something collects.
+        sampling = (
+            asyncio.create_task(self._gauges.loop(), name="redis-tasks-backlog")
+            if METRICS.enabled
+            else None
+        )
+        self._health.started()
         readers = [
             asyncio.create_task(self._intake.read(p), name=f"redis-tasks-read-{p}")
             for p in self.partitions
@@ -192,6 +216,7 @@ class Worker:
         try:
             await self._stopping.wait()
         finally:
+            self._health.stopping()
             self._stopping.set()
             self._slots.close()
             # Readers finish their current read (at most one block) and stop; an
@@ -206,5 +231,10 @@ class Worker:
             if registration is not None:
                 registration.close()
             await self._intake.forget_consumer(self.partitions)
+            if sampling is not None:
+                sampling.cancel()
+                await asyncio.gather(sampling, return_exceptions=True)
+            unwatch()
+            self._health.state = "stopped"
             self._stopped.set()
             log(logging.INFO, "worker stopped", "worker_stopped", worker=self.name)
