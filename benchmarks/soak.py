@@ -2,6 +2,7 @@
 
 Usage:
     python -m benchmarks.soak                       # 30 minutes on a private redis-server
+    python -m benchmarks.soak --cluster --metrics --plot benchmarks/soak-cluster.svg
     python -m benchmarks.soak --minutes 2 --rate 300 --redis-url redis://127.0.0.1:6379/0
 
 Creates ``--rate`` tasks a second (1 h would be the default TTL; here ``--ttl`` seconds,
@@ -9,7 +10,9 @@ so expiry reaches a steady state within the run), runs them on ``--workers``
 ``redis-tasks`` worker processes (no-op handler), polls each task once it is
 created and keeps an event subscriber busy. Every ``--every`` seconds it samples
 Redis ``used_memory``, the number of keys, the summed length of the work and
-event streams, and the resident memory of every worker process. The verdict
+event streams, and the resident memory of every worker process (per primary on
+a cluster: ``--cluster`` starts a private 3-primary, 3-replica one; ``--metrics``
+runs the workers recording every metric, as ``--metrics-port`` does). The verdict
 compares the last third of the run with the middle third (the first third is
 warm-up: tasks are still accumulating until the TTL turns them over): memory and
 RSS are *flat* when they grew by at most ``--tolerance`` (default 10 %), and the
@@ -35,7 +38,9 @@ from redis_tasks import RedisTaskManager, TaskRequestContext
 from redis_tasks._bench._adapter import ORIGIN, WHO, delete_prefix
 from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._systems import AdapterProcess, ours
-from redis_tasks.testing import start_redis_server
+from redis_tasks.testing import start_redis_cluster, start_redis_server
+
+from .soak_plot import plot
 
 
 def rss_kib(pid: int) -> int:
@@ -47,19 +52,24 @@ def rss_kib(pid: int) -> int:
 
 
 async def sample(manager: RedisTaskManager, workers: list[AdapterProcess]) -> dict[str, Any]:
-    """One reading of everything the verdict looks at."""
+    """One reading of everything the verdict looks at (memory and keys per primary)."""
+    primaries = manager.primary_clients()
+    memories = await asyncio.gather(*(c.info("memory") for c in primaries))
+    keys = await asyncio.gather(*(c.dbsize() for c in primaries))
     client = manager.client
-    memory = await client.info("memory")
-    keyspace = await client.info("keyspace")
-    lengths = await asyncio.gather(
-        *(client.xlen(manager.keyspace.work(p)) for p in range(manager.partitions)),
-        *(client.xlen(manager.keyspace.events(p)) for p in range(manager.partitions)),
-    )
+    # One at a time: redis-py's cluster client failed a gather of these (a connection
+    # used by two calls at once); a few dozen calls every few seconds cost nothing.
+    streams = [manager.keyspace.work(p) for p in range(manager.partitions)]
+    streams += [manager.keyspace.events(p) for p in range(manager.partitions)]
+    lengths = [await client.xlen(stream) for stream in streams]
     half = manager.partitions
+    per_primary = [int(m["used_memory"]) for m in memories]
     return {
         "t": time.monotonic(),
-        "used_memory": int(memory["used_memory"]),
-        "keys": sum(int(db.get("keys", 0)) for db in keyspace.values()),
+        "used_memory": sum(per_primary),
+        "used_memory_by_primary": per_primary,
+        "keys_by_primary": [int(k) for k in keys],
+        "keys": sum(int(k) for k in keys),
         "work_backlog": sum(lengths[:half]),
         "events": sum(lengths[half:]),
         "worker_rss_kib": [rss_kib(w.pid) for w in workers],
@@ -153,6 +163,13 @@ def verdict(
         "events_delivered": events,
         "samples": len(samples),
         "used_memory_mib": [round(s["used_memory"] / 2**20, 1) for s in samples],
+        "used_memory_mib_by_primary": [
+            [round(m / 2**20, 1) for m in s["used_memory_by_primary"]] for s in samples
+        ],
+        "keys_by_primary": [s["keys_by_primary"] for s in samples],
+        "events_length": [s["events"] for s in samples],
+        "work_length": [s["work_backlog"] for s in samples],
+        "seconds": [round(s["t"] - samples[0]["t"], 1) for s in samples],
         "worker_rss_mib": [[round(k / 1024, 1) for k in s["worker_rss_kib"]] for s in samples],
         "max_events": max(s["events"] for s in samples),
         "max_work_backlog": max(s["work_backlog"] for s in samples),
@@ -179,10 +196,18 @@ def main() -> int:
     parser.add_argument("--every", type=float, default=10.0, help="seconds between samples")
     parser.add_argument("--tolerance", type=float, default=0.10)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--cluster", action="store_true", help="a private 3+3 cluster")
+    parser.add_argument("--metrics", action="store_true", help="workers record every metric")
+    parser.add_argument("--plot", type=Path, default=None, help="write an SVG of the run here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        server = None if args.redis_url else start_redis_server(Path(scratch))
-        url = args.redis_url or (server.url if server else "")
+        server: Any = None
+        if not args.redis_url:
+            directory = Path(scratch)
+            server = (
+                start_redis_cluster(directory) if args.cluster else start_redis_server(directory)
+            )
+        url = args.redis_url or server.url
         try:
             result = asyncio.run(soak(url, args))
         finally:
@@ -190,6 +215,8 @@ def main() -> int:
                 server.stop()
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.plot:
+        args.plot.write_text(plot(result, "cluster" if args.cluster else "standalone"))
     print(
         f"{result['minutes']} min at {result['rate']}/s: {result['created']} created, "
         f"{result['polled']} polled, {result['events_delivered']} events delivered"
