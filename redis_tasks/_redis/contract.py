@@ -12,7 +12,6 @@ from typing import Any
 
 from redis_tasks._base import NewTask, Outcome, TaskManagerBase
 from redis_tasks._errors import TaskNotFoundError
-from redis_tasks._ids import parse_task_id
 from redis_tasks._models import Task
 from redis_tasks._record import EncodedAnswer, EncodedRequest, decode_answers, decode_task
 
@@ -40,11 +39,10 @@ class RedisContract(TaskManagerBase):
     # -- helpers -------------------------------------------------------------------
 
     def _task_keys(self, task_id: str) -> TaskKeys | None:
-        partition = parse_task_id(task_id)
-        return None if partition is None else self._keys.task(partition, task_id)
+        return self._keys.of_task(task_id)
 
     def _worker_keys(self, task_id: str) -> TaskKeys:
-        keys = self._task_keys(task_id)
+        keys = self._keys.of_task(task_id)
         if keys is None:
             raise TaskNotFoundError()
         return keys

@@ -34,7 +34,7 @@ from typing import Final
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
-from redis_tasks._ids import MAX_PARTITIONS
+from redis_tasks._ids import MAX_PARTITIONS, parse_task_id
 
 __all__ = [
     "ANSWERS_SUFFIX",
@@ -157,6 +157,12 @@ class KeySpace:
     def slot(self, partition: int) -> int:
         """The Redis Cluster slot every key of ``partition`` lives in."""
         return key_slot(self.tag(partition).encode())
+
+    def of_task(self, task_id: str) -> TaskKeys | None:
+        """Every key of ``task_id``, in the partition its ID names; ``None`` for an ID
+        that names none (a malformed ID is an unknown task, never an error)."""
+        partition = parse_task_id(task_id)
+        return None if partition is None else self.task(partition, task_id)
 
     def task(self, partition: int, task_id: str) -> TaskKeys:
         """Every key of the task ``task_id`` stored in ``partition``."""

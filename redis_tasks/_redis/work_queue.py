@@ -149,10 +149,10 @@ class RedisWorkQueue:
         return self._runner.timeout
 
     def _task_keys(self, task_id: str) -> TaskKeys:
-        partition = parse_task_id(task_id)
-        if partition is None:
+        keys = self.keys.of_task(task_id)
+        if keys is None:
             raise TaskNotFoundError()
-        return self.keys.task(partition, task_id)
+        return keys
 
     def reader(self, partition: int, consumer: str, block: timedelta) -> _Reader:
         """A blocking reader of ``partition``'s new entries for ``consumer``."""
