@@ -27,7 +27,8 @@
     6 poison_error   msgpack JSON-RPC error for a poisoned task
     7 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
-    {RC_OK, fence, attempt, origin, payload}
+    {RC_OK, fence, attempt, origin, payload, trace_context}
+                     (trace_context: as create stored it, or empty)
     {RC_NOT_FOUND}   expired or unknown: entry dropped
     {RC_TERMINAL}    already terminal: entry dropped
     {RC_CANCELLED}   cancellation was requested while no worker ran it: ended cancelled

@@ -18,12 +18,16 @@
     6 poll_ms        0: no suggested interval
     7 metadata       msgpack, or empty
     8 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
+    9 trace_context  the creating span's W3C trace context (traceparent, then a
+                     space and tracestate), or empty: stored only when given
   Returns:
     {RC_OK, created_ms}
     {RC_EXISTS}      the ID is taken by another task; nothing is overwritten
   A retry of a create whose reply was lost finds its own task (same binding
   and origin) and answers {RC_OK, created_ms} without a second task. The record
   keeps the binding's digest only (`bd`), never the endpoint or partition key.
+  The trace context (`tp`) lives while the task does: claims return it (the
+  worker's span links to it) and the terminal transition drops it, like `pl`.
   Events: one entry for the new task.
 ]]
 local task_key = KEYS[1]
@@ -39,6 +43,7 @@ local ttl_text = ARGV[5]
 local poll_ms = ARGV[6]
 local metadata = ARGV[7]
 local event_opts = ARGV[8]
+local trace_context = ARGV[9]
 
 local existing = hmget(task_key, 'bd', 'or', 'ca')
 if existing[1] then
@@ -60,6 +65,10 @@ add_field(fields, 'or', origin)
 add_field(fields, 'pl', payload)
 if metadata ~= '' then
   add_field(fields, 'md', metadata)
+end
+-- Absent unless a span was recorded: an untraced task keeps no byte for it.
+if trace_context ~= '' then
+  add_field(fields, 'tp', trace_context)
 end
 if ttl_ms > 0 then
   table.insert(fields, 'ex')

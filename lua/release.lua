@@ -2,7 +2,9 @@
   release: a worker shutting down hands a task back. The fence is bumped (the
   abandoned handler's late writes are refused), the attempt is not counted
   against max_attempts, and the task is re-enqueued as a fresh work entry so
-  an idle worker picks it up at once instead of waiting out the lease.
+  an idle worker picks it up at once instead of waiting out the lease. The rest
+  of the record stays (origin, payload, trace context): the next claim runs the
+  same task, and its span links to the same creation.
 
   Includes: common
 

@@ -3,7 +3,8 @@
   partitions filled its slots meanwhile). Instead of holding it, the entry goes
   back to the end of the stream as a fresh entry, where an idle worker's
   blocked reader receives it at once. Never claimed, so fence and attempts are
-  untouched. Entries of tasks that are gone or terminal are just dropped.
+  untouched, and so is the rest of the record (the trace context included).
+  Entries of tasks that are gone or terminal are just dropped.
 
   Includes: common
 

@@ -33,6 +33,7 @@ from ._origin import TaskOrigin
 from ._record import EncodedAnswer, EncodedRequest, Encoder, created_task
 from ._status import TaskStatus
 from ._telemetry.metrics import METRICS
+from ._telemetry.traces import TRACES
 
 __all__ = ["NewTask", "Outcome", "TaskManagerBase"]
 
@@ -52,6 +53,9 @@ class NewTask:
     ttl_ms: int
     poll_ms: int
     metadata: bytes = field(repr=False)
+    #: The ``create_task`` span's W3C trace context, stored with the work so the
+    #: worker's span can link to it (empty: none, and nothing is stored).
+    trace_context: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,17 +145,28 @@ class TaskManagerBase(ABC):
         """
         encoder = self._encoder
         endpoint, binding = encoder.binding(request)
+        origin_bytes, payload_bytes = encoder.origin(origin), encoder.payload(payload)
+        ttl_ms, poll_ms = encoder.ttl_ms(ttl), encoder.poll_ms(poll_interval)
+        metadata_bytes = encoder.metadata(metadata)
+        task_id = new_task_id(self._partitions)
+        # After validation: a call that stores nothing makes no span either.
+        span = TRACES.create_span(task_id)
         new = NewTask(
-            task_id=new_task_id(self._partitions),
+            task_id=task_id,
             endpoint=endpoint,
             binding=binding,
-            origin=encoder.origin(origin),
-            payload=encoder.payload(payload),
-            ttl_ms=encoder.ttl_ms(ttl),
-            poll_ms=encoder.poll_ms(poll_interval),
-            metadata=encoder.metadata(metadata),
+            origin=origin_bytes,
+            payload=payload_bytes,
+            ttl_ms=ttl_ms,
+            poll_ms=poll_ms,
+            metadata=metadata_bytes,
+            trace_context=b"" if span is None else span.carrier,
         )
-        created_at = await self._create(new)
+        if span is None:
+            created_at = await self._create(new)
+        else:
+            with span:
+                created_at = await self._create(new)
         METRICS.task_created()
         return created_task(new.task_id, created_at, new.ttl_ms, new.poll_ms, origin, new.metadata)
 

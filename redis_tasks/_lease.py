@@ -35,3 +35,5 @@ class Claim:
     attempt: int = 0
     origin: TaskOrigin | None = field(default=None, repr=False)
     payload: bytes = field(default=b"", repr=False)
+    #: The W3C trace context stored when the task was created (empty: none).
+    trace_context: bytes = field(default=b"", repr=False)

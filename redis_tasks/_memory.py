@@ -180,7 +180,7 @@ class InMemoryTaskManager(TaskManagerBase):
         """Mirror of ``terminate()`` in ``lua/includes/common.lua``: the one terminal
         write of finish and claim; acknowledges and deletes the work entry ``entry``."""
         fields = record.fields
-        for name in ("pl", "wk", "ld", "lo"):
+        for name in ("pl", "wk", "ld", "lo", "tp"):
             fields.pop(name, None)
         fields["st"] = status
         self._set_message(record, message)
@@ -272,6 +272,8 @@ class InMemoryTaskManager(TaskManagerBase):
             }
             if new.metadata:
                 fields["md"] = new.metadata
+            if new.trace_context:
+                fields["tp"] = new.trace_context
             expire_at = now + new.ttl_ms if new.ttl_ms else None
             if expire_at is not None:
                 fields["ex"] = str(expire_at).encode()

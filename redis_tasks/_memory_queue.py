@@ -182,8 +182,16 @@ class InMemoryWorkQueue:
 
     @staticmethod
     def _run(record: _Record, fence: int, attempt: int) -> Claim:
-        origin = decode_origin(record.fields["or"])
-        return Claim(ClaimOutcome.RUN, fence, attempt, origin, record.fields.get("pl", b""))
+        fields = record.fields
+        origin = decode_origin(fields["or"])
+        return Claim(
+            ClaimOutcome.RUN,
+            fence,
+            attempt,
+            origin,
+            fields.get("pl", b""),
+            fields.get("tp", b""),
+        )
 
     # -- the WorkQueue protocol ---------------------------------------------------------
 

@@ -81,9 +81,10 @@ RECORD_FIELDS: Final[dict[str, str]] = {
     "ld": "lease deadline (ms, server clock; dropped when terminal; Redis)",
     "lo": "lease owner: the holder's consumer name (dropped when terminal; Redis)",
     "op": "the operation ID of the unfenced call that ended the task (absent: none)",
+    "tp": "W3C trace context of the creating span (absent: none; dropped when terminal)",
 }
 #: The fields a Redis record may keep in pieces (see the module docstring).
-LONG_FIELDS: Final = frozenset({"sm", "or", "pl", "md", "rs", "er"})
+LONG_FIELDS: Final = frozenset({"sm", "or", "pl", "md", "rs", "er", "tp"})
 #: The size of one piece of a long field, and the most pieces a value is kept in.
 PIECE_BYTES: Final = 64
 MAX_PIECES: Final = 8

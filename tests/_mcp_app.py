@@ -7,7 +7,10 @@ without the required scope (any other token is refused). Server processes serve
 ``RT_TEST_FAST_PATH`` (``1``: the tasks fast path is installed),
 ``RT_TEST_JSON_RESPONSE`` and ``RT_TEST_STATELESS`` (``1``: the SDK's options of
 those names) and ``RT_TEST_SSE_PING`` (seconds: the SDK's SSE keepalive interval,
-shortened so a test can see a reply commit to SSE).
+shortened so a test can see a reply commit to SSE). ``RT_TEST_TRACES=1`` gives the
+process an SDK tracer provider with the in-memory exporter (``tests._tracing``):
+a server serves its finished spans at ``/test/spans``, a worker dumps them to
+``$RT_TEST_SPANS`` at exit.
 
 Test hooks, by request header (so the differential test can drive both paths
 through the same rare branches): ``x-test-authorizer: fail`` makes the
@@ -46,6 +49,11 @@ from redis_tasks.mcp import (
     tool_handler,
 )
 from redis_tasks.mcp._fast_path import FastPath
+
+if os.environ.get("RT_TEST_TRACES") == "1":
+    from . import _tracing
+
+    _tracing.install()
 
 #: A value planted in arguments, answers and errors: it must never reach a log line.
 TOKENS = ("alice", "bob")
@@ -256,5 +264,14 @@ async def _fast_path_counts(request: Request) -> JSONResponse:
     return JSONResponse(counts)
 
 
+async def _finished_spans(request: Request) -> JSONResponse:
+    """Every span this server finished so far (with ``RT_TEST_TRACES=1``)."""
+    from . import _tracing
+
+    return JSONResponse(_tracing.finished())
+
+
 app.routes.append(Route("/test/fast-path", _fast_path_counts))
+if os.environ.get("RT_TEST_TRACES") == "1":
+    app.routes.append(Route("/test/spans", _finished_spans))
 handler = tool_handler(server)

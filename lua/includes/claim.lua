@@ -9,7 +9,7 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
                            poison_error, event_opts)
   local task_key = keys[1]
   local work_key = keys[6]
-  local t = hmget(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo')
+  local t = hmget(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo', 'tp')
   local status = t[1]
   if not status then
     drop_entry(work_key, entry_id)
@@ -24,7 +24,7 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     if t[10] == consumer and t[7] == entry_id then
       -- No attempt is recorded when the lease came from a renewal before any
       -- claim; a nil here would cut the reply short (Lua tables end at a nil).
-      return {RC_OK, tonumber(t[2]) or 0, tonumber(t[3]) or 0, t[8], t[9] or ''}
+      return {RC_OK, tonumber(t[2]) or 0, tonumber(t[3]) or 0, t[8], t[9] or '', t[11] or ''}
     end
     return {RC_LEASE_HELD}
   end
@@ -47,5 +47,5 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   local fence = math.max((tonumber(t[2]) or 0) + 1, now * 1024 + tiebreak)
   redis.call('HSET', task_key, 'fn', int_text(fence), 'at', int_text(attempt),
     'lo', consumer, 'ld', int_text(now + lease_ms))
-  return {RC_OK, fence, attempt, t[8], t[9] or ''}
+  return {RC_OK, fence, attempt, t[8], t[9] or '', t[11] or ''}
 end

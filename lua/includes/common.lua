@@ -179,7 +179,8 @@ end
 
 -- The one terminal write, shared by finish and claim (cancelled or poisoned at
 -- claim). Outcome and terminal status land together; the work entry is
--- acknowledged and deleted; data no longer needed is dropped.
+-- acknowledged and deleted; data no longer needed is dropped (the payload, the
+-- lease, the trace context: nothing runs the task again).
 -- keys: {task, requests, issued, answers, journal, work, events}
 local function terminate(keys, task_id, entry, last_update, status, message,
                          outcome_field, outcome, event_opts)
@@ -193,7 +194,7 @@ local function terminate(keys, task_id, entry, last_update, status, message,
   end
   -- Old pieces go before the new value lands: a shorter message must not be
   -- joined with the tail of a longer one.
-  local dropped = add_pieces(add_pieces({'pl', 'wk', 'ld', 'lo'}, 'pl'), 'sm')
+  local dropped = add_pieces(add_pieces(add_pieces({'pl', 'wk', 'ld', 'lo', 'tp'}, 'pl'), 'sm'), 'tp')
   if not message then
     dropped[#dropped + 1] = 'sm'
   end

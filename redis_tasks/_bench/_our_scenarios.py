@@ -254,6 +254,7 @@ class OurScenarios(BenchBase):
                     poll_ms=1000,
                     metadata=b"",
                     event_opts="10000",
+                    trace_context=b"",
                 )
             )
             find = _evalsha(

@@ -128,6 +128,7 @@ class RedisContract(TaskManagerBase):
                 poll_ms=new.poll_ms,
                 metadata=new.metadata,
                 event_opts=self._events,
+                trace_context=new.trace_context,
             ),
             durable=True,
         )

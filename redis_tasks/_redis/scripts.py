@@ -110,11 +110,12 @@ def create(
     poll_ms: int,
     metadata: bytes,
     event_opts: str,
+    trace_context: bytes,
 ) -> Call:
     return (
         scripts["create"],
         (task, work, events, grant),
-        (task_id, binding, origin, payload, ttl_ms, poll_ms, metadata, event_opts),
+        (task_id, binding, origin, payload, ttl_ms, poll_ms, metadata, event_opts, trace_context),
     )
 
 

@@ -62,7 +62,9 @@ def _claim(reply: list[Any]) -> Claim:
     if code != ReturnCode.OK:
         raise error_for(code)
     origin = decode_origin(reply[3])
-    return Claim(ClaimOutcome.RUN, int(reply[1]), int(reply[2]), origin, bytes(reply[4]))
+    return Claim(
+        ClaimOutcome.RUN, int(reply[1]), int(reply[2]), origin, bytes(reply[4]), bytes(reply[5])
+    )
 
 
 def _lease_ms(lease: timedelta) -> int:

@@ -50,8 +50,16 @@ async def _write(manager: TaskManager, run: Run, outcome: RunOutcome, value: Any
         await manager.cancel_task(execution.task_id, fence=execution.fence)
 
 
-async def record_outcome(manager: TaskManager, run: Run, outcome: RunOutcome, value: Any) -> None:
-    """Write ``outcome`` (with ``value``: a result or a :class:`JsonRpcError`) for ``run``."""
+async def record_outcome(
+    manager: TaskManager, run: Run, outcome: RunOutcome, value: Any
+) -> tuple[RunOutcome, str | None]:
+    """Write ``outcome`` (with ``value``: a result or a :class:`JsonRpcError`) for ``run``.
+
+    Returns the outcome it wrote (``FAILED`` in place of a result that cannot be
+    stored) and ``None``, or the log event that says why the write was not
+    recorded (``lease_lost``, ``already_terminal``, ``task_expired``,
+    ``outcome_unconfirmed``, ``finish_abandoned``, ``finish_failed``).
+    """
     run.phase = Phase.FINISHING
     execution = run.execution
     fields = {"task_id": execution.task_id, "fence": execution.fence, "attempt": execution.attempt}
@@ -72,49 +80,48 @@ async def record_outcome(manager: TaskManager, run: Run, outcome: RunOutcome, va
             continue
         except LeaseLostError:
             METRICS.lease_lost()
+            event = "lease_lost"
             log(
                 logging.WARNING,
                 "lease lost: another worker owns the task; outcome dropped",
-                "lease_lost",
+                event,
                 **fields,
             )
         except TaskTerminalError:
-            log(
-                logging.INFO, "task already terminal; outcome dropped", "already_terminal", **fields
-            )
+            event = "already_terminal"
+            log(logging.INFO, "task already terminal; outcome dropped", event, **fields)
         except TaskNotFoundError:
-            log(logging.INFO, "task expired before it finished", "task_expired", **fields)
+            event = "task_expired"
+            log(logging.INFO, "task expired before it finished", event, **fields)
         except ReplicationError:
             # Recorded on the primary; its replicas did not confirm in time. Not
             # retried: a shard may stay short of replicas for a while.
-            log(
-                logging.WARNING,
-                "outcome recorded but not confirmed by replicas",
-                "outcome_unconfirmed",
-                **fields,
-            )
+            event = "outcome_unconfirmed"
+            log(logging.WARNING, "outcome recorded but not confirmed by replicas", event, **fields)
         except BackendError as exc:
             if time.monotonic() > run.lease_until:
                 METRICS.lease_lost()
+                event = "finish_abandoned"
                 log(
                     logging.WARNING,
                     "could not record the outcome within the lease; "
                     "another worker will run the task again",
-                    "finish_abandoned",
+                    event,
                     error=type(exc).__name__,
                     **fields,
                 )
-                return
+                return outcome, event
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
             continue
         except RedisTasksError as exc:
             # Unexpected (an InternalError): nothing was written; the lease runs
             # out and another worker runs the task again.
+            event = "finish_failed"
             log(
                 logging.ERROR,
                 "could not record the outcome",
-                "finish_failed",
+                event,
                 error=type(exc).__name__,
                 **fields,
             )
@@ -124,4 +131,5 @@ async def record_outcome(manager: TaskManager, run: Run, outcome: RunOutcome, va
             if METRICS.enabled:
                 METRICS.create_to_terminal(run.enqueued_ago())
             log(logging.INFO, _DONE[outcome], f"task_{outcome.value}", **fields)
-        return
+            return outcome, None
+        return outcome, event

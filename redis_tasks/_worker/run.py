@@ -13,6 +13,7 @@ from enum import Enum
 from typing import Any
 
 from redis_tasks._execution import TaskExecution
+from redis_tasks._telemetry.traces import RunSpan
 
 __all__ = ["Phase", "Run", "RunOutcome", "Settings"]
 
@@ -91,6 +92,7 @@ class Run:
     entry_id: str = "0-0"  # the work entry claimed: its ms part is when it was enqueued
     reclaimed: bool = False  # the entry was taken over from another consumer
     started: float = 0.0  # monotonic time the handler started
+    span: RunSpan | None = None  # the run's span, when a tracer is configured
 
     def enqueued_ago(self) -> float:
         """Seconds since the run's entry was enqueued: this worker's wall clock

@@ -18,6 +18,7 @@ from redis_tasks._execution import Handler, TaskExecution, TaskFailed
 from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from redis_tasks._manager import TaskManager
 from redis_tasks._telemetry.metrics import METRICS
+from redis_tasks._telemetry.traces import TRACES
 from redis_tasks._work_queue import WorkEntry, WorkQueue
 
 from .finish import record_outcome
@@ -159,6 +160,10 @@ class Runs:
             entry_id=entry.entry_id,
             reclaimed=reclaimed,
         )
+        # From the claim that gave this worker the lease (None: no tracer).
+        run.span = TRACES.run_span(
+            task_id, entry.partition, claim.attempt, reclaimed, claim.trace_context
+        )
         METRICS.claimed(entry.partition)
         self.active.add(run)
         # A task handed back and claimed again by this worker has two runs for a
@@ -182,7 +187,12 @@ class Runs:
         # for every task, and the profile showed the difference.
         wake = run.wake = asyncio.get_running_loop().create_future()
         run.started = time.monotonic()
-        handler = run.handler = asyncio.ensure_future(self._handler(execution))
+        span = run.span
+        handler = run.handler = (
+            asyncio.ensure_future(self._handler(execution))
+            if span is None
+            else span.spawn(self._handler(execution))
+        )
         handler.add_done_callback(lambda _: _resolve(wake))
         if METRICS.enabled and not run.reclaimed:
             # A reclaimed entry waited out a lease as well: that is no pickup.
@@ -236,6 +246,8 @@ class Runs:
             self.active.discard(run)
             if self.latest.get(task_id) is run:
                 del self.latest[task_id]
+            if run.span is not None:
+                run.span.end()  # once: unless _supervise ended it, an error did
 
     async def _supervise(self, run: Run) -> None:
         handler, wake = run.handler, run.wake
@@ -250,19 +262,30 @@ class Runs:
             await asyncio.wait({handler}, timeout=self._settings.timeout)
             if run.abandoned == "shutdown":
                 await self._hand_back(run)
+            if run.span is not None:
+                # Handed back at shutdown is no error; a lease lost is.
+                run.span.end("abandoned", "lease_lost" if run.abandoned == "lease" else None)
             return
-        outcome, value = self._outcome_of(run, handler)
+        outcome, value, error = self._outcome_of(run, handler)
         METRICS.run_ended(outcome.ended, time.monotonic() - run.started)
         self.release_slot(run)
-        await record_outcome(self._manager, run, outcome, value)
+        written, refused = await record_outcome(self._manager, run, outcome, value)
+        if run.span is not None:
+            if written is not outcome:
+                error = "result_invalid"  # the result could not be stored: failed instead
+            run.span.end(written.ended, refused or error)
 
     @staticmethod
-    def _outcome_of(run: Run, handler: asyncio.Future[dict[str, Any]]) -> tuple[RunOutcome, Any]:
+    def _outcome_of(
+        run: Run, handler: asyncio.Future[dict[str, Any]]
+    ) -> tuple[RunOutcome, Any, str | None]:
+        """How the handler ended: the outcome to write, its value, and what went
+        wrong (an exception's type name) when it failed."""
         execution = run.execution
         fields = {"task_id": execution.task_id, "fence": execution.fence}
         if handler.cancelled():
             if execution.cancelled.is_set():
-                return RunOutcome.CANCELLED, None
+                return RunOutcome.CANCELLED, None, None
             log(
                 logging.ERROR,
                 "handler raised CancelledError without a cancellation request; failing the task",
@@ -270,10 +293,10 @@ class Runs:
                 attempt=execution.attempt,
                 **fields,
             )
-            return RunOutcome.FAILED, INTERNAL_ERROR
+            return RunOutcome.FAILED, INTERNAL_ERROR, "CancelledError"
         exc = handler.exception()
         if isinstance(exc, TaskFailed):
-            return RunOutcome.FAILED, exc.error
+            return RunOutcome.FAILED, exc.error, "TaskFailed"
         if exc is not None:
             log(
                 logging.ERROR,
@@ -284,8 +307,8 @@ class Runs:
                 attempt=execution.attempt,
                 **fields,
             )
-            return RunOutcome.FAILED, INTERNAL_ERROR
-        return RunOutcome.COMPLETED, handler.result()
+            return RunOutcome.FAILED, INTERNAL_ERROR, type(exc).__name__
+        return RunOutcome.COMPLETED, handler.result(), None
 
     async def _hand_back(self, run: Run) -> None:
         execution = run.execution

@@ -10,6 +10,11 @@ Error boundary: the manager's exceptions become JSON-RPC errors here, and only
 here. Unknown, expired and unauthorized tasks give one ``-32602`` body; bad input
 gives ``-32602`` with a message naming no data; anything else gives ``-32603``
 and a log line that names the exception type, never its text or any task data.
+
+Traces: the SDK's ``OpenTelemetryMiddleware`` makes a SERVER span for every
+request (on the fast path too, which runs the SDK's middleware); the handlers
+here add the task's ID and status to it, and ``create_task`` makes its PRODUCER
+span beneath it (:mod:`redis_tasks._telemetry.traces`).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from redis_tasks._errors import RedisTasksError, TaskNotFoundError, ValidationEr
 from redis_tasks._limits import Limits
 from redis_tasks._manager import TaskManager
 from redis_tasks._models import RequestContext, TaskRequestContext, TaskUpdateContext
+from redis_tasks._telemetry.traces import TRACES
 
 from ._auth import Authorizer, PrincipalAuthorizer
 from ._escalate import _PHASE, RunAsTask
@@ -250,6 +256,8 @@ class TasksExtension(Extension):
             ),
             refused="Tool arguments exceed the task limits",
         )
+        # The SDK's span of this tools/call names the task it created.
+        TRACES.mark_request(task.task_id, task.status.value)
         return created_result(task)
 
     async def _run_inline(
@@ -280,6 +288,9 @@ class TasksExtension(Extension):
         )
         if task is None:
             raise task_not_found()
+        # Named once the task is found: a request for a task it may not see
+        # leaves no trace of the ID it asked for.
+        TRACES.mark_request(task.task_id, task.status.value)
         return get_result(task)
 
     async def _update(
@@ -290,6 +301,7 @@ class TasksExtension(Extension):
         await self._guard(
             lambda: self._manager.update_task(update), refused="Input responses refused"
         )
+        TRACES.mark_request(params.task_id, None)
         return {"resultType": "complete"}
 
     async def _cancel(
@@ -299,6 +311,7 @@ class TasksExtension(Extension):
         await self._guard(
             lambda: self._manager.request_cancellation(TaskRequestContext(request, params.task_id))
         )
+        TRACES.mark_request(params.task_id, None)
         return {"resultType": "complete"}
 
     # -- helpers ----------------------------------------------------------------------

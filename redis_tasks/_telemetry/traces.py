@@ -1,0 +1,133 @@
+"""The hooks the library calls to make its spans, bound once to OpenTelemetry or to no-ops.
+
+Three kinds of span (:mod:`.spans` makes them):
+
+- ``create_task`` (PRODUCER), around the store of a new task. Its W3C trace
+  context (``traceparent``, and ``tracestate`` when there is one) is stored with
+  the work, so the worker that runs the task can link to it.
+- ``run_task`` (CONSUMER), in the worker, from the claim that gave it the lease
+  to the outcome written; the root of its own trace, *linked* to the task's
+  ``create_task`` span, and the current span while the handler runs (the
+  handler's own spans nest under it).
+- The MCP extension's requests (``tools/call`` creating a task, ``tasks/get``,
+  ``tasks/update``, ``tasks/cancel``): the MCP SDK already makes a SERVER span
+  for each (its ``OpenTelemetryMiddleware``), so the extension adds the task's
+  ID (and status) to that span instead of making a second one.
+
+With the OpenTelemetry API importable (the ``redis-tasks[otel]`` extra, or the
+MCP SDK, which depends on it) and not ``REDIS_TASKS_TRACES=off``, the hooks use
+the tracer ``redis_tasks`` of the global tracer provider once one is set. Until
+then a hook costs one look at the global provider and returns ``None``: no span
+object, no context stored. Without the API every hook is bound once, at import,
+to a function that does nothing, and ``opentelemetry`` is never imported.
+
+Attributes name a task by its ID, partition, attempt and outcome only: never
+its origin, arguments, payload, answers, result, endpoint or partition key, and
+an exception's type, never its message.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from opentelemetry.trace import TracerProvider
+
+__all__ = ["TRACES", "CreateSpan", "RunSpan", "Traces"]
+
+T = TypeVar("T")
+
+
+class CreateSpan(Protocol):
+    """A ``create_task`` span: the current span inside ``with``, ended on exit."""
+
+    #: The trace context to store with the work (empty when the span is not recorded).
+    carrier: bytes
+
+    def __enter__(self) -> CreateSpan:
+        """Make the span current."""
+        ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """End the span (an error status naming the exception's type, if one is raised)."""
+        ...
+
+
+class RunSpan(Protocol):
+    """A ``run_task`` span: started at the claim, ended once the outcome is written."""
+
+    def spawn(self, handler: Awaitable[T]) -> asyncio.Future[T]:
+        """Run ``handler`` as a task whose current span is this one."""
+        ...
+
+    def end(self, outcome: str | None = None, error: str | None = None) -> None:
+        """End the span once (later calls do nothing): ``outcome`` is how the run
+        ended (completed, failed, cancelled, abandoned), ``error`` names what went
+        wrong (an exception type, or why the outcome was not recorded)."""
+        ...
+
+
+def _nothing(*args: object) -> None:
+    """Every hook while traces are off."""
+
+
+#: The hooks, by name; each is rebound as a whole by Traces.enable/disable.
+_HOOKS: Final = ("create_span", "run_span", "mark_request")
+
+
+class Traces:
+    """The hooks the library makes spans through (see the module); one instance, :data:`TRACES`."""
+
+    #: A ``create_task`` span for the new task ``task_id``, or ``None`` (no tracer).
+    create_span: Callable[[str], CreateSpan | None]
+    #: A ``run_task`` span for (task ID, partition, attempt, reclaimed, stored
+    #: context), or ``None`` (no tracer).
+    run_span: Callable[[str, int, int, bool, bytes], RunSpan | None]
+    #: Name the task (ID, and status or ``None``) on the current request's span.
+    mark_request: Callable[[str, str | None], None]
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.disable()
+
+    def disable(self) -> None:
+        """Bind every hook to a no-op."""
+        for name in _HOOKS:
+            setattr(self, name, _nothing)
+        self.enabled = False
+
+    def enable(self, provider: TracerProvider | None = None) -> bool:
+        """Make spans with ``provider``'s tracer, or the global provider's once one is set.
+
+        Returns ``False`` (hooks left as they were) when the API is not installed.
+        """
+        try:
+            from .spans import Tracing
+        except ImportError:
+            return False
+        tracing = Tracing(provider)
+        for name in _HOOKS:
+            setattr(self, name, getattr(tracing, name))
+        self.enabled = True
+        return True
+
+
+def _wanted() -> bool:
+    """Whether to trace without being asked: unless ``REDIS_TASKS_TRACES=off``."""
+    return os.environ.get("REDIS_TASKS_TRACES", "").strip().lower() not in ("off", "0", "false")
+
+
+#: The library's one :class:`Traces`: OpenTelemetry's when importable, else no-ops.
+TRACES: Final = Traces()
+if _wanted():
+    TRACES.enable()
