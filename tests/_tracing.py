@@ -12,7 +12,8 @@ from __future__ import annotations
 import atexit
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Sampler
 
-__all__ = ["as_json", "finished", "install", "memory_provider"]
+from redis_tasks._telemetry.traces import TRACES
+
+__all__ = ["as_json", "finished", "install", "memory_provider", "traces_on"]
 
 _exporter: InMemorySpanExporter | None = None
 
@@ -34,6 +37,20 @@ def memory_provider(sampler: Sampler | None = None) -> tuple[TracerProvider, InM
     provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider, exporter
+
+
+@contextmanager
+def traces_on(provider: TracerProvider) -> Iterator[None]:
+    """The library's hooks bound to ``provider`` for the block (this process's global
+    provider untouched); restored, and ``provider`` shut down, afterwards."""
+    saved = dict(vars(TRACES))
+    assert TRACES.enable(provider)
+    try:
+        yield
+    finally:
+        vars(TRACES).clear()
+        vars(TRACES).update(saved)
+        provider.shutdown()
 
 
 def as_json(spans: Sequence[ReadableSpan]) -> list[dict[str, Any]]:

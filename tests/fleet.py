@@ -54,7 +54,14 @@ class Fleet:
     cluster: bool = False
     workers: list[WorkerProcess] = field(default_factory=list)
 
-    def start(self, *options: str, name: str | None = None) -> WorkerProcess:
+    def start(
+        self,
+        *options: str,
+        name: str | None = None,
+        handler: str = "tests._handlers:handler",
+        env: dict[str, str] | None = None,
+    ) -> WorkerProcess:
+        """Start a worker running ``handler`` with ``options`` (and ``env`` added)."""
         name = name or f"w{len(self.workers)}"
         log_path = self.directory / f"{name}.log"
         env = {
@@ -62,6 +69,7 @@ class Fleet:
             "RT_TEST_REDIS_URL": self.url,
             "RT_TEST_NS": self.namespace,
             "RT_TEST_CLUSTER": "1" if self.cluster else "",
+            **(env or {}),
         }
         process = subprocess.Popen(
             [
@@ -69,7 +77,7 @@ class Fleet:
                 "-m",
                 "redis_tasks",
                 "worker",
-                "tests._handlers:handler",
+                handler,
                 "--redis-url",
                 self.url,
                 "--prefix",

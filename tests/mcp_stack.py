@@ -83,7 +83,11 @@ class McpStack:
         """Start server A, server B and one worker; return once the servers listen."""
         for name in ("server-a", "server-b"):
             self.start_server(name)
-        self._spawn(
+        self.start_worker()
+
+    def start_worker(self, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start one worker process (``env``: the app's ``RT_TEST_*`` options)."""
+        return self._spawn(
             "worker",
             [
                 "-m",
@@ -99,6 +103,7 @@ class McpStack:
                 "--timeout",
                 str(self.timeout),
             ],
+            env,
         )
 
     def stop(self) -> None:

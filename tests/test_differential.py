@@ -56,6 +56,15 @@ How fences and claims are modelled
     there, a fresh fence only then not). An invariant checks each backend's stored
     ``fn`` against the fence the pair holds for it.
 
+How trace context is modelled
+    The library's hooks are bound to an SDK tracer provider whose ID generator
+    hands out IDs the rule chose, the same to both backends' ``create_task``: so
+    both store the same W3C context, under a drawn parent (none, a client's with or
+    without a ``tracestate``, one long enough to be kept in pieces, or an unsampled
+    one, which stores nothing). Every claim that runs the task must return exactly
+    that context on both; an invariant checks that a record holds it (``tp`` and
+    its pieces) exactly while the task is live, on both.
+
 Steering and determinism
     Four rules pick their task from the reference's state rather than at random,
     since random draws rarely reach the states they need: ``answer_outstanding``
@@ -97,6 +106,9 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 from redis_tasks import (
     ClaimOutcome,
@@ -117,6 +129,8 @@ from redis_tasks import _base as base_module
 from redis_tasks._ids import new_task_id, parse_task_id
 from redis_tasks._lease import Claim
 from redis_tasks._status import TERMINAL_STATUSES
+from redis_tasks._telemetry.spans import decode_context
+from redis_tasks._telemetry.traces import TRACES
 from redis_tasks._work_queue import WorkEntry, WorkQueue
 from redis_tasks.testing import RedisServer
 
@@ -202,6 +216,18 @@ CONSUMERS = ("w1", "w2")
 FENCE_KINDS = ("none", "good", "stale")
 BACKENDS = ("memory", "redis")
 
+#: The span context current when a task is created: none (the creating span is a
+#: root), a client's, or a client's that was not sampled (nothing is stored then).
+#: With a tracestate the context is longer than 64 bytes: Redis keeps it in pieces.
+CLIENT_TRACE_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736
+TRACE_PARENTS: dict[str, tuple[bool, list[tuple[str, str]]] | None] = {
+    "root": None,
+    "client": (True, []),
+    "client-tracestate": (True, [("rojo", "00f067aa0ba902b7"), ("congo", "t61rcWkgMzE")]),
+    "client-long-tracestate": (True, [(f"vendor{i}", "v" * 40) for i in range(6)]),
+    "unsampled": (False, []),
+}
+
 #: Well-formed IDs of no task (one in a partition the managers never use) and
 #: malformed ones: every operation must find nothing, the same way on both.
 BOGUS_IDS = (
@@ -245,6 +271,10 @@ class Pair:
     superseded: dict[str, list[int]] = field(
         default_factory=lambda: {backend: [] for backend in BACKENDS}
     )
+    #: The span context the task was created under (a TRACE_PARENTS name), and the IDs
+    #: its creating span got: the context both backends must store.
+    parent: str = "root"
+    span_ids: tuple[int, int] = (0, 0)
     #: Every input round asked (request names, message), for identical re-issues.
     rounds: list[tuple[dict[str, str], str | None]] = field(default_factory=list)
     #: Per backend, the last (created_at, last_updated_at) seen.
@@ -277,6 +307,34 @@ class Pair:
         """A claim or release on ``backend`` made ``fence`` the current fence."""
         self.superseded[backend].append(self.fence[backend])
         self.fence[backend] = fence
+
+
+class ChosenIds(IdGenerator):
+    """An SDK ID generator that hands out the IDs a rule chose (the same to both backends)."""
+
+    def __init__(self) -> None:
+        self.trace_id = 1
+        self.span_id = 1
+
+    def generate_span_id(self) -> int:
+        return self.span_id
+
+    def generate_trace_id(self) -> int:
+        return self.trace_id
+
+
+def client_span(parent: str) -> trace.Span | None:
+    """The client's span a ``TRACE_PARENTS`` entry names, as the MCP SDK makes it from
+    a request's ``_meta`` (``None``: no parent)."""
+    spec = TRACE_PARENTS[parent]
+    if spec is None:
+        return None
+    sampled, state = spec
+    flags = trace.TraceFlags(trace.TraceFlags.SAMPLED if sampled else 0)
+    context = trace.SpanContext(
+        CLIENT_TRACE_ID, 0x00F067AA0BA902B7, True, flags, trace.TraceState(state)
+    )
+    return trace.NonRecordingSpan(context)
 
 
 def bogus(task_id: str) -> Pair:
@@ -367,6 +425,12 @@ class MemoryVersusRedis(RuleBasedStateMachine):
             url, prefix=self.prefix, partitions=PARTITIONS, limits=Limits(), cluster=False
         )
         self.store = Backend("redis", self.redis, self.prefix)
+        self.ids = ChosenIds()
+        # The default sampler (parent-based, else always on): a client's unsampled
+        # context makes an unrecorded span, which stores nothing.
+        self.tracer_provider = TracerProvider(id_generator=self.ids)
+        self.saved_traces = dict(vars(TRACES))
+        TRACES.enable(self.tracer_provider)
         self.pairs: list[Pair] = []
         self.by_id: dict[str, dict[str, Pair]] = {backend: {} for backend in BACKENDS}
         self.run(self.memory.__aenter__())
@@ -385,7 +449,9 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         return self.loop.run_until_complete(wrapped())
 
     def teardown(self) -> None:
-        """Delete the prefix's keys, close both managers and the loop."""
+        """Delete the prefix's keys, close both managers and the loop; unbind the hooks."""
+        vars(TRACES).clear()
+        vars(TRACES).update(self.saved_traces)
         try:
             keys = self.run(self.store.all_keys())
             if keys:
@@ -477,8 +543,10 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         ttl_s: int,
         poll_ms: int | None,
         metadata: str,
+        parent: str = "root",
     ) -> Pair:
-        """Create one task on each backend with the same arguments."""
+        """Create one task on each backend with the same arguments, under the same
+        span context with the same span IDs."""
 
         def call(m: TaskManager) -> Awaitable[Task]:
             return m.create_task(
@@ -492,25 +560,36 @@ class MemoryVersusRedis(RuleBasedStateMachine):
 
         # Task IDs are random; the partition a task lands in decides which
         # claim_next reads it, so it is drawn instead (replays must be identical).
+        index = len(self.pairs)
+        span_ids = (0x10000 + index, 0x100 + index)
+        self.ids.trace_id, self.ids.span_id = span_ids
+        client = client_span(parent)
         with mock.patch.object(base_module, "new_task_id", placed_in(partition)):
-            memory_task = self.run(call(self.memory))
-            redis_task = self.run(call(self.redis))
+            if client is None:
+                memory_task = self.run(call(self.memory))
+                redis_task = self.run(call(self.redis))
+            else:
+                with trace.use_span(client):
+                    memory_task = self.run(call(self.memory))
+                    redis_task = self.run(call(self.redis))
         for task in (memory_task, redis_task):
             assert parse_task_id(task.task_id) == partition
             assert task.created_at == task.last_updated_at
         pair = Pair(
-            len(self.pairs),
+            index,
             memory_task.task_id,
             redis_task.task_id,
             owner=owner,
             origin=origin,
             payload=payload,
+            parent=parent,
+            span_ids=span_ids,
         )
         assert self.observe(pair, "memory", memory_task) == self.observe(pair, "redis", redis_task)
         self.pairs.append(pair)
         self.by_id["memory"][pair.memory_id] = pair
         self.by_id["redis"][pair.redis_id] = pair
-        event(f"create_task: ttl {ttl_s} s")
+        event(f"create_task: ttl {ttl_s} s, trace parent {parent}")
         return pair
 
     @initialize(target=tasks)
@@ -521,7 +600,7 @@ class MemoryVersusRedis(RuleBasedStateMachine):
     @initialize(target=tasks)
     def short_lived_task(self) -> Pair:
         """And with one that the first clock advances expire."""
-        return self.create(1, "anonymous", "odd", b"", 15, 250, "tenant")
+        return self.create(1, "anonymous", "odd", b"", 15, 250, "tenant", "client-long-tracestate")
 
     @rule(
         target=tasks,
@@ -532,6 +611,7 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         ttl_s=st.sampled_from((LONG_TTL_S, *SHORT_TTLS_S)),
         poll_ms=st.sampled_from((None, 250)),
         metadata=st.sampled_from(sorted(METADATA)),
+        parent=st.sampled_from(sorted(TRACE_PARENTS)),
     )
     def create_task(
         self,
@@ -542,9 +622,11 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         ttl_s: int,
         poll_ms: int | None,
         metadata: str,
+        parent: str,
     ) -> Pair:
-        """``create_task`` with any context, origin, payload, TTL, poll interval, metadata."""
-        return self.create(partition, owner, origin, payload, ttl_s, poll_ms, metadata)
+        """``create_task`` with any context, origin, payload, TTL, poll interval,
+        metadata and span context."""
+        return self.create(partition, owner, origin, payload, ttl_s, poll_ms, metadata, parent)
 
     # -- client-facing ----------------------------------------------------------------
 
@@ -816,6 +898,7 @@ class MemoryVersusRedis(RuleBasedStateMachine):
             assert claim.origin is not None
             assert claim.origin.to_persisted_string() == ORIGINS[pair.origin].to_persisted_string()
             assert claim.payload == pair.payload
+            self.check_trace_context(pair, claim.trace_context)
         fresh = {backend: claim.fence != pair.fence[backend] for backend, claim in claims.items()}
         assert fresh["memory"] == fresh["redis"], f"claims of {pair!r}: {claims} after {pair.fence}"
         if fresh["redis"]:
@@ -825,6 +908,19 @@ class MemoryVersusRedis(RuleBasedStateMachine):
             for backend, claim in claims.items():
                 assert claim.fence > pair.fence[backend], "a claim must raise the fence"
                 pair.supersede(backend, claim.fence)
+
+    @staticmethod
+    def check_trace_context(pair: Pair, stored: bytes) -> None:
+        """``stored`` is the context of the pair's creating span (or none when unsampled)."""
+        spec = TRACE_PARENTS[pair.parent]
+        if spec is not None and not spec[0]:
+            assert stored == b"", f"{pair!r}: an unsampled create stored {stored!r}"
+            return
+        context = decode_context(stored)
+        assert context is not None, f"{pair!r}: no valid context in {stored!r}"
+        trace_id = pair.span_ids[0] if spec is None else CLIENT_TRACE_ID
+        assert (context.trace_id, context.span_id) == (trace_id, pair.span_ids[1]), pair
+        assert context.trace_state == trace.TraceState([] if spec is None else spec[1]), pair
 
     lease_ms = st.sampled_from(LEASES_MS)
     consumer = st.sampled_from(CONSUMERS)
@@ -962,7 +1058,7 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         replies = self.run(attempt_all(calls))
         redis = [replies[n : n + 2] for n in range(0, len(replies), 2)]
         stored_fences = self.run(self.stored_fences())
-        for pair, in_memory, in_redis, stored in zip(
+        for pair, in_memory, in_redis, (stored, traced) in zip(
             self.pairs, memory, redis, stored_fences, strict=True
         ):
             in_redis = [self.comparable(pair, "redis", outcome) for outcome in in_redis]
@@ -976,15 +1072,27 @@ class MemoryVersusRedis(RuleBasedStateMachine):
             else:
                 assert record.fields["fn"] == str(pair.fence["memory"]).encode()
                 assert stored == str(pair.fence["redis"]).encode()
+                # The trace context lives exactly as long as the task does, pieces too.
+                spec = TRACE_PARENTS[pair.parent]
+                unsampled = spec is not None and not spec[0]
+                keeps = not unsampled and record.fields["st"] not in _TERMINAL
+                assert ("tp" in record.fields) == keeps, f"{pair!r} in memory"
+                # Past 64 bytes a value is kept in pieces: any tracestate here is.
+                pieced = keeps and spec is not None and bool(spec[1])
+                assert traced == (keeps, pieced), f"{pair!r} in Redis: {traced}"
 
-    async def stored_fences(self) -> list[bytes | None]:
-        """The fence of every task record in Redis (``None``: no record), in one round
-        trip. A record never claimed has no ``fn`` field, which reads as 0."""
+    async def stored_fences(self) -> list[tuple[bytes | None, tuple[bool, bool]]]:
+        """The fence of every task record in Redis (``None``: no record), and whether it
+        holds a trace context and a second piece of one, in one round trip. A record
+        never claimed has no ``fn`` field, which reads as 0."""
         async with self.redis.client.pipeline(transaction=False) as pipe:
             for pair in self.pairs:
-                pipe.hmget(self.record_key(pair), ["st", "fn"])
+                pipe.hmget(self.record_key(pair), ["st", "fn", "tp", "tp+1"])
             rows: list[list[bytes | None]] = await pipe.execute()
-        return [None if status is None else fence or b"0" for status, fence in rows]
+        return [
+            (None if status is None else fence or b"0", (tp is not None, piece is not None))
+            for status, fence, tp, piece in rows
+        ]
 
     @invariant()
     def no_key_outlives_its_task(self) -> None:

@@ -16,7 +16,6 @@ import sys
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ trace = pytest.importorskip("opentelemetry.trace")
 sampling = pytest.importorskip("opentelemetry.sdk.trace.sampling")
 spans_module = pytest.importorskip("redis_tasks._telemetry.spans")
 
-from ._tracing import memory_provider  # noqa: E402  (after the SDK is known to be there)
+from ._tracing import memory_provider, traces_on  # noqa: E402  (once the SDK is known there)
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-" + uuid.uuid4().hex
@@ -65,19 +64,6 @@ CONSUMER_ATTRIBUTES = {
     "messaging.operation.name": "run_task",
     "messaging.consumer.group.name": "workers",
 }
-
-
-@contextmanager
-def traces_on(provider: Any) -> Iterator[None]:
-    """TRACES bound to ``provider`` for the block; restored afterwards."""
-    saved = dict(vars(TRACES))
-    assert TRACES.enable(provider)
-    try:
-        yield
-    finally:
-        vars(TRACES).clear()
-        vars(TRACES).update(saved)
-        provider.shutdown()
 
 
 @pytest.fixture
