@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from redis_tasks._bench._cli import SCENARIOS
@@ -37,14 +38,43 @@ def test_the_usage_example_runs(redis_server: RedisServer, tmp_path: Path) -> No
 
 def test_the_worker_example_is_real_code() -> None:
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     namespace: dict[str, object] = {}
     exec(compile(blocks[1], "README.md", "exec"), namespace)  # defines the handler only
     assert callable(namespace["handler"])
     # The cluster example names a remote host: compiled, never run.
-    compile(blocks[2], "README.md", "exec")
-    assert "from_url(" in blocks[2]
-    assert "wait_replicas=1" in blocks[2]
+    compile(blocks[3], "README.md", "exec")
+    assert "from_url(" in blocks[3]
+    assert "wait_replicas=1" in blocks[3]
+
+
+def test_the_tracing_example_gives_a_process_the_library_s_spans(tmp_path: Path) -> None:
+    # In a process of its own: it sets the global tracer provider, once and for all.
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "Tracer" in b]
+    script = tmp_path / "traced.py"
+    script.write_text(
+        block
+        + textwrap.dedent(
+            """
+            import asyncio
+            from redis_tasks import InMemoryTaskManager, RequestContext, TaskOrigin
+
+            async def main():
+                async with InMemoryTaskManager() as m:
+                    origin = TaskOrigin.from_persisted_string("{}")
+                    await m.create_task(RequestContext("/mcp", "alice"), origin)
+
+            asyncio.run(main())
+            provider.shutdown()  # flushes the batch to the console
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"name": "create_task"' in done.stdout
+    assert '"kind": "SpanKind.PRODUCER"' in done.stdout
 
 
 def test_the_mcp_example_builds_a_server_and_a_worker_handler() -> None:
@@ -52,12 +82,12 @@ def test_the_mcp_example_builds_a_server_and_a_worker_handler() -> None:
 
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
     namespace: dict[str, object] = {}
-    exec(compile(blocks[3], "README.md", "exec"), namespace)  # builds; connects to nothing
+    exec(compile(blocks[4], "README.md", "exec"), namespace)  # builds; connects to nothing
     assert isinstance(namespace["server"], MCPServer)
     assert callable(namespace["handler"])
     assert callable(namespace["app"])
     # The input_first example adds its tool to that server (with its own extension).
-    exec(compile(blocks[4], "README.md", "exec"), namespace)
+    exec(compile(blocks[5], "README.md", "exec"), namespace)
     assert namespace["tasks"].task_support("book") is not None  # type: ignore[attr-defined]
     assert callable(namespace["book"])
 

@@ -440,3 +440,33 @@ def test_traces_off_binds_no_ops_even_with_opentelemetry_installed() -> None:
     done = run_python(code, REDIS_TASKS_TRACES="off")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == "off"
+
+
+def test_a_global_provider_set_after_import_is_used_from_then_on() -> None:
+    code = """
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from redis_tasks._telemetry.traces import TRACES
+
+        assert TRACES.create_span("0.abc") is None  # nothing set: nothing made
+        trace.set_tracer_provider(TracerProvider())
+        span = TRACES.create_span("0.abc")
+        assert span is not None and span.carrier.startswith(b"00-"), span
+        print("used")
+    """
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "used"
+
+
+def test_a_provider_named_by_otel_python_tracer_provider_is_used() -> None:
+    code = """
+        from redis_tasks._telemetry.traces import TRACES
+
+        span = TRACES.create_span("0.abc")
+        assert span is not None and span.carrier.startswith(b"00-"), span
+        print("loaded")
+    """
+    done = run_python(code, OTEL_PYTHON_TRACER_PROVIDER="sdk_tracer_provider")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "loaded"
