@@ -58,6 +58,8 @@ __all__ = [
     "create",
     "find",
     "finish",
+    "inspect_queue",
+    "inspect_task",
     "load_all",
     "lua_dir",
     "release",
@@ -102,6 +104,7 @@ def create(
     work: str,
     events: str,
     grant: str,
+    stats: str,
     task_id: str,
     binding: str,
     origin: bytes,
@@ -113,7 +116,7 @@ def create(
 ) -> Call:
     return (
         scripts["create"],
-        (task, work, events, grant),
+        (task, work, events, grant, stats),
         (task_id, binding, origin, payload, ttl_ms, poll_ms, metadata, event_opts),
     )
 
@@ -208,6 +211,7 @@ def finish(
     journal: str,
     work: str,
     events: str,
+    stats: str,
     task_id: str,
     fence: bytes,
     status: str,
@@ -220,7 +224,7 @@ def finish(
 ) -> Call:
     return (
         scripts["finish"],
-        (task, requests, issued, answers, journal, work, events),
+        (task, requests, issued, answers, journal, work, events, stats),
         (
             task_id,
             fence,
@@ -250,6 +254,7 @@ def claim(
     journal: str,
     work: str,
     events: str,
+    stats: str,
     task_id: str,
     entry_id: str,
     consumer: str,
@@ -260,7 +265,7 @@ def claim(
 ) -> Call:
     return (
         scripts["claim"],
-        (task, requests, issued, answers, journal, work, events),
+        (task, requests, issued, answers, journal, work, events, stats),
         (task_id, entry_id, consumer, lease_ms, max_attempts, poison_error, event_opts),
     )
 
@@ -270,6 +275,7 @@ def claim_next(
     *,
     work: str,
     events: str,
+    stats: str,
     tag: str,
     consumer: str,
     count: int,
@@ -280,7 +286,7 @@ def claim_next(
 ) -> Call:
     return (
         scripts["claim_next"],
-        (work, events),
+        (work, events, stats),
         (tag, consumer, count, lease_ms, max_attempts, poison_error, event_opts),
     )
 
@@ -298,6 +304,16 @@ def release(*, task: str, work: str, task_id: str, fence: bytes) -> Call:
 @_binding
 def requeue(*, task: str, work: str, task_id: str, entry_id: str) -> Call:
     return scripts["requeue"], (task, work), (task_id, entry_id)
+
+
+@_binding
+def inspect_queue(*, work: str, stats: str, tag: str, sample: int) -> Call:
+    return scripts["inspect_queue"], (work, stats), (tag, sample)
+
+
+@_binding
+def inspect_task(*, task: str, requests: str, work: str) -> Call:
+    return scripts["inspect_task"], (task, requests, work), ()
 
 
 def _parameters(binding: _Binding) -> list[inspect.Parameter]:
