@@ -12,6 +12,7 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The ``redis-tasks`` argument parser, every sub-command included."""
     from ._bench._cli import add_bench_command
+    from ._cli_dashboard import add_dashboard_command
     from ._cli_inspect import add_inspect_command
     from ._cli_worker import add_worker_command
 
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_worker_command(commands)
     add_inspect_command(commands)
+    add_dashboard_command(commands)
     add_bench_command(commands)
     return parser
 
@@ -34,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from ._bench._cli import run_bench
+    from ._cli_dashboard import run_dashboard
     from ._cli_inspect import run_inspect
     from ._cli_worker import run_worker
 
@@ -41,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_worker(args)
     if args.command == "inspect":
         return run_inspect(args)
+    if args.command == "dashboard":
+        return run_dashboard(args)
     if args.command == "bench":
         return run_bench(args)
     if args.command == "demo":

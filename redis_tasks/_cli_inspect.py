@@ -86,7 +86,9 @@ def _problem(args: argparse.Namespace) -> str | None:
 async def _show_task(manager: RedisTaskManager, args: argparse.Namespace, out: TextIO) -> int:
     task = await manager.inspect_task(args.task_id)
     if task is None:
-        print("redis-tasks inspect: no such task (unknown, expired or malformed ID)", file=sys.stderr)
+        print(
+            "redis-tasks inspect: no such task (unknown, expired or malformed ID)", file=sys.stderr
+        )
         return 1
     if args.json:
         print(json.dumps(task.to_json(), sort_keys=True), file=out)

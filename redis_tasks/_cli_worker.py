@@ -14,11 +14,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from ._cli_common import add_redis_options, check_redis_options, manager_from, only_partitions
 from ._errors import BackendError
 from ._execution import Handler
 from ._logs import configure_logging
 from ._loop import LOOPS, loop_name, run
-from ._cli_common import add_redis_options, check_redis_options, manager_from, only_partitions
 from ._telemetry.endpoints import Endpoints
 from ._worker.health import HealthReport
 from ._worker.worker import Worker

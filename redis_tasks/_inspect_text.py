@@ -104,7 +104,8 @@ def render_inspection(
     lines = [
         f"redis-tasks inspect  prefix {prefix}  {len(inspection.partitions)} partitions"
         f"  {topology}  {_stamp(_clock(inspection))}",
-        "tasks      " + "  ".join(f"{name} {count:,}" for name, count in statuses.items())
+        "tasks      "
+        + "  ".join(f"{name} {count:,}" for name, count in statuses.items())
         + f"  (created {inspection.created:,})",
         f"queue      entries {inspection.entries:,}  backlog {inspection.backlog:,}"
         f"  pending {inspection.pending:,}"
