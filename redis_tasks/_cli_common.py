@@ -8,9 +8,16 @@ import os
 from typing import Any
 
 from ._ids import MAX_PARTITIONS
+from ._redis.inspect import MAX_SAMPLE
 from ._redis.manager import RedisTaskManager
 
-__all__ = ["add_redis_options", "check_redis_options", "manager_from", "only_partitions"]
+__all__ = [
+    "add_redis_options",
+    "add_sample_option",
+    "check_redis_options",
+    "manager_from",
+    "only_partitions",
+]
 
 
 def add_redis_options(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +42,17 @@ def add_redis_options(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="every Redis call's deadline in seconds, retries included (default 5; on a "
         "cluster, at least 2 x cluster-node-timeout + 2 s rides through a failover)",
+    )
+
+
+def add_sample_option(parser: argparse.ArgumentParser) -> None:
+    """``--sample``: how many pending entries an inspection looks up per partition
+    (checked by :func:`check_redis_options` where the parser has it)."""
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=256,
+        help=f"pending entries looked up per partition (0 to {MAX_SAMPLE}; default 256)",
     )
 
 
@@ -64,6 +82,8 @@ def check_redis_options(args: argparse.Namespace) -> str | None:
         only_partitions(args)
     except ValueError as exc:
         return str(exc)
+    if not 0 <= getattr(args, "sample", 0) <= MAX_SAMPLE:
+        return f"--sample must be 0 to {MAX_SAMPLE}"
     return None
 
 

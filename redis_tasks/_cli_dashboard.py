@@ -20,10 +20,15 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ._cli_common import add_redis_options, check_redis_options, manager_from, only_partitions
+from ._cli_common import (
+    add_redis_options,
+    add_sample_option,
+    check_redis_options,
+    manager_from,
+    only_partitions,
+)
 from ._logs import configure_logging
 from ._loop import run
-from ._redis.inspect import MAX_SAMPLE
 
 __all__ = ["add_dashboard_command", "run_dashboard"]
 
@@ -50,12 +55,7 @@ def add_dashboard_command(commands: Any) -> None:
     dashboard.add_argument(
         "--interval", type=float, default=2.0, help="seconds between readings (default 2)"
     )
-    dashboard.add_argument(
-        "--sample",
-        type=int,
-        default=256,
-        help=f"pending entries looked up per partition (0 to {MAX_SAMPLE}; default 256)",
-    )
+    add_sample_option(dashboard)
     dashboard.add_argument("--log-level", default="info")
 
 
@@ -93,8 +93,6 @@ def _problem(args: argparse.Namespace) -> str | None:
         return "--port must be 0 to 65535"
     if not 0.1 <= args.interval <= 3600:
         return "--interval must be 0.1 to 3600 seconds"
-    if not 0 <= args.sample <= MAX_SAMPLE:
-        return f"--sample must be 0 to {MAX_SAMPLE}"
     return None
 
 
