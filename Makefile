@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
 
-.PHONY: demo test lint typecheck unit redis-server clean bench bench-peers bench-fastmcp conformance
+.PHONY: demo test lint typecheck unit redis-server chromium clean bench bench-peers bench-fastmcp conformance
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,13 @@ redis-server:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q redis-server openssl; }
 	@redis-server --version
 
+## chromium: Debian's headless Chromium, for the dashboard's page test (Playwright drives it; no browser download)
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; }
+	@chromium --version
+
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -36,8 +43,8 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-## test: lint, mypy --strict and the whole suite against a real redis-server (fastmcp-tasks' venv too: a test runs the MCP scenario's comparator)
-test: redis-server lint typecheck bench-fastmcp conformance
+## test: lint, mypy --strict and the whole suite against a real redis-server (fastmcp-tasks' venv too: a test runs the MCP scenario's comparator; Chromium for the dashboard's page)
+test: redis-server chromium lint typecheck bench-fastmcp conformance
 	$(BIN)/pytest
 
 ## conformance: the official MCP conformance suite (npm, pinned), run by tests/test_conformance.py

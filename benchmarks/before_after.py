@@ -45,9 +45,15 @@ def earlier(rev: str, tree: Path) -> System:
         check=True,
         capture_output=True,
     )
+    # Run from the tree too: `python -m` puts the working directory first on sys.path,
+    # so from this checkout's root it would import this checkout's package, whatever
+    # PYTHONPATH says.
     return System(
         f"redis-tasks@{rev[:7]}",
-        ("env", f"PYTHONPATH={tree}", sys.executable, "-m", "redis_tasks._bench._adapter"),
+        (
+            *("env", "-C", str(tree), f"PYTHONPATH={tree}"),
+            *(sys.executable, "-m", "redis_tasks._bench._adapter"),
+        ),
     )
 
 

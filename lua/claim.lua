@@ -7,6 +7,7 @@
   settled here instead: expired or already terminal (entry dropped), cancelled
   by a client while no worker was running it (ends cancelled), or delivered more
   than max_attempts times (ends failed: a poison task cannot loop forever).
+  A first claim that runs the task adds one to its pickup bucket in the stats.
 
   Includes: claim
 
@@ -18,6 +19,7 @@
     5 journal        the answer journal
     6 work           the partition's work stream
     7 events         the partition's event stream
+    8 stats          the partition's stats hash (terminal transitions, pickups)
   ARGV:
     1 task_id
     2 entry_id       the work entry the worker read
@@ -47,5 +49,8 @@ local max_attempts = tonumber(ARGV[5])
 local poison_error = ARGV[6]
 local event_opts = ARGV[7]
 
-return claim_entry(KEYS, task_id, entry_id, consumer, lease_ms, max_attempts,
-  poison_error, event_opts)
+local pickups = {}
+local reply = claim_entry(KEYS, task_id, entry_id, consumer, lease_ms, max_attempts,
+  poison_error, event_opts, pickups)
+record_pickups(KEYS[8], pickups)
+return reply

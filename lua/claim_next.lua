@@ -12,6 +12,7 @@
   KEYS:
     1 work           the partition's work stream
     2 events         the partition's event stream
+    3 stats          the partition's stats hash (terminal transitions, pickups)
   ARGV:
     1 tag            the partition's hash tag, e.g. {rt:3.17}
     2 consumer       the worker's consumer name (lease owner)
@@ -24,10 +25,13 @@
     {RC_OK, entry_id, task_id, claim reply, entry_id, task_id, claim reply, ...}
     where each claim reply is one of claim's. An entry that names no well-formed
     task ID is dropped and reported as {RC_NOT_FOUND} with task_id ''.
+  The batch's first claims are added to the pickup histogram with one HINCRBY
+  per bucket met.
   Events: one entry per task that ends here (cancelled, poisoned).
 ]]
 local work_key = KEYS[1]
 local events_key = KEYS[2]
+local stats_key = KEYS[3]
 local tag = ARGV[1]
 local consumer = ARGV[2]
 local count = tonumber(ARGV[3])
@@ -37,6 +41,7 @@ local poison_error = ARGV[6]
 local event_opts = ARGV[7]
 
 local out = {RC_OK}
+local pickups = {}
 local read = redis.call('XREADGROUP', 'GROUP', WORK_GROUP, consumer,
   'COUNT', count, 'STREAMS', work_key, '>')
 if not read then
@@ -58,11 +63,12 @@ for _, entry in ipairs(read[1][2]) do
     drop_entry(work_key, entry_id)
     reply = {RC_NOT_FOUND}
   else
-    reply = claim_entry(task_keys(tag, task_id, work_key, events_key), task_id, entry_id,
-      consumer, lease_ms, max_attempts, poison_error, event_opts)
+    reply = claim_entry(task_keys(tag, task_id, work_key, events_key, stats_key), task_id,
+      entry_id, consumer, lease_ms, max_attempts, poison_error, event_opts, pickups)
   end
   table.insert(out, entry_id)
   table.insert(out, task_id)
   table.insert(out, reply)
 end
+record_pickups(stats_key, pickups)
 return out

@@ -9,6 +9,7 @@
     2 work           the partition's work stream
     3 events         the partition's event stream
     4 grant          the grant key of (task ID, endpoint, binding): a string "1"
+    5 stats          the partition's stats hash (one more `created`)
   ARGV:
     1 task_id
     2 binding        the record's digest of (task ID, endpoint, partition binding)
@@ -34,6 +35,7 @@ local task_key = KEYS[1]
 local work_key = KEYS[2]
 local events_key = KEYS[3]
 local grant_key = KEYS[4]
+local stats_key = KEYS[5]
 local task_id = ARGV[1]
 local binding = ARGV[2]
 local origin = ARGV[3]
@@ -82,5 +84,6 @@ if ttl_ms > 0 then
 else
   redis.call('SET', grant_key, '1')
 end
+redis.call('HINCRBY', stats_key, STATS_CREATED, 1)
 emit(events_key, event_opts, task_id)
 return {RC_OK, now}

@@ -18,6 +18,7 @@
     5 journal        the answer journal
     6 work           the partition's work stream
     7 events         the partition's event stream
+    8 stats          the partition's stats hash (one more of `status`)
   ARGV:
     1 task_id
     2 fence          "" for unfenced

@@ -26,6 +26,14 @@ from ._errors import (
 )
 from ._events import TaskEventPublisher, TaskEventRegistration
 from ._execution import Handler, TaskExecution, TaskFailed
+from ._inspection import (
+    ConsumerView,
+    Inspection,
+    LeaseView,
+    PartitionView,
+    PickupHistogram,
+    TaskInspection,
+)
 from ._lease import Claim, ClaimOutcome
 from ._limits import Limits
 from ._manager import TaskManager
@@ -51,16 +59,21 @@ __all__ = [
     "CapacityError",
     "Claim",
     "ClaimOutcome",
+    "ConsumerView",
     "Handler",
     "InMemoryTaskManager",
     "InputKeyReusedError",
     "InputRequest",
+    "Inspection",
     "InternalError",
     "InvalidTransitionError",
     "JsonRpcError",
     "LeaseLostError",
+    "LeaseView",
     "LimitExceededError",
     "Limits",
+    "PartitionView",
+    "PickupHistogram",
     "RedisTaskManager",
     "RedisTasksError",
     "ReplicationError",
@@ -70,6 +83,7 @@ __all__ = [
     "TaskEventRegistration",
     "TaskExecution",
     "TaskFailed",
+    "TaskInspection",
     "TaskManager",
     "TaskNotFoundError",
     "TaskOrigin",

@@ -12,6 +12,8 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The ``redis-tasks`` argument parser, every sub-command included."""
     from ._bench._cli import add_bench_command
+    from ._cli_dashboard import add_dashboard_command
+    from ._cli_inspect import add_inspect_command
     from ._cli_worker import add_worker_command
 
     parser = argparse.ArgumentParser(prog="redis-tasks", description=__doc__)
@@ -23,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Redis to use (default: $REDIS_URL, else an embedded in-process Redis)",
     )
     add_worker_command(commands)
+    add_inspect_command(commands)
+    add_dashboard_command(commands)
     add_bench_command(commands)
     return parser
 
@@ -32,10 +36,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from ._bench._cli import run_bench
+    from ._cli_dashboard import run_dashboard
+    from ._cli_inspect import run_inspect
     from ._cli_worker import run_worker
 
     if args.command == "worker":
         return run_worker(args)
+    if args.command == "inspect":
+        return run_inspect(args)
+    if args.command == "dashboard":
+        return run_dashboard(args)
     if args.command == "bench":
         return run_bench(args)
     if args.command == "demo":

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from ._cli_common import add_redis_options, check_redis_options, manager_from, only_partitions
 from ._errors import BackendError
 from ._execution import Handler
 from ._logs import configure_logging
 from ._loop import LOOPS, loop_name, run
-from ._redis.manager import RedisTaskManager
 from ._telemetry.endpoints import Endpoints
 from ._worker.health import HealthReport
 from ._worker.worker import Worker
@@ -51,20 +51,7 @@ def add_worker_command(commands: Any) -> None:
     """Register the ``worker`` sub-command and its options."""
     worker = commands.add_parser("worker", help="run tasks with a handler until stopped")
     worker.add_argument("handler", help="the handler, as MODULE:FUNCTION")
-    worker.add_argument(
-        "--redis-url",
-        default=os.environ.get("REDIS_URL"),
-        help="Redis to use (default: $REDIS_URL)",
-    )
-    worker.add_argument("--prefix", default="rt", help="key prefix (default: rt)")
-    worker.add_argument(
-        "--partitions", type=int, default=16, help="partitions of the prefix (default: 16)"
-    )
-    worker.add_argument(
-        "--only-partitions",
-        default=None,
-        help="comma-separated partitions this worker reads (default: all)",
-    )
+    add_redis_options(worker)
     worker.add_argument("--concurrency", type=int, default=32)
     worker.add_argument("--lease", type=float, default=30.0, help="lease in seconds")
     worker.add_argument("--max-attempts", type=int, default=5)
@@ -75,13 +62,6 @@ def add_worker_command(commands: Any) -> None:
         help="seconds running handlers get at shutdown (default: one lease)",
     )
     worker.add_argument("--name", default=None, help="consumer name (default: host-pid-random)")
-    worker.add_argument(
-        "--timeout",
-        type=float,
-        default=5.0,
-        help="every Redis call's deadline in seconds, retries included (default 5; on a "
-        "cluster, at least 2 x cluster-node-timeout + 2 s rides through a failover)",
-    )
     worker.add_argument(
         "--wait-replicas",
         type=int,
@@ -195,17 +175,11 @@ async def _serve_worker(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     loop.add_signal_handler(signal.SIGUSR1, _dump_tasks)
-    only = [int(p) for p in args.only_partitions.split(",")] if args.only_partitions else None
+    only = only_partitions(args)
     deadline = loop.time() + args.startup_timeout
     delay = 0.2
     while not stop.is_set():
-        manager = RedisTaskManager.from_url(
-            args.redis_url,
-            prefix=args.prefix,
-            partitions=args.partitions,
-            timeout=args.timeout,
-            wait_replicas=args.wait_replicas,
-        )
+        manager = manager_from(args, wait_replicas=args.wait_replicas)
         candidate = Worker(
             manager,
             handler,
@@ -251,8 +225,9 @@ async def _serve_worker(
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run the worker the parsed ``args`` describe."""
-    if not args.redis_url:
-        print("redis-tasks worker needs --redis-url or REDIS_URL", file=sys.stderr)
+    problem = check_redis_options(args)
+    if problem is not None:
+        print(f"redis-tasks worker: {problem}", file=sys.stderr)
         return 2
     configure_logging(args.log_level)
     try:

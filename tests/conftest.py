@@ -251,12 +251,13 @@ class Backend:
         return state
 
     async def immortal_keys(self) -> list[str]:
-        """Keys under the prefix without an expiry, other than the partition streams."""
+        """Keys under the prefix without an expiry, other than the partition streams
+        and stats."""
         assert self.client is not None
         found = []
         for key in await self.all_keys():
-            if key.endswith((":work", ":events")) and ":task:" not in key:
-                continue  # per-partition infrastructure, bounded by ack and MAXLEN
+            if self.keys.is_partition_key(key):
+                continue  # per-partition infrastructure, bounded by ack, MAXLEN, fields
             if await self.client.pttl(key) < 0 and key not in self.immortal_allowed:
                 found.append(key)
         return found

@@ -1096,12 +1096,12 @@ class MemoryVersusRedis(RuleBasedStateMachine):
 
     @invariant()
     def no_key_outlives_its_task(self) -> None:
-        """Every key under the prefix expires, except the per-partition streams
-        (the rule of ``Backend.immortal_keys``, in one round trip after the SCAN)."""
+        """Every key under the prefix expires, except the per-partition streams and
+        stats (the rule of ``Backend.immortal_keys``, in one round trip after the SCAN)."""
         keys = [
             key
             for key in self.run(self.store.all_keys())
-            if not (key.endswith((":work", ":events")) and ":task:" not in key)
+            if not self.store.keys.is_partition_key(key)
         ]
         ttls = self.run(self.pttls(keys))
         assert [key for key, ttl in zip(keys, ttls, strict=True) if ttl < 0] == []

@@ -309,6 +309,9 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
     await events.wait_for(marker.task_id, 1)
     # Each change happened once: create, input, answer, intent, working, complete.
     assert events.count(task.task_id) == 6
+    # And the stats counted each once: two creates, one first claim, one completion.
+    seen = await m.inspect()
+    assert (seen.created, seen.statuses["completed"], seen.pickup.total) == (2, 1, 1)
 
 
 async def test_an_evicting_maxmemory_policy_is_warned_about_at_start(

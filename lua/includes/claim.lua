@@ -1,12 +1,34 @@
 -- claim_entry(), the claim of a work entry, for claim and claim_next.
 -- Includes: common
 
+-- The pickup histogram's bucket (an index of PICKUP_FIELDS) of a first claim
+-- of `entry_id` at `now`: from the entry's ID, stamped by this server's clock
+-- when the task was enqueued, so no host's clock skews it.
+local function pickup_bucket(entry_id, now)
+  local waited = now - (tonumber(string.match(entry_id, '^(%d+)')) or now)
+  for i = 1, #PICKUP_BOUNDS do
+    if waited <= PICKUP_BOUNDS[i] then
+      return i
+    end
+  end
+  return #PICKUP_FIELDS
+end
+
+-- Add the first claims counted in `pickups` (bucket -> count) to the stats: one
+-- HINCRBY per bucket met, so a batch of claims costs one or two commands.
+local function record_pickups(stats_key, pickups)
+  for bucket, count in pairs(pickups) do
+    redis.call('HINCRBY', stats_key, PICKUP_FIELDS[bucket], count)
+  end
+end
+
 -- The claim of one work entry, shared by claim (an entry the worker read or
 -- reclaimed) and claim_next (entries read inside the script). See claim.lua's
--- header for the outcomes.
--- keys: {task, requests, issued, answers, journal, work, events}
+-- header for the outcomes. A first claim that runs the task is counted in
+-- `pickups` (see record_pickups).
+-- keys: {task, requests, issued, answers, journal, work, events, stats}
 local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
-                           poison_error, event_opts)
+                           poison_error, event_opts, pickups)
   local task_key = keys[1]
   local work_key = keys[6]
   local t = hmget(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo', 'tp')
@@ -47,5 +69,9 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   local fence = math.max((tonumber(t[2]) or 0) + 1, now * 1024 + tiebreak)
   redis.call('HSET', task_key, 'fn', int_text(fence), 'at', int_text(attempt),
     'lo', consumer, 'ld', int_text(now + lease_ms))
+  if attempt == 1 then
+    local bucket = pickup_bucket(entry_id, now)
+    pickups[bucket] = (pickups[bucket] or 0) + 1
+  end
   return {RC_OK, fence, attempt, t[8], t[9] or '', t[11] or ''}
 end

@@ -1,6 +1,6 @@
 -- Shared helpers. The loader inlines this file (after the constants it generates
 -- from Python: RC_*, ST_*, TERMINAL, WORK_GROUP, KEY_*, LONG_FIELDS, PIECE_BYTES,
--- MAX_PIECES...) into every script, so each command stays one script with one SHA.
+-- MAX_PIECES, PICKUP_*...) into every script, so each command stays one script with one SHA.
 
 -- Milliseconds on the Redis server's clock: every timestamp comes from here,
 -- never from a client, so all nodes agree on one clock.
@@ -180,8 +180,9 @@ end
 -- The one terminal write, shared by finish and claim (cancelled or poisoned at
 -- claim). Outcome and terminal status land together; the work entry is
 -- acknowledged and deleted; data no longer needed is dropped (the payload, the
--- lease, the trace context: nothing runs the task again).
--- keys: {task, requests, issued, answers, journal, work, events}
+-- lease, the trace context: nothing runs the task again); the partition's stats
+-- count the transition under its status (what `redis-tasks inspect` shows).
+-- keys: {task, requests, issued, answers, journal, work, events, stats}
 local function terminate(keys, task_id, entry, last_update, status, message,
                          outcome_field, outcome, event_opts)
   local task_key = keys[1]
@@ -207,6 +208,7 @@ local function terminate(keys, task_id, entry, last_update, status, message,
     redis.pcall('XACK', keys[6], WORK_GROUP, entry)
     redis.call('XDEL', keys[6], entry)
   end
+  redis.call('HINCRBY', keys[8], status, 1)
   emit(keys[7], event_opts, task_id)
 end
 

@@ -17,11 +17,16 @@ local function is_task_id(task_id)
   return tonumber(partition) < MAX_PARTITIONS
 end
 
--- The keys of the task `task_id` of the partition tagged `tag`, as
--- KeySpace.task names them, in the order terminate() and claim_entry() take:
--- {task, requests, issued, answers, journal, work, events}.
-local function task_keys(tag, task_id, work_key, events_key)
-  local base = tag .. KEY_TASK .. task_id
+-- The record key of the task `task_id` of the partition tagged `tag`, as
+-- KeySpace.task names it.
+local function record_key(tag, task_id)
+  return tag .. KEY_TASK .. task_id
+end
+
+-- The keys of that task, in the order terminate() and claim_entry() take:
+-- {task, requests, issued, answers, journal, work, events, stats}.
+local function task_keys(tag, task_id, work_key, events_key, stats_key)
+  local base = record_key(tag, task_id)
   return {base, base .. KEY_REQUESTS, base .. KEY_ISSUED, base .. KEY_ANSWERS,
-    base .. KEY_JOURNAL, work_key, events_key}
+    base .. KEY_JOURNAL, work_key, events_key, stats_key}
 end

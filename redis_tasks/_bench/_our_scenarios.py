@@ -246,6 +246,7 @@ class OurScenarios(BenchBase):
                     work=fresh.work,
                     events=fresh.events,
                     grant=fresh.grant_prefix + "b__rand_int__",
+                    stats=fresh.stats,
                     task_id="b__rand_int__",
                     binding=digest,
                     origin=ORIGIN.to_persisted_string().encode(),

@@ -13,6 +13,8 @@ single slot::
                                names it may see the task
     {rt:7.42}:work             stream + consumer group ``workers``: tasks to run
     {rt:7.42}:events           stream, MAXLEN ~ bounded: one task-ID entry per change
+    {rt:7.42}:stats            hash: terminal transitions by status, a pickup histogram
+                               (the counters ``redis-tasks inspect`` reads)
 
 The tag of partition ``p`` is ``{<prefix>:<p>.<s>}`` for the smallest ``s`` whose
 slot falls in a 64-slot window at the bit-reversed position of ``p``: partitions
@@ -20,8 +22,9 @@ slot falls in a 64-slot window at the bit-reversed position of ``p``: partitions
 partitions is spread evenly over the slot space, and the 16 default ones over a
 cluster's primaries (6/5/5 on three). Every process computes the same tags.
 
-Every task key expires at ``created + ttl``; the two streams are per-partition
-infrastructure, bounded by acknowledgement (work) and by MAXLEN (events).
+Every task key expires at ``created + ttl``; the two streams and the stats hash
+are per-partition infrastructure (:data:`PARTITION_SUFFIXES`), bounded by
+acknowledgement (work), by MAXLEN (events) and by a fixed set of fields (stats).
 """
 
 from __future__ import annotations
@@ -42,7 +45,9 @@ __all__ = [
     "GRANT_INFIX",
     "ISSUED_SUFFIX",
     "JOURNAL_SUFFIX",
+    "PARTITION_SUFFIXES",
     "REQUESTS_SUFFIX",
+    "STATS_SUFFIX",
     "TASK_INFIX",
     "WORK_GROUP",
     "WORK_SUFFIX",
@@ -68,6 +73,9 @@ GRANT_INFIX: Final = ":g:"
 #: After the tag: the partition's streams.
 WORK_SUFFIX: Final = ":work"
 EVENTS_SUFFIX: Final = ":events"
+STATS_SUFFIX: Final = ":stats"
+#: The suffixes of a partition's lasting keys: the only keys with no expiry.
+PARTITION_SUFFIXES: Final = (WORK_SUFFIX, EVENTS_SUFFIX, STATS_SUFFIX)
 _PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
@@ -94,6 +102,7 @@ class TaskKeys:
     journal: str
     work: str
     events: str
+    stats: str
 
     def grant(self, endpoint: bytes, binding: bytes) -> str:
         """The key whose existence authorizes ``(endpoint, binding)`` on this task.
@@ -178,6 +187,7 @@ class KeySpace:
             journal=base + JOURNAL_SUFFIX,
             work=tag + WORK_SUFFIX,
             events=tag + EVENTS_SUFFIX,
+            stats=tag + STATS_SUFFIX,
         )
 
     def work(self, partition: int) -> str:
@@ -187,6 +197,14 @@ class KeySpace:
     def events(self, partition: int) -> str:
         """The event stream of ``partition``."""
         return self.tag(partition) + EVENTS_SUFFIX
+
+    def stats(self, partition: int) -> str:
+        """The stats hash of ``partition`` (counters the scripts keep for inspection)."""
+        return self.tag(partition) + STATS_SUFFIX
+
+    def is_partition_key(self, key: str) -> bool:
+        """Whether ``key`` is one of a partition's lasting keys (streams, stats)."""
+        return key.endswith(PARTITION_SUFFIXES) and TASK_INFIX not in key
 
     def pattern(self) -> str:
         """A ``SCAN MATCH`` / ACL key pattern covering every key of this prefix."""

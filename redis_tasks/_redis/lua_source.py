@@ -24,6 +24,7 @@ from redis_tasks._ids import (
     PARTITION_DIGITS,
     RANDOM_CHARS,
 )
+from redis_tasks._inspection import CREATED_FIELD, PICKUP_BOUNDS_MS, PICKUP_FIELDS
 from redis_tasks._record import LONG_FIELDS, MAX_PIECES, PIECE_BYTES, RECORD_FIELDS
 from redis_tasks._status import TERMINAL_STATUSES, TaskStatus
 
@@ -34,6 +35,7 @@ from .keys import (
     ISSUED_SUFFIX,
     JOURNAL_SUFFIX,
     REQUESTS_SUFFIX,
+    STATS_SUFFIX,
     TASK_INFIX,
     WORK_GROUP,
     WORK_SUFFIX,
@@ -154,12 +156,16 @@ CONSTANTS: Final[dict[str, str]] = {
     "KEY_GRANT": lua_string(GRANT_INFIX),
     "KEY_WORK": lua_string(WORK_SUFFIX),
     "KEY_EVENTS": lua_string(EVENTS_SUFFIX),
+    "KEY_STATS": lua_string(STATS_SUFFIX),
     "TASK_ID_PATTERN": lua_string(_task_id_pattern()),
     "PARTITION_DIGITS": str(PARTITION_DIGITS),
     "MAX_PARTITIONS": str(MAX_PARTITIONS),
     "LONG_FIELDS": _lua_set(lua_string(name) for name in sorted(LONG_FIELDS)),
     "PIECE_BYTES": str(PIECE_BYTES),
     "MAX_PIECES": str(MAX_PIECES),
+    "STATS_CREATED": lua_string(CREATED_FIELD),
+    "PICKUP_BOUNDS": "{" + ", ".join(str(ms) for ms in PICKUP_BOUNDS_MS) + "}",
+    "PICKUP_FIELDS": "{" + ", ".join(lua_string(name) for name in PICKUP_FIELDS) + "}",
 }
 _PRELUDE: Final = "".join(f"local {name} = {value}\n" for name, value in CONSTANTS.items())
 

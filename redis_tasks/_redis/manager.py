@@ -18,12 +18,14 @@ from typing import Any, Self
 from redis.asyncio import Redis, RedisCluster
 
 from redis_tasks._events import TaskEventPublisher
+from redis_tasks._inspection import Inspection, TaskInspection
 from redis_tasks._limits import Limits
 
 from .client import Client, ConnectionSettings, is_cluster
 from .cluster_topology import ClusterTopology
 from .contract import RedisContract
 from .events import RedisEventPublisher
+from .inspect import inspect_partitions, inspect_task
 from .keys import KeySpace
 from .runner import ScriptRunner
 from .setup import may_publish, warn_if_evicting
@@ -231,6 +233,24 @@ class RedisTaskManager(RedisContract):
         """Create the ``workers`` group on each partition's work stream if it is missing
         (``load_scripts``: and load every script on every primary)."""
         await self._queue.ensure_groups(partitions, load_scripts=load_scripts)
+
+    async def inspect(
+        self, partitions: Iterable[int] | None = None, *, sample: int = 256
+    ) -> Inspection:
+        """The work queues as an operator sees them (``redis-tasks inspect``): per
+        partition the backlog, pending entries, consumers, the oldest waiting entry,
+        the oldest ``sample`` leases, terminal transitions and pickup times.
+
+        One read-only script call per partition (``lua/inspect_queue.lua``); no task
+        data (origin, payload, answers, result) is read.
+        """
+        return await inspect_partitions(self, partitions, sample=sample)
+
+    async def inspect_task(self, task_id: str) -> TaskInspection | None:
+        """One task's status, times, lease, fence, attempts and work entry, for an
+        operator: no authorization is checked, and no task data is read. ``None``
+        for an unknown, expired or malformed ID."""
+        return await inspect_task(self, task_id)
 
     @property
     def work_queue(self) -> RedisWorkQueue:

@@ -58,6 +58,8 @@ __all__ = [
     "create",
     "find",
     "finish",
+    "inspect_queue",
+    "inspect_task",
     "load_all",
     "lua_dir",
     "release",
@@ -102,6 +104,7 @@ def create(
     work: str,
     events: str,
     grant: str,
+    stats: str,
     task_id: str,
     binding: str,
     origin: bytes,
@@ -114,7 +117,7 @@ def create(
 ) -> Call:
     return (
         scripts["create"],
-        (task, work, events, grant),
+        (task, work, events, grant, stats),
         (task_id, binding, origin, payload, ttl_ms, poll_ms, metadata, event_opts, trace_context),
     )
 
@@ -209,6 +212,7 @@ def finish(
     journal: str,
     work: str,
     events: str,
+    stats: str,
     task_id: str,
     fence: bytes,
     status: str,
@@ -221,7 +225,7 @@ def finish(
 ) -> Call:
     return (
         scripts["finish"],
-        (task, requests, issued, answers, journal, work, events),
+        (task, requests, issued, answers, journal, work, events, stats),
         (
             task_id,
             fence,
@@ -251,6 +255,7 @@ def claim(
     journal: str,
     work: str,
     events: str,
+    stats: str,
     task_id: str,
     entry_id: str,
     consumer: str,
@@ -261,7 +266,7 @@ def claim(
 ) -> Call:
     return (
         scripts["claim"],
-        (task, requests, issued, answers, journal, work, events),
+        (task, requests, issued, answers, journal, work, events, stats),
         (task_id, entry_id, consumer, lease_ms, max_attempts, poison_error, event_opts),
     )
 
@@ -271,6 +276,7 @@ def claim_next(
     *,
     work: str,
     events: str,
+    stats: str,
     tag: str,
     consumer: str,
     count: int,
@@ -281,7 +287,7 @@ def claim_next(
 ) -> Call:
     return (
         scripts["claim_next"],
-        (work, events),
+        (work, events, stats),
         (tag, consumer, count, lease_ms, max_attempts, poison_error, event_opts),
     )
 
@@ -299,6 +305,16 @@ def release(*, task: str, work: str, task_id: str, fence: bytes) -> Call:
 @_binding
 def requeue(*, task: str, work: str, task_id: str, entry_id: str) -> Call:
     return scripts["requeue"], (task, work), (task_id, entry_id)
+
+
+@_binding
+def inspect_queue(*, work: str, stats: str, tag: str, sample: int) -> Call:
+    return scripts["inspect_queue"], (work, stats), (tag, sample)
+
+
+@_binding
+def inspect_task(*, task: str, requests: str, work: str) -> Call:
+    return scripts["inspect_task"], (task, requests, work), ()
 
 
 def _parameters(binding: _Binding) -> list[inspect.Parameter]:

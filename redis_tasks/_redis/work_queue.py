@@ -227,6 +227,7 @@ class RedisWorkQueue:
                 journal=keys.journal,
                 work=keys.work,
                 events=keys.events,
+                stats=keys.stats,
                 task_id=entry.task_id,
                 entry_id=entry.entry_id,
                 consumer=consumer,
@@ -257,6 +258,7 @@ class RedisWorkQueue:
                 lua.claim_next(
                     work=keys.work(partition),
                     events=keys.events(partition),
+                    stats=keys.stats(partition),
                     tag=keys.tag(partition),
                     consumer=consumer,
                     count=count,

@@ -1,0 +1,111 @@
+--[[
+  inspect_queue: a read-only look at one partition's work queue, for `redis-tasks
+  inspect` and the dashboard. One atomic step on one node's clock, so every
+  figure of the partition belongs to the same instant. Its cost is bounded by
+  `sample`: the oldest `sample` pending entries are looked up in their task
+  records (two commands each), the rest are only counted.
+
+  Includes: common, keys
+
+  KEYS:
+    1 work           the partition's work stream
+    2 stats          the partition's stats hash
+  ARGV:
+    1 tag            the partition's hash tag, e.g. {rt:3.17}
+    2 sample         the most pending entries (and consumers) to report
+  Returns:
+    {RC_OK, now_ms, length, pending, oldest_waiting_id, oldest_pending_id,
+     consumers, leases, stats}
+    length           XLEN: every entry (waiting or delivered)
+    pending          entries delivered to a consumer and not finished
+    oldest_*_id      the first waiting / first delivered entry's ID, or ''
+    consumers        {name, pending, idle_ms, ...} (at most `sample`)
+    leases           {entry_id, consumer, idle_ms, deliveries, task_id, status,
+                      lease_owner, lease_deadline_ms, fence, attempts, ...}: ten
+                     per pending entry, '' where the task (or the entry) is gone
+    stats            the stats hash, {field, value, ...}
+  Never returns a task's origin, payload, answers, result or status message.
+  Events: none (nothing is written).
+]]
+local work_key = KEYS[1]
+local stats_key = KEYS[2]
+local tag = ARGV[1]
+local sample = tonumber(ARGV[2])
+
+-- XINFO replies are flat {name, value, ...} lists.
+local function field_of(flat, name)
+  for i = 1, #flat - 1, 2 do
+    if flat[i] == name then
+      return flat[i + 1]
+    end
+  end
+  return nil
+end
+
+local now = now_ms()
+local stats = redis.call('HGETALL', stats_key)
+if redis.call('EXISTS', work_key) == 0 then
+  return {RC_OK, now, 0, 0, '', '', {}, {}, stats}
+end
+local length = redis.call('XLEN', work_key)
+local delivered = nil
+for _, group in ipairs(redis.call('XINFO', 'GROUPS', work_key)) do
+  if field_of(group, 'name') == WORK_GROUP then
+    delivered = field_of(group, 'last-delivered-id')
+  end
+end
+
+-- Without the group nothing was delivered: every entry waits.
+local first_waiting = redis.call('XRANGE', work_key, delivered and ('(' .. delivered) or '-',
+  '+', 'COUNT', 1)
+local oldest_waiting = first_waiting[1] and first_waiting[1][1] or ''
+if not delivered then
+  return {RC_OK, now, length, 0, oldest_waiting, '', {}, {}, stats}
+end
+
+local summary = redis.call('XPENDING', work_key, WORK_GROUP)
+local pending = summary[1]
+local oldest_pending = summary[2] or ''
+
+local consumers = {}
+for i, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', work_key, WORK_GROUP)) do
+  if i > sample then
+    break
+  end
+  table.insert(consumers, field_of(consumer, 'name'))
+  table.insert(consumers, field_of(consumer, 'pending'))
+  table.insert(consumers, field_of(consumer, 'idle'))
+end
+
+local leases = {}
+if pending > 0 and sample > 0 then
+  for _, p in ipairs(redis.call('XPENDING', work_key, WORK_GROUP, '-', '+', sample)) do
+    local entry_id = p[1]
+    local task_id = ''
+    local found = redis.call('XRANGE', work_key, entry_id, entry_id)
+    if found[1] then
+      local fields = found[1][2]
+      for i = 1, #fields - 1, 2 do
+        if fields[i] == 't' then
+          task_id = fields[i + 1]
+        end
+      end
+    end
+    local t = {false, false, false, false, false}
+    -- Only a well-formed task ID may become part of a key name.
+    if is_task_id(task_id) then
+      t = hmget(record_key(tag, task_id), 'st', 'lo', 'ld', 'fn', 'at')
+    else
+      task_id = ''
+    end
+    table.insert(leases, entry_id)
+    table.insert(leases, p[2])
+    table.insert(leases, p[3])
+    table.insert(leases, p[4])
+    table.insert(leases, task_id)
+    for i = 1, 5 do
+      table.insert(leases, t[i] or '')
+    end
+  end
+end
+return {RC_OK, now, length, pending, oldest_waiting, oldest_pending, consumers, leases, stats}

@@ -1,0 +1,98 @@
+"""Options every command that reaches a Redis shares (``worker``, ``inspect``,
+``dashboard``), and the manager they describe."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from ._ids import MAX_PARTITIONS
+from ._redis.inspect import MAX_SAMPLE
+from ._redis.manager import RedisTaskManager
+
+__all__ = [
+    "add_redis_options",
+    "add_sample_option",
+    "check_redis_options",
+    "manager_from",
+    "only_partitions",
+]
+
+
+def add_redis_options(parser: argparse.ArgumentParser) -> None:
+    """``--redis-url``, ``--prefix``, ``--partitions``, ``--only-partitions``, ``--timeout``."""
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("REDIS_URL"),
+        help="Redis to use, any node of a cluster (default: $REDIS_URL)",
+    )
+    parser.add_argument("--prefix", default="rt", help="key prefix (default: rt)")
+    parser.add_argument(
+        "--partitions", type=int, default=16, help="partitions of the prefix (default: 16)"
+    )
+    parser.add_argument(
+        "--only-partitions",
+        default=None,
+        help="comma-separated partitions to serve (default: all)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        help="every Redis call's deadline in seconds, retries included (default 5; on a "
+        "cluster, at least 2 x cluster-node-timeout + 2 s rides through a failover)",
+    )
+
+
+def add_sample_option(parser: argparse.ArgumentParser) -> None:
+    """``--sample``: how many pending entries an inspection looks up per partition
+    (checked by :func:`check_redis_options` where the parser has it)."""
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=256,
+        help=f"pending entries looked up per partition (0 to {MAX_SAMPLE}; default 256)",
+    )
+
+
+def only_partitions(args: argparse.Namespace) -> list[int] | None:
+    """``--only-partitions`` as a list (``None``: all); :class:`ValueError` when one is
+    not a partition of ``--partitions``."""
+    if not args.only_partitions:
+        return None
+    try:
+        chosen = [int(p) for p in args.only_partitions.split(",")]
+    except ValueError:
+        raise ValueError("--only-partitions takes comma-separated integers") from None
+    if any(not 0 <= p < args.partitions for p in chosen):
+        raise ValueError(f"--only-partitions must lie in 0..{args.partitions - 1}")
+    return chosen
+
+
+def check_redis_options(args: argparse.Namespace) -> str | None:
+    """What is wrong with the shared options (a message for the user), or ``None``."""
+    if not args.redis_url:
+        return "needs --redis-url or REDIS_URL"
+    if not 1 <= args.partitions <= MAX_PARTITIONS:
+        return f"--partitions must be 1 to {MAX_PARTITIONS}"
+    if not args.timeout > 0:
+        return "--timeout must be positive"
+    try:
+        only_partitions(args)
+    except ValueError as exc:
+        return str(exc)
+    if not 0 <= getattr(args, "sample", 0) <= MAX_SAMPLE:
+        return f"--sample must be 0 to {MAX_SAMPLE}"
+    return None
+
+
+def manager_from(args: argparse.Namespace, **options: Any) -> RedisTaskManager:
+    """The manager the shared options describe (not entered yet)."""
+    return RedisTaskManager.from_url(
+        args.redis_url,
+        prefix=args.prefix,
+        partitions=args.partitions,
+        timeout=args.timeout,
+        **options,
+    )

@@ -1,0 +1,206 @@
+"""The text ``redis-tasks inspect`` prints: the queues' totals and tables, one task's
+bookkeeping, and the rates between two readings of ``--watch``.
+
+Plain functions from :mod:`._inspection` values to lines, so the command line
+and its tests share them; nothing here reads Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Final
+
+from ._inspection import Inspection, PartitionView, TaskInspection
+
+__all__ = ["Rates", "duration", "render_inspection", "render_task"]
+
+#: Lease rows shown at most (the JSON output has every sampled one).
+MAX_LEASE_ROWS: Final = 20
+#: Consumer rows shown at most.
+MAX_CONSUMER_ROWS: Final = 20
+
+
+def duration(ms: float | None) -> str:
+    """``ms`` for a person: ``"-"``, ``"850 ms"``, ``"4.2 s"``, ``"3 min"``, ``"2.5 h"``."""
+    if ms is None:
+        return "-"
+    sign = "-" if ms < 0 else ""
+    ms = abs(ms)
+    if ms < 1_000:
+        return f"{sign}{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{sign}{ms / 1000:.1f} s"
+    if ms < 3_600_000:
+        return f"{sign}{ms / 60_000:.0f} min"
+    return f"{sign}{ms / 3_600_000:.1f} h"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in (header, *rows)
+    ]
+
+
+def _stamp(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class Rates:
+    """What changed between two readings: tasks created and ended per second, and
+    the pickup quantiles of the claims made in between."""
+
+    def __init__(self, earlier: Inspection, later: Inspection) -> None:
+        seconds = max(_clock(later) - _clock(earlier), 1) / 1000
+        self.created_per_s = max(later.created - earlier.created, 0) / seconds
+        self.ended_per_s = max(later.ended - earlier.ended, 0) / seconds
+        pickup = later.pickup.since(earlier.pickup)
+        self.claims = pickup.total
+        self.pickup_p50 = pickup.quantile(0.5)
+        self.pickup_p99 = pickup.quantile(0.99)
+
+    def line(self) -> str:
+        """One line of rates for the top of a redraw."""
+        return (
+            f"rates      created {self.created_per_s:,.1f}/s  ended {self.ended_per_s:,.1f}/s"
+            f"  pickup p50 {duration(self.pickup_p50)}  p99 {duration(self.pickup_p99)}"
+            f"  ({self.claims} first claims)"
+        )
+
+
+def _clock(inspection: Inspection) -> int:
+    return max((p.server_ms for p in inspection.partitions), default=0)
+
+
+def _partition_row(p: PartitionView) -> list[str]:
+    ended = sum(p.ended.values())
+    return [
+        str(p.partition),
+        p.node,
+        str(p.entries),
+        str(p.backlog),
+        str(p.pending),
+        duration(p.oldest_waiting_ms),
+        str(len(p.consumers)),
+        str(p.created),
+        str(ended),
+        duration(p.pickup.quantile(0.5)),
+    ]
+
+
+def render_inspection(
+    inspection: Inspection,
+    *,
+    prefix: str,
+    expiring_ms: int,
+    rates: Rates | None = None,
+) -> list[str]:
+    """The whole report of ``redis-tasks inspect``, line by line."""
+    statuses = inspection.statuses
+    pickup = inspection.pickup
+    topology = "cluster" if inspection.cluster else "standalone"
+    lines = [
+        f"redis-tasks inspect  prefix {prefix}  {len(inspection.partitions)} partitions"
+        f"  {topology}  {_stamp(_clock(inspection))}",
+        "tasks      "
+        + "  ".join(f"{name} {count:,}" for name, count in statuses.items())
+        + f"  (created {inspection.created:,})",
+        f"queue      entries {inspection.entries:,}  backlog {inspection.backlog:,}"
+        f"  pending {inspection.pending:,}"
+        f"  oldest waiting {duration(inspection.oldest_waiting_ms)}"
+        f"  oldest pending {duration(inspection.oldest_pending_ms)}",
+        f"pickup     p50 {duration(pickup.quantile(0.5))}  p99 {duration(pickup.quantile(0.99))}"
+        f"  ({pickup.total:,} first claims)",
+    ]
+    if rates is not None:
+        lines.append(rates.line())
+    lines.append("")
+    lines += _table(
+        [
+            "partition",
+            "node",
+            "entries",
+            "backlog",
+            "pending",
+            "oldest waiting",
+            "consumers",
+            "created",
+            "ended",
+            "pickup p50",
+        ],
+        [_partition_row(p) for p in inspection.partitions],
+    )
+    consumers = inspection.consumers()
+    lines += ["", f"consumers ({len(consumers)})"]
+    if consumers:
+        lines += _table(
+            ["name", "pending", "idle"],
+            [[c.name, str(c.pending), duration(c.idle_ms)] for c in consumers[:MAX_CONSUMER_ROWS]],
+        )
+    leases = inspection.leases()
+    expiring = inspection.expiring(expiring_ms)
+    scope = "sampled" if inspection.sampled else "pending"
+    lines += [
+        "",
+        f"leases expiring within {duration(expiring_ms)}: {len(expiring)} of {len(leases)} {scope}",
+    ]
+    if expiring:
+        lines += _table(
+            ["task", "partition", "status", "owner", "fence", "attempt", "left", "deliveries"],
+            [
+                [
+                    lease.task_id or "(entry of no task)",
+                    str(lease.partition),
+                    lease.status or "expired",
+                    lease.lease_owner or "-",
+                    str(lease.fence),
+                    str(lease.attempt),
+                    duration(lease.remaining_ms),
+                    str(lease.deliveries),
+                ]
+                for lease in expiring[:MAX_LEASE_ROWS]
+            ],
+        )
+    return lines
+
+
+def render_task(task: TaskInspection) -> list[str]:
+    """``redis-tasks inspect TASK_ID``: one task's bookkeeping, a field a line."""
+    now = task.server_ms
+    entry = task.entry_state or "none"
+    if task.entry_state == "delivered":
+        entry = (
+            f"delivered to {task.entry_consumer}, idle {duration(task.entry_idle_ms)},"
+            f" {task.entry_deliveries} deliveries"
+        )
+    rows = [
+        ("task", task.task_id),
+        ("partition", str(task.partition)),
+        ("status", task.status),
+        ("created", f"{_stamp(task.created_ms)} ({duration(now - task.created_ms)} ago)"),
+        ("updated", f"{_stamp(task.updated_ms)} ({duration(now - task.updated_ms)} ago)"),
+        (
+            "expires",
+            "never"
+            if task.expires_ms is None
+            else f"{_stamp(task.expires_ms)} (in {duration(task.expires_ms - now)})",
+        ),
+        ("poll interval", duration(task.poll_interval_ms)),
+        ("attempts", str(task.attempts)),
+        ("fence", str(task.fence)),
+        ("lease owner", task.lease_owner or "-"),
+        (
+            "lease deadline",
+            "-"
+            if task.lease_deadline_ms is None
+            else f"{_stamp(task.lease_deadline_ms)} ({duration(task.lease_remaining_ms)} left)",
+        ),
+        ("cancel asked", "yes" if task.cancellation_requested else "no"),
+        ("input requests", f"{task.input_requests} outstanding"),
+        ("error code", "-" if task.error_code is None else str(task.error_code)),
+        ("work entry", f"{task.entry_id or '-'} ({entry})"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    return [f"{name.ljust(width)}  {value}" for name, value in rows]

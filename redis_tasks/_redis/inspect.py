@@ -1,0 +1,185 @@
+"""Reading the queues and one task for an operator: the ``inspect_queue`` and
+``inspect_task`` scripts, and their replies as :mod:`redis_tasks._inspection` values.
+
+Each partition is read by one read-only script call on the node that owns it,
+all partitions at once; a cluster answers per primary, each on its own clock.
+What the scripts leave out (origin, payload, answers, result, status message)
+never reaches this process, so nothing here can leak it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from redis_tasks._codes import ReturnCode, error_for
+from redis_tasks._errors import InternalError
+from redis_tasks._ids import parse_task_id
+from redis_tasks._inspection import (
+    CREATED_FIELD,
+    ConsumerView,
+    Inspection,
+    LeaseView,
+    PartitionView,
+    PickupHistogram,
+    TaskInspection,
+    ended_counts,
+    stats_counts,
+)
+from redis_tasks._json import unpack
+
+from . import scripts as lua
+
+if TYPE_CHECKING:
+    from .manager import RedisTaskManager
+
+__all__ = ["MAX_SAMPLE", "inspect_partitions", "inspect_task"]
+
+#: The most pending entries (and consumers) one partition's inspection reports: it
+#: bounds the script's time on the server (two lookups per entry).
+MAX_SAMPLE: Final = 10_000
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _int(value: Any) -> int | None:
+    """An integer reply or decimal text; ``None`` for ``''`` (absent)."""
+    if value in (b"", ""):
+        return None
+    return int(value)
+
+
+def _age(entry_id: Any, now: int) -> int | None:
+    """Milliseconds since the entry ``entry_id`` was added (its ID's stamp), or ``None``."""
+    text = _text(entry_id)
+    if not text:
+        return None
+    return max(now - int(text.split("-", 1)[0]), 0)
+
+
+def _leases(partition: int, flat: Sequence[Any], now: int) -> tuple[LeaseView, ...]:
+    leases = []
+    for i in range(0, len(flat) - 9, 10):
+        (_, consumer, idle, deliveries, task_id, status, owner, deadline, fence, attempts) = flat[
+            i : i + 10
+        ]
+        status_text = _text(status) or None
+        deadline_ms = _int(deadline)
+        leases.append(
+            LeaseView(
+                partition=partition,
+                task_id=_text(task_id),
+                consumer=_text(consumer),
+                entry_idle_ms=int(idle),
+                deliveries=int(deliveries),
+                status=status_text,
+                lease_owner=_text(owner) or None,
+                fence=_int(fence) or 0,
+                attempt=_int(attempts) or 0,
+                # A hand-back leaves ld at 0: no lease, not one that ran out in 1970.
+                remaining_ms=deadline_ms - now if deadline_ms else None,
+            )
+        )
+    return tuple(leases)
+
+
+def _consumers(flat: Sequence[Any]) -> tuple[ConsumerView, ...]:
+    return tuple(
+        ConsumerView(_text(flat[i]), int(flat[i + 1]), int(flat[i + 2]))
+        for i in range(0, len(flat) - 2, 3)
+    )
+
+
+async def _partition(manager: RedisTaskManager, partition: int, sample: int) -> PartitionView:
+    keys = manager.keyspace
+    work = keys.work(partition)
+    reply = await manager._runner.run(
+        lua.inspect_queue(
+            work=work, stats=keys.stats(partition), tag=keys.tag(partition), sample=sample
+        )
+    )
+    (_, now, length, pending, waiting, oldest, consumers, leases, stats) = reply
+    counts = stats_counts(stats)
+    lease_views = _leases(partition, leases, now)
+    return PartitionView(
+        partition=partition,
+        node=manager._topology.node_for(work).name,
+        server_ms=int(now),
+        entries=int(length),
+        pending=int(pending),
+        created=counts.get(CREATED_FIELD, 0),
+        oldest_waiting_ms=_age(waiting, now),
+        oldest_pending_ms=_age(oldest, now),
+        consumers=_consumers(consumers),
+        leases=lease_views,
+        sampled=int(pending) > len(lease_views),
+        ended=ended_counts(counts),
+        pickup=PickupHistogram.from_stats(counts),
+    )
+
+
+async def inspect_partitions(
+    manager: RedisTaskManager, partitions: Iterable[int] | None = None, *, sample: int = 256
+) -> Inspection:
+    """Every partition of ``partitions`` (default: the manager's), read at once."""
+    if not isinstance(sample, int) or isinstance(sample, bool) or not 0 <= sample <= MAX_SAMPLE:
+        raise ValueError(f"sample must be an int from 0 to {MAX_SAMPLE}")
+    chosen = range(manager.partitions) if partitions is None else sorted(set(partitions))
+    views = await asyncio.gather(*(_partition(manager, p, sample) for p in chosen))
+    return Inspection(tuple(views), cluster=manager.is_cluster, sample=sample)
+
+
+def _error_code(packed: Any) -> int | None:
+    """The JSON-RPC code of a stored error (msgpack), nothing else of it."""
+    if not packed:
+        return None
+    try:
+        code = unpack(bytes(packed)).get("code")
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise InternalError("a stored error could not be decoded") from exc
+    return code if isinstance(code, int) else None
+
+
+async def inspect_task(manager: RedisTaskManager, task_id: str) -> TaskInspection | None:
+    """One task's bookkeeping, or ``None`` when it is unknown, expired or malformed."""
+    keys = manager.keyspace.of_task(task_id)
+    partition = parse_task_id(task_id)
+    if keys is None or partition is None:
+        return None
+    reply = await manager._runner.run_raw(
+        lua.inspect_task(task=keys.task, requests=keys.requests, work=keys.work)
+    )
+    if reply[0] == ReturnCode.NOT_FOUND:
+        return None
+    if reply[0] != ReturnCode.OK:
+        raise error_for(reply[0])
+    _, now, record, requests, state, consumer, idle, deliveries = reply
+    status, created, updated, expires, poll, fence, attempts, owner, deadline = record[:9]
+    cancel, entry, error = record[9:12]
+    poll_ms = _int(poll)
+    deadline_ms = _int(deadline)
+    return TaskInspection(
+        task_id=task_id,
+        partition=partition,
+        server_ms=int(now),
+        status=_text(status),
+        created_ms=_int(created) or 0,
+        updated_ms=_int(updated) or 0,
+        expires_ms=_int(expires),
+        poll_interval_ms=poll_ms or None,
+        fence=_int(fence) or 0,
+        attempts=_int(attempts) or 0,
+        lease_owner=_text(owner) or None,
+        lease_deadline_ms=deadline_ms or None,
+        cancellation_requested=_text(cancel) == "1",
+        input_requests=int(requests),
+        error_code=_error_code(error),
+        entry_id=_text(entry) or None,
+        entry_state=_text(state) or None,
+        entry_consumer=_text(consumer) or None,
+        entry_idle_ms=_int(idle),
+        entry_deliveries=_int(deliveries),
+    )
