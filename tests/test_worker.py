@@ -533,3 +533,48 @@ async def test_claim_next_reads_and_claims_a_batch_in_one_call(redis_backend: Ba
     done = await m.find_task(TaskRequestContext(ALICE, ids[0]))
     assert done is not None
     assert done.status is TaskStatus.COMPLETED
+
+
+async def test_reclaiming_an_entry_whose_lease_this_worker_holds_starts_no_second_run(
+    worker_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reclaim loop takes over entries idle for a lease, its own included. When a
+    late renewal of its own run lands between that takeover and the claim, the claim
+    answers with the lease the run already holds (as it answers a retry): the worker
+    must not start the task a second time beside the first (seen in the fault tests
+    as one task completed twice)."""
+    m = worker_backend.manager
+    starts: list[int] = []
+    release = asyncio.Event()
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        starts.append(execution.fence)
+        await release.wait()
+        return {"content": [], "isError": False}
+
+    task_id = await create(m)
+    partition = int(task_id.split(".")[0])
+    with caplog.at_level(logging.INFO, logger="redis_tasks"):
+        async with running(m, handler, name="w-own", lease=timedelta(seconds=30)) as worker:
+
+            async def started() -> bool:
+                return len(starts) == 1
+
+            await wait_until(started, what="the first start")
+            # What the reclaim loop does with an entry idle for a lease, the idle time
+            # here 0: the takeover of our own entry, then its claim.
+            _, entries = await m.work_queue.reclaim(
+                partition, consumer="w-own", idle=timedelta(0), cursor="0-0", count=10
+            )
+            (entry,) = [e for e in entries if e.task_id == task_id]
+            assert worker._slots.take_up_to(1) == 1
+            worker._runs.start_reclaimed(entry)
+
+            async def refused() -> bool:
+                return any(getattr(r, "event", "") == "claim_held_here" for r in caplog.records)
+
+            await wait_until(refused, what="the claim to be refused a second run")
+            release.set()
+            task = await settled(m, task_id)
+    assert task.status is TaskStatus.COMPLETED
+    assert len(starts) == 1

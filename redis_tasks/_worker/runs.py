@@ -142,6 +142,22 @@ class Runs:
                 reclaimed=reclaimed,
             )
             return None
+        held = self.latest.get(task_id)
+        if held is not None and held.execution.fence == claim.fence and held in self.active:
+            # The claim handed back the very lease a run of ours holds: the claim of a
+            # lease its holder asks for again is answered as a retry. That happens
+            # when our own reclaim takes over our entry (XAUTOCLAIM found it idle for
+            # a lease) and a late renewal of that run lands before the claim: the
+            # run goes on, and a second one would run the task twice at once.
+            log(
+                logging.INFO,
+                "task not run: already running here",
+                "claim_held_here",
+                task_id=task_id,
+                fence=claim.fence,
+                reclaimed=reclaimed,
+            )
+            return None
         assert claim.origin is not None
         settings = self._settings
         execution = TaskExecution(
