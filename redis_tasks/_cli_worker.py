@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Callable
 from datetime import timedelta
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ._cli_common import add_redis_options, check_redis_options, manager_from, only_partitions
@@ -112,15 +113,30 @@ def add_worker_command(commands: Any) -> None:
     )
 
 
+def _await_chain(task: asyncio.Task[Any]) -> list[FrameType]:
+    """The frames of ``task``'s coroutine and of every coroutine it awaits, outermost
+    first (``Task.get_stack`` gives a suspended task's outermost frame only)."""
+    frames: list[FrameType] = []
+    awaited: Any = task.get_coro()
+    while awaited is not None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is not None:
+            frames.append(frame)
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return frames
+
+
 def _dump_tasks() -> None:
     """SIGUSR1: log where every asyncio task is waiting (code locations only)."""
     for task in asyncio.all_tasks():
-        frames = task.get_stack()
-        where = " <- ".join(
-            f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in reversed(frames)
+        where = " -> ".join(
+            f"{f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}" for f in _await_chain(task)
         )
+        # "asyncio_task", not "name": a LogRecord has a `name` of its own, and logging
+        # refuses an extra that would overwrite it (every dump raised KeyError).
         logger.warning(
-            "task stack", extra={"event": "task_stack", "name": task.get_name(), "where": where}
+            "task stack",
+            extra={"event": "task_stack", "asyncio_task": task.get_name(), "where": where},
         )
 
 

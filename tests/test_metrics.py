@@ -219,7 +219,8 @@ WITHOUT_OPENTELEMETRY = """
 
     import asyncio
     from redis_tasks import InMemoryTaskManager, TaskRequestContext, Worker
-    from redis_tasks._telemetry.metrics import METRICS, _nothing
+    from redis_tasks._telemetry.hooks import nothing as _nothing
+    from redis_tasks._telemetry.metrics import METRICS
     from tests.helpers import ALICE, ORIGIN, wait_until
 
     async def handler(execution):
@@ -256,7 +257,8 @@ def test_without_opentelemetry_the_hooks_are_no_ops_and_a_worker_runs() -> None:
 
 def test_metrics_off_binds_no_ops_even_with_opentelemetry_installed() -> None:
     code = """
-        from redis_tasks._telemetry.metrics import METRICS, _nothing
+        from redis_tasks._telemetry.hooks import nothing as _nothing
+        from redis_tasks._telemetry.metrics import METRICS
         assert not METRICS.enabled and METRICS.run_ended is _nothing
         print("off")
     """

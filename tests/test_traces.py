@@ -411,7 +411,8 @@ def test_without_opentelemetry_the_hooks_are_no_ops_and_nothing_is_stored() -> N
         import asyncio, sys
         sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
         from redis_tasks import InMemoryTaskManager, RequestContext, TaskOrigin
-        from redis_tasks._telemetry.traces import TRACES, _nothing
+        from redis_tasks._telemetry.hooks import nothing as _nothing
+        from redis_tasks._telemetry.traces import TRACES
 
         async def main():
             async with InMemoryTaskManager() as m:
@@ -433,7 +434,8 @@ def test_without_opentelemetry_the_hooks_are_no_ops_and_nothing_is_stored() -> N
 
 def test_traces_off_binds_no_ops_even_with_opentelemetry_installed() -> None:
     code = """
-        from redis_tasks._telemetry.traces import TRACES, _nothing
+        from redis_tasks._telemetry.hooks import nothing as _nothing
+        from redis_tasks._telemetry.traces import TRACES
         assert not TRACES.enabled and TRACES.mark_request is _nothing
         print(__import__("json").dumps("off"))
     """

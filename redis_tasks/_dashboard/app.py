@@ -31,6 +31,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from redis_tasks._cancel import cancel_and_wait
 from redis_tasks._errors import BackendError, InternalError
 from redis_tasks._redis.manager import RedisTaskManager
 
@@ -157,9 +158,7 @@ def dashboard_app(sampler: Sampler, *, allowed_hosts: Sequence[str] = LOOPBACK_H
         try:
             yield
         finally:
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
+            await cancel_and_wait([running])  # its Redis calls may lose a cancellation
             await sampler.close()
 
     routes = [Route(path, static, methods=["GET"]) for path in _STATIC]

@@ -14,6 +14,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
+from redis_tasks._cancel import cancel_and_wait
 from redis_tasks._errors import BackendError
 
 from .client import ConnectionSettings, is_cluster
@@ -152,8 +153,8 @@ class ClusterTopology(Topology):
         """Stop refreshing and close every node's pool."""
         self._closed = True
         if self._refreshing is not None:
-            self._refreshing.cancel()
-            await asyncio.gather(self._refreshing, return_exceptions=True)
+            # Its CLUSTER SLOTS may lose a cancellation (redis_tasks._cancel).
+            await cancel_and_wait([self._refreshing])
         for node in self._nodes.values():
             await node.pipeline.aclose()
             await node.client.aclose()  # and its pool

@@ -10,6 +10,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.exceptions import NoPermissionError
 
+from redis_tasks._cancel import cancel_and_wait
 from redis_tasks._errors import BackendError, TaskNotFoundError
 from redis_tasks._events import TaskEventPublisher
 from redis_tasks._ids import parse_task_id
@@ -132,9 +133,7 @@ class RedisEventPublisher(TaskEventPublisher):
     async def aclose(self) -> None:
         """Stop tailing and delivering."""
         tails, self._tails = self._tails, []
-        for tail in tails:
-            tail.cancel()
-        await asyncio.gather(*tails, return_exceptions=True)
+        await cancel_and_wait(tails)  # a cancellation lost in a Redis call is repeated
         await super().aclose()
 
     async def _positions(self, streams: list[str]) -> dict[str, bytes]:

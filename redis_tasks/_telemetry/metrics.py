@@ -21,10 +21,11 @@ instruments themselves are in :mod:`.instruments`.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Final, Protocol
+
+from .hooks import HookSet, wanted
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -50,27 +51,7 @@ class Gauges(Protocol):
         ...
 
 
-def _nothing(*args: object) -> None:
-    """Every hook while metrics are off."""
-
-
-#: The hooks, by name; each is rebound as a whole by Metrics.enable/disable.
-_HOOKS: Final = (
-    "task_created",
-    "task_ended",
-    "claimed",
-    "reclaimed",
-    "claim_settled",
-    "lease_lost",
-    "input_round",
-    "redis_error",
-    "pickup",
-    "run_ended",
-    "create_to_terminal",
-)
-
-
-class Metrics:
+class Metrics(HookSet):
     """The hooks the library records through (see the module); one instance, :data:`METRICS`."""
 
     #: A task was created (``create_task`` returned).
@@ -96,17 +77,24 @@ class Metrics:
     #: Seconds from enqueue to the terminal outcome.
     create_to_terminal: Callable[[float], None]
 
+    HOOKS = (
+        "task_created",
+        "task_ended",
+        "claimed",
+        "reclaimed",
+        "claim_settled",
+        "lease_lost",
+        "input_round",
+        "redis_error",
+        "pickup",
+        "run_ended",
+        "create_to_terminal",
+    )
+
     def __init__(self) -> None:
         self._gauges: list[Gauges] = []
         self._lock = threading.Lock()  # gauges are read from an exporter's thread
-        self.enabled = False
-        self.disable()
-
-    def disable(self) -> None:
-        """Bind every hook to a no-op."""
-        for name in _HOOKS:
-            setattr(self, name, _nothing)
-        self.enabled = False
+        super().__init__()
 
     def enable(self, provider: MeterProvider | None = None) -> bool:
         """Record through OpenTelemetry: ``provider``'s meter, or the global provider's.
@@ -120,10 +108,7 @@ class Metrics:
         except ImportError:
             return False
         meter = (provider or otel.get_meter_provider()).get_meter("redis_tasks")
-        recorder = Recorder(meter, self._observe_running, self._observe_depths)
-        for name in _HOOKS:
-            setattr(self, name, getattr(recorder, name))
-        self.enabled = True
+        self.bind(Recorder(meter, self._observe_running, self._observe_depths))
         return True
 
     def watch(self, gauges: Gauges) -> Callable[[], None]:
@@ -160,12 +145,7 @@ class Metrics:
         return merged
 
 
-def _wanted() -> bool:
-    """Whether to record without being asked: unless ``REDIS_TASKS_METRICS=off``."""
-    return os.environ.get("REDIS_TASKS_METRICS", "").strip().lower() not in ("off", "0", "false")
-
-
 #: The library's one :class:`Metrics`: OpenTelemetry's when importable, else no-ops.
 METRICS: Final = Metrics()
-if _wanted():
+if wanted("REDIS_TASKS_METRICS"):
     METRICS.enable()

@@ -28,10 +28,11 @@ an exception's type, never its message.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar
+
+from .hooks import HookSet, wanted
 
 if TYPE_CHECKING:
     import asyncio
@@ -77,15 +78,7 @@ class RunSpan(Protocol):
         ...
 
 
-def _nothing(*args: object) -> None:
-    """Every hook while traces are off."""
-
-
-#: The hooks, by name; each is rebound as a whole by Traces.enable/disable.
-_HOOKS: Final = ("create_span", "run_span", "mark_request")
-
-
-class Traces:
+class Traces(HookSet):
     """The hooks the library makes spans through (see the module); one instance, :data:`TRACES`."""
 
     #: A ``create_task`` span for the new task ``task_id``, or ``None`` (no tracer).
@@ -96,15 +89,7 @@ class Traces:
     #: Name the task (ID, and status or ``None``) on the current request's span.
     mark_request: Callable[[str, str | None], None]
 
-    def __init__(self) -> None:
-        self.enabled = False
-        self.disable()
-
-    def disable(self) -> None:
-        """Bind every hook to a no-op."""
-        for name in _HOOKS:
-            setattr(self, name, _nothing)
-        self.enabled = False
+    HOOKS = ("create_span", "run_span", "mark_request")
 
     def enable(self, provider: TracerProvider | None = None) -> bool:
         """Make spans with ``provider``'s tracer, or the global provider's once one is set.
@@ -115,19 +100,11 @@ class Traces:
             from .spans import Tracing
         except ImportError:
             return False
-        tracing = Tracing(provider)
-        for name in _HOOKS:
-            setattr(self, name, getattr(tracing, name))
-        self.enabled = True
+        self.bind(Tracing(provider))
         return True
-
-
-def _wanted() -> bool:
-    """Whether to trace without being asked: unless ``REDIS_TASKS_TRACES=off``."""
-    return os.environ.get("REDIS_TASKS_TRACES", "").strip().lower() not in ("off", "0", "false")
 
 
 #: The library's one :class:`Traces`: OpenTelemetry's when importable, else no-ops.
 TRACES: Final = Traces()
-if _wanted():
+if wanted("REDIS_TASKS_TRACES"):
     TRACES.enable()

@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
+from redis_tasks._cancel import cancel_and_wait
+
 __all__ = ["Background", "Slots"]
 
 
@@ -64,8 +66,6 @@ class Background:
         return task
 
     async def cancel_all(self) -> None:
-        """Cancel whatever is still running and wait for it to end."""
-        leftovers = [t for t in self._tasks if not t.done()]
-        for task in leftovers:
-            task.cancel()
-        await asyncio.gather(*leftovers, return_exceptions=True)
+        """Cancel whatever is still running and wait for it to end (cancelling again
+        what goes on: see :mod:`redis_tasks._cancel`)."""
+        await cancel_and_wait(list(self._tasks))

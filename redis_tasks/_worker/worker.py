@@ -21,6 +21,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Self
 
+from redis_tasks._cancel import cancel_and_wait
 from redis_tasks._execution import Handler
 from redis_tasks._telemetry.backlog import WorkerGauges
 from redis_tasks._telemetry.metrics import METRICS
@@ -222,18 +223,18 @@ class Worker:
             # Readers finish their current read (at most one block) and stop; an
             # entry read meanwhile is claimed and then handed back like the rest.
             await asyncio.gather(*readers, return_exceptions=True)
-            reclaiming.cancel()
+            # Ended, not just cancelled: a cancellation can be lost in a Redis call
+            # (redis_tasks._cancel), and the loop would then run on.
+            await cancel_and_wait([reclaiming])
             await self._runs.drain(self._grace)
             # Whatever else is in flight (hint renewals, dropped entries) ends here.
             await self._background.cancel_all()
-            renewing.cancel()
-            await asyncio.gather(renewing, reclaiming, return_exceptions=True)
+            await cancel_and_wait([renewing])
             if registration is not None:
                 registration.close()
             await self._intake.forget_consumer(self.partitions)
             if sampling is not None:
-                sampling.cancel()
-                await asyncio.gather(sampling, return_exceptions=True)
+                await cancel_and_wait([sampling])
             unwatch()
             self._health.state = "stopped"
             self._stopped.set()
