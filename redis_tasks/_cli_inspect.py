@@ -27,8 +27,8 @@ from ._cli_common import (
     only_partitions,
 )
 from ._errors import BackendError, InternalError
-from ._inspect_text import Rates, render_inspection, render_task
-from ._inspection import Inspection
+from ._inspect_text import render_inspection, render_task
+from ._inspection import Inspection, Rates
 from ._loop import run
 from ._redis.manager import RedisTaskManager
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Final
 
-from ._inspection import Inspection, PartitionView, TaskInspection
+from ._inspection import Inspection, PartitionView, Rates, TaskInspection
 
-__all__ = ["Rates", "duration", "render_inspection", "render_task"]
+__all__ = ["duration", "render_inspection", "render_task"]
 
 #: Lease rows shown at most (the JSON output has every sampled one).
 MAX_LEASE_ROWS: Final = 20
@@ -48,30 +48,13 @@ def _stamp(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-class Rates:
-    """What changed between two readings: tasks created and ended per second, and
-    the pickup quantiles of the claims made in between."""
-
-    def __init__(self, earlier: Inspection, later: Inspection) -> None:
-        seconds = max(_clock(later) - _clock(earlier), 1) / 1000
-        self.created_per_s = max(later.created - earlier.created, 0) / seconds
-        self.ended_per_s = max(later.ended - earlier.ended, 0) / seconds
-        pickup = later.pickup.since(earlier.pickup)
-        self.claims = pickup.total
-        self.pickup_p50 = pickup.quantile(0.5)
-        self.pickup_p99 = pickup.quantile(0.99)
-
-    def line(self) -> str:
-        """One line of rates for the top of a redraw."""
-        return (
-            f"rates      created {self.created_per_s:,.1f}/s  ended {self.ended_per_s:,.1f}/s"
-            f"  pickup p50 {duration(self.pickup_p50)}  p99 {duration(self.pickup_p99)}"
-            f"  ({self.claims} first claims)"
-        )
-
-
-def _clock(inspection: Inspection) -> int:
-    return max((p.server_ms for p in inspection.partitions), default=0)
+def _rates_line(rates: Rates) -> str:
+    """One line of rates for the top of a redraw."""
+    return (
+        f"rates      created {rates.created_per_s:,.1f}/s  ended {rates.ended_per_s:,.1f}/s"
+        f"  pickup p50 {duration(rates.pickup_p50)}  p99 {duration(rates.pickup_p99)}"
+        f"  ({rates.claims} first claims)"
+    )
 
 
 def _partition_row(p: PartitionView) -> list[str]:
@@ -103,7 +86,7 @@ def render_inspection(
     topology = "cluster" if inspection.cluster else "standalone"
     lines = [
         f"redis-tasks inspect  prefix {prefix}  {len(inspection.partitions)} partitions"
-        f"  {topology}  {_stamp(_clock(inspection))}",
+        f"  {topology}  {_stamp(inspection.server_ms)}",
         "tasks      "
         + "  ".join(f"{name} {count:,}" for name, count in statuses.items())
         + f"  (created {inspection.created:,})",
@@ -115,7 +98,7 @@ def render_inspection(
         f"  ({pickup.total:,} first claims)",
     ]
     if rates is not None:
-        lines.append(rates.line())
+        lines.append(_rates_line(rates))
     lines.append("")
     lines += _table(
         [

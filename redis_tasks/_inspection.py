@@ -40,6 +40,7 @@ __all__ = [
     "LeaseView",
     "PartitionView",
     "PickupHistogram",
+    "Rates",
     "TaskInspection",
 ]
 
@@ -186,6 +187,11 @@ class Inspection:
     sample: int = 0
 
     @property
+    def server_ms(self) -> int:
+        """When this was read: the latest of the partitions' server clocks (ms)."""
+        return max((p.server_ms for p in self.partitions), default=0)
+
+    @property
     def entries(self) -> int:
         """Work entries of every partition (about the live tasks)."""
         return sum(p.entries for p in self.partitions)
@@ -294,6 +300,20 @@ class Inspection:
             "consumers": [asdict(c) for c in self.consumers()],
             "partitions": [_partition_json(p, leases) for p in self.partitions],
         }
+
+
+class Rates:
+    """What changed between two readings: tasks created and ended per second (over
+    the servers' clocks), and the pickup quantiles of the first claims in between."""
+
+    def __init__(self, earlier: Inspection, later: Inspection) -> None:
+        seconds = max(later.server_ms - earlier.server_ms, 1) / 1000
+        self.created_per_s = max(later.created - earlier.created, 0) / seconds
+        self.ended_per_s = max(later.ended - earlier.ended, 0) / seconds
+        pickup = later.pickup.since(earlier.pickup)
+        self.claims = pickup.total
+        self.pickup_p50 = pickup.quantile(0.5)
+        self.pickup_p99 = pickup.quantile(0.99)
 
 
 def _max(values: Iterable[int | None]) -> int | None:

@@ -13,8 +13,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from redis_tasks._inspect_text import Rates
-from redis_tasks._inspection import Inspection
+from redis_tasks._inspection import Inspection, Rates
 
 __all__ = ["KEEP", "History", "Point"]
 
@@ -50,7 +49,7 @@ class History:
             return None
         rates = Rates(previous, reading)
         point = Point(
-            at_ms=max((p.server_ms for p in reading.partitions), default=0),
+            at_ms=reading.server_ms,
             created_per_s=round(rates.created_per_s, 2),
             ended_per_s=round(rates.ended_per_s, 2),
             backlog=reading.backlog,

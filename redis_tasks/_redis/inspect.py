@@ -145,10 +145,10 @@ def _error_code(packed: Any) -> int | None:
 
 async def inspect_task(manager: RedisTaskManager, task_id: str) -> TaskInspection | None:
     """One task's bookkeeping, or ``None`` when it is unknown, expired or malformed."""
-    keys = manager.keyspace.of_task(task_id)
     partition = parse_task_id(task_id)
-    if keys is None or partition is None:
+    if partition is None:
         return None
+    keys = manager.keyspace.task(partition, task_id)
     reply = await manager._runner.run_raw(
         lua.inspect_task(task=keys.task, requests=keys.requests, work=keys.work)
     )
