@@ -8,8 +8,12 @@
   by a client while no worker was running it (ends cancelled), or delivered more
   than max_attempts times (ends failed: a poison task cannot loop forever).
   A first claim that runs the task adds one to its pickup bucket in the stats.
+  A task of a capped tenant at its cap is deferred: back to the head of its
+  tenant's queue (RC_DEFERRED). The tenant keys it touches then (queue, run set,
+  ring, parked set, tenants hash) are named here from the task key's tag and the
+  record's tenant, in the task's slot, as claim_next names a task's keys.
 
-  Includes: claim
+  Includes: keys, claim
 
   KEYS:
     1 task           the task record hash
@@ -29,6 +33,10 @@
     6 poison_error   msgpack JSON-RPC error for a poisoned task
     7 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
+    {RC_OK, backlog, claim}
+    backlog          1 when tenants' tasks wait in the partition's ring (the
+                     worker should claim the next batch rather than block), else 0
+    claim            one of:
     {RC_OK, fence, attempt, origin, payload, trace_context}
                      (trace_context: as create stored it, or empty)
     {RC_NOT_FOUND}   expired or unknown: entry dropped
@@ -36,6 +44,7 @@
     {RC_CANCELLED}   cancellation was requested while no worker ran it: ended cancelled
     {RC_POISONED}    attempts exhausted: ended failed with poison_error
     {RC_LEASE_HELD}  another worker's lease has not expired: nothing changed
+    {RC_DEFERRED}    its tenant is at its concurrency cap: back in its queue
   A retry by the same consumer for the same entry while its lease lasts gets
   that lease back ({RC_OK, ...}) without a second fence bump.
   Events: one entry when the task ends here.
@@ -53,4 +62,5 @@ local pickups = {}
 local reply = claim_entry(KEYS, task_id, entry_id, consumer, lease_ms, max_attempts,
   poison_error, event_opts, pickups)
 record_pickups(KEYS[8], pickups)
-return reply
+local backlog = redis.call('EXISTS', tag_of(KEYS[1], task_id) .. KEY_RING)
+return {RC_OK, backlog, reply}

@@ -4,15 +4,24 @@
   when it does not block) and claims each one exactly as claim does, in one
   round trip instead of a read and one claim per entry. An idle worker blocks
   in XREADGROUP outside any script and claims what it gets with claim.
-  Each task's keys are built here from the partition's hash tag, the way
-  KeySpace.task builds them (task_keys), so they share the declared keys' slot.
+  When the stream runs out of new entries first, the rest of the batch is
+  dispatched from the tenants' queues in weighted round-robin (tenants.lua's
+  dispatch: each task gets its work entry now) and read and claimed alike. Each
+  task's keys, and its partition's tenant keys, are built here from the
+  partition's hash tag, the way KeySpace names them (task_keys, and KEY_QUEUE and
+  the other tenant keys after the tag), so
+  they share the declared keys' slot.
+  With `wake` set (the caller has no free handler slot left) and tasks still
+  waiting in the ring, one doorbell entry (`d`, no task) goes to the stream: a
+  worker blocked on it wakes and claims the next batch itself. Doorbells this
+  read meets are dropped.
 
-  Includes: common, keys, claim
+  Includes: common, keys, tenants, claim
 
   KEYS:
     1 work           the partition's work stream
     2 events         the partition's event stream
-    3 stats          the partition's stats hash (terminal transitions, pickups)
+    3 stats          the partition's stats hash (terminal transitions, pickups, queued)
   ARGV:
     1 tag            the partition's hash tag, e.g. {rt:3.17}
     2 consumer       the worker's consumer name (lease owner)
@@ -21,6 +30,7 @@
     5 max_attempts
     6 poison_error   msgpack JSON-RPC error for a poisoned task
     7 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
+    8 wake           "1" to ring the doorbell if tasks still wait after this batch
   Returns:
     {RC_OK, entry_id, task_id, claim reply, entry_id, task_id, claim reply, ...}
     where each claim reply is one of claim's. An entry that names no well-formed
@@ -39,36 +49,71 @@ local lease_ms = tonumber(ARGV[4])
 local max_attempts = tonumber(ARGV[5])
 local poison_error = ARGV[6]
 local event_opts = ARGV[7]
+local wake = ARGV[8] == '1'
 
 local out = {RC_OK}
 local pickups = {}
-local read = redis.call('XREADGROUP', 'GROUP', WORK_GROUP, consumer,
-  'COUNT', count, 'STREAMS', work_key, '>')
-if not read then
-  return out
-end
-for _, entry in ipairs(read[1][2]) do
-  local entry_id, fields = entry[1], entry[2]
-  local task_id = ''
-  for i = 1, #fields - 1, 2 do
-    if fields[i] == 't' then
-      task_id = fields[i + 1]
+
+-- Read up to `wanted` new entries and claim each; how many tasks it met (doorbells
+-- are dropped and not counted) and whether the stream ran out of new entries.
+local function read_and_claim(wanted)
+  local read = redis.call('XREADGROUP', 'GROUP', WORK_GROUP, consumer,
+    'COUNT', wanted, 'STREAMS', work_key, '>')
+  local entries = read and read[1][2] or {}
+  local met = 0
+  for _, entry in ipairs(entries) do
+    local entry_id, fields = entry[1], entry[2]
+    local task_id, doorbell = '', false
+    for i = 1, #fields - 1, 2 do
+      if fields[i] == 't' then
+        task_id = fields[i + 1]
+      elseif fields[i] == 'd' then
+        doorbell = true
+      end
+    end
+    if doorbell then
+      drop_entry(work_key, entry_id)
+    else
+      local reply
+      -- Anything but a task ID parse_task_id accepts is not ours, and must not
+      -- become part of a key name.
+      if not is_task_id(task_id) then
+        task_id = ''
+        drop_entry(work_key, entry_id)
+        reply = {RC_NOT_FOUND}
+      else
+        reply = claim_entry(task_keys(tag, task_id, work_key, events_key, stats_key), task_id,
+          entry_id, consumer, lease_ms, max_attempts, poison_error, event_opts, pickups)
+      end
+      table.insert(out, entry_id)
+      table.insert(out, task_id)
+      table.insert(out, reply)
+      met = met + 1
     end
   end
-  local reply
-  -- Anything but a task ID parse_task_id accepts is not ours, and must not
-  -- become part of a key name.
-  if not is_task_id(task_id) then
-    task_id = ''
-    drop_entry(work_key, entry_id)
-    reply = {RC_NOT_FOUND}
-  else
-    reply = claim_entry(task_keys(tag, task_id, work_key, events_key, stats_key), task_id,
-      entry_id, consumer, lease_ms, max_attempts, poison_error, event_opts, pickups)
+  return met, #entries < wanted
+end
+
+local wanted = count
+local drained = false
+while wanted > 0 and not drained do
+  local met
+  met, drained = read_and_claim(wanted)
+  wanted = wanted - met
+end
+if drained then
+  -- Nothing new is left in the stream: the rest of the batch comes from the
+  -- tenants' queues, in their round-robin order.
+  local now = now_ms()
+  if wanted > 0 then
+    local added = dispatch(tag, work_key, stats_key, wanted, now)
+    if added > 0 then
+      read_and_claim(added)
+    end
   end
-  table.insert(out, entry_id)
-  table.insert(out, task_id)
-  table.insert(out, reply)
+  if wake and redis.call('EXISTS', tag .. KEY_RING) == 1 then
+    redis.call('XADD', work_key, '*', 'd', '1')
+  end
 end
 record_pickups(stats_key, pickups)
 return out

@@ -1,15 +1,33 @@
 --[[
-  create: store a new task and enqueue its work in one atomic step, so no
-  outbox is needed and the task is readable the moment this returns.
+  create: admit a new task, store it and enqueue its work in one atomic step, so
+  no outbox is needed and the task is readable the moment this returns.
 
-  Includes: common
+  Admission first, with reads only, so a refused create stores nothing (its
+  refusal is counted in the stats, best effort): the tenant's open-task quota
+  (its open set: task IDs scored by expiry, so a task that expires stops counting
+  by itself), then its create rate (GCRA: the theoretical arrival time, in µs).
+  The first write is RPUSH or XADD, both refused by a Redis out of memory
+  (noeviction), so a full Redis refuses the create whole (Redis lets a script
+  that has written once go on writing past maxmemory).
+  The work goes straight into the stream when nothing waits in the partition
+  (tenants.lua's enqueue), so an idle worker's blocked read wakes at once; else
+  to the tail of the tenant's queue, dispatched fairly by claim_next. A tenant
+  with a quota, a rate or a cap has all its tasks in its home partition (the
+  caller chose the ID), so these keys see all of them.
+
+  Includes: common, tenants
 
   KEYS:
     1 task           the task record hash
     2 work           the partition's work stream
     3 events         the partition's event stream
     4 grant          the grant key of (task ID, endpoint, binding): a string "1"
-    5 stats          the partition's stats hash (one more `created`)
+    5 stats          the partition's stats hash (created, queued, refusals)
+    6 ring           the partition's ring of tenants with tasks waiting
+    7 tenants        the partition's hash of tenant settings (weight, cap)
+    8 queue          the tenant's queue in this partition
+    9 open           the tenant's open set (with a quota)
+    10 rate          the tenant's GCRA state (with a rate)
   ARGV:
     1 task_id
     2 binding        the record's digest of (task ID, endpoint, partition binding)
@@ -21,12 +39,24 @@
     8 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
     9 trace_context  the creating span's W3C trace context (traceparent, then a
                      space and tracestate), or empty: stored only when given
+    10 tenant        the tenant's digest
+    11 settings      the tenant's "<weight> <cap>", or '' for weight 1 and no cap
+    12 cap           the tenant's concurrency cap, 0 for none (kept as `tc`)
+    13 max_open      the tenant's open-task quota, 0 for none
+    14 rate_us       the tenant's create interval (µs a create), 0 for no rate
+    15 burst_us      the GCRA tolerance: (burst - 1) x rate_us
+    16 fair          "1": fair dispatch (see above); "0": the work goes straight
+                     into the stream, first come first served
   Returns:
     {RC_OK, created_ms}
     {RC_EXISTS}      the ID is taken by another task; nothing is overwritten
+    {RC_QUOTA}       the tenant holds max_open open tasks; nothing stored
+    {RC_RATE, retry_after_ms}
+                     the tenant creates faster than its rate; nothing stored
   A retry of a create whose reply was lost finds its own task (same binding
-  and origin) and answers {RC_OK, created_ms} without a second task. The record
-  keeps the binding's digest only (`bd`), never the endpoint or partition key.
+  and origin) and answers {RC_OK, created_ms} without a second task, before any
+  admission. The record keeps the binding's digest only (`bd`), never the
+  endpoint or partition key, and the tenant's digest (`tn`), never its key.
   The trace context (`tp`) lives while the task does: claims return it (the
   worker's span links to it) and the terminal transition drops it, like `pl`.
   Events: one entry for the new task.
@@ -36,6 +66,11 @@ local work_key = KEYS[2]
 local events_key = KEYS[3]
 local grant_key = KEYS[4]
 local stats_key = KEYS[5]
+local ring_key = KEYS[6]
+local tenants_key = KEYS[7]
+local queue_key = KEYS[8]
+local open_key = KEYS[9]
+local rate_key = KEYS[10]
 local task_id = ARGV[1]
 local binding = ARGV[2]
 local origin = ARGV[3]
@@ -46,6 +81,13 @@ local poll_ms = ARGV[6]
 local metadata = ARGV[7]
 local event_opts = ARGV[8]
 local trace_context = ARGV[9]
+local tenant = ARGV[10]
+local settings = ARGV[11]
+local cap = ARGV[12]
+local max_open = tonumber(ARGV[13])
+local rate_us = tonumber(ARGV[14])
+local burst_us = tonumber(ARGV[15])
+local fair = ARGV[16] == '1'
 
 local existing = hmget(task_key, 'bd', 'or', 'ca')
 if existing[1] then
@@ -55,14 +97,34 @@ if existing[1] then
   return {RC_EXISTS}
 end
 
-local now = now_ms()
-local entry = redis.call('XADD', work_key, '*', 't', task_id)
+local us = now_us()
+local now = math.floor(us / 1000)
+if max_open > 0 and redis.call('ZCOUNT', open_key, '(' .. int_text(now), '+inf') >= max_open then
+  redis.pcall('HINCRBY', stats_key, STATS_REFUSED_QUOTA, 1)
+  return {RC_QUOTA}
+end
+local arrival = 0
+if rate_us > 0 then
+  arrival = math.max(tonumber(redis.call('GET', rate_key)) or 0, us)
+  local early = arrival - us - burst_us
+  if early > 0 then
+    redis.pcall('HINCRBY', stats_key, STATS_REFUSED_RATE, 1)
+    return {RC_RATE, int_text(math.ceil(early / 1000))}
+  end
+end
+
+local entry = enqueue({ring_key, tenants_key, queue_key}, work_key, stats_key, tenant, settings,
+  task_id, fair)
 -- No `ua` (it reads as `ca` until the first update) and no `fn` (it reads as
 -- 0 until the first claim): every byte of a record is kept for its retention.
 local fields = {
-  'st', ST_WORKING, 'ca', int_text(now), 'ttl', ttl_text, 'pi', poll_ms, 'wk', entry,
-  'bd', binding,
+  'st', ST_WORKING, 'ca', int_text(now), 'ttl', ttl_text, 'pi', poll_ms, 'bd', binding,
+  'tn', tenant,
 }
+if entry then
+  table.insert(fields, 'wk')
+  table.insert(fields, entry)
+end
 add_field(fields, 'or', origin)
 add_field(fields, 'pl', payload)
 if metadata ~= '' then
@@ -76,6 +138,14 @@ if ttl_ms > 0 then
   table.insert(fields, 'ex')
   table.insert(fields, int_text(now + ttl_ms))
 end
+if max_open > 0 then
+  table.insert(fields, 'oq')
+  table.insert(fields, '1')
+end
+if cap ~= '0' then
+  table.insert(fields, 'tc')
+  table.insert(fields, cap)
+end
 redis.call('HSET', task_key, unpack(fields))
 if ttl_ms > 0 then
   redis.call('PEXPIREAT', task_key, now + ttl_ms)
@@ -83,6 +153,16 @@ if ttl_ms > 0 then
   redis.call('SET', grant_key, '1', 'PXAT', now + ttl_ms)
 else
   redis.call('SET', grant_key, '1')
+end
+if max_open > 0 then
+  redis.call('ZREMRANGEBYSCORE', open_key, '-inf', int_text(now))
+  redis.call('ZADD', open_key, ttl_ms > 0 and int_text(now + ttl_ms) or '+inf', task_id)
+  expire_with_last(open_key)
+end
+if rate_us > 0 then
+  -- Kept until the bucket is full again: then it holds nothing a GET would not assume.
+  local next_arrival = arrival + rate_us
+  redis.call('SET', rate_key, int_text(next_arrival), 'PXAT', int_text(math.ceil(next_arrival / 1000)))
 end
 redis.call('HINCRBY', stats_key, STATS_CREATED, 1)
 emit(events_key, event_opts, task_id)

@@ -8,7 +8,11 @@
   or, for a fenced call (operation ""), the same lease holder asking for the same
   transition again.
 
-  Includes: common
+  The task stops counting against its tenant's quota and cap (terminal.lua);
+  a task that never left its tenant's queue stays there until a worker meets it
+  (dispatched, its claim finds it terminal and drops it).
+
+  Includes: common, terminal
 
   KEYS:
     1 task           the task record hash
@@ -47,7 +51,7 @@ local operation = ARGV[8]
 local event_opts = ARGV[9]
 
 local t = hmget(task_key, 'st', 'fn', 'ua', 'wk', 'sm',
-  outcome_field ~= '' and outcome_field or 'st', 'op')
+  outcome_field ~= '' and outcome_field or 'st', 'op', 'tn', 'oq', 'tc')
 local guard = worker_guard(t[1], t[2], fence)
 if guard == RC_TERMINAL then
   if operation ~= '' then
@@ -64,7 +68,7 @@ if guard ~= RC_OK then
   return {guard}
 end
 terminate(KEYS, task_id, t[4], t[3], status, has_message and message or nil,
-  outcome_field, outcome, event_opts)
+  outcome_field, outcome, event_opts, {t[8], t[9], t[10]})
 if operation ~= '' then
   redis.call('HSET', task_key, 'op', operation)
 end

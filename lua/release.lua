@@ -4,9 +4,11 @@
   against max_attempts, and the task is re-enqueued as a fresh work entry so
   an idle worker picks it up at once instead of waiting out the lease. The rest
   of the record stays (origin, payload, trace context): the next claim runs the
-  same task, and its span links to the same creation.
+  same task, and its span links to the same creation. A capped tenant's task
+  stops counting as running (its run set, named from the task key's tag and the
+  record's tenant), which may let the tenant out of the parked set.
 
-  Includes: common
+  Includes: common, keys, tenants
 
   KEYS:
     1 task           the task record hash
@@ -24,7 +26,7 @@ local work_key = KEYS[2]
 local task_id = ARGV[1]
 local fence = ARGV[2]
 
-local t = redis.call('HMGET', task_key, 'st', 'fn', 'at', 'wk')
+local t = redis.call('HMGET', task_key, 'st', 'fn', 'at', 'wk', 'tn', 'tc')
 local guard = worker_guard(t[1], t[2], fence)
 if guard ~= RC_OK then
   return {guard}
@@ -37,4 +39,7 @@ local attempts = math.max((tonumber(t[3]) or 1) - 1, 0)
 redis.call('HSET', task_key, 'fn', int_text((tonumber(t[2]) or 0) + 1), 'at', int_text(attempts),
   'ld', '0', 'wk', entry)
 redis.call('HDEL', task_key, 'lo')
+if t[5] and t[6] then
+  release_tenant_slot(tag_of(task_key, task_id), t[5], task_id)
+end
 return {RC_OK}

@@ -1,17 +1,21 @@
 --[[
   renew: a worker extends its lease. Moves the lease deadline and resets the
   work entry's idle time (XCLAIM to itself), so no other worker reclaims it,
-  and reports whether a client asked to cancel.
+  and reports whether a client asked to cancel. A capped tenant's task keeps
+  counting as running: its run-set score (the lease deadline) moves too.
+  XCLAIM writes first, which a Redis out of memory (noeviction) allows where it
+  refuses HSET: a running task keeps its lease when Redis is full.
 
-  Includes: common
+  Includes: common, keys, tenants
 
   KEYS:
     1 task           the task record hash
     2 work           the partition's work stream
   ARGV:
-    1 fence
-    2 consumer       the worker's consumer name
-    3 lease_ms
+    1 task_id
+    2 fence
+    3 consumer       the worker's consumer name
+    4 lease_ms
   Returns:
     {RC_OK, 0 | 1}   1 when cancellation was requested
     {RC_NOT_FOUND} | {RC_LEASE_LOST} | {RC_TERMINAL}
@@ -19,19 +23,26 @@
 ]]
 local task_key = KEYS[1]
 local work_key = KEYS[2]
-local fence = ARGV[1]
-local consumer = ARGV[2]
-local lease_ms = tonumber(ARGV[3])
+local task_id = ARGV[1]
+local fence = ARGV[2]
+local consumer = ARGV[3]
+local lease_ms = tonumber(ARGV[4])
 
-local t = redis.call('HMGET', task_key, 'st', 'fn', 'cx', 'wk')
+local t = redis.call('HMGET', task_key, 'st', 'fn', 'cx', 'wk', 'tn', 'tc')
 local guard = worker_guard(t[1], t[2], fence)
 if guard ~= RC_OK then
   return {guard}
 end
-redis.call('HSET', task_key, 'ld', int_text(now_ms() + lease_ms), 'lo', consumer)
 if t[4] then
   -- pcall: a group deleted by an operator must not fail the renewal.
   redis.pcall('XCLAIM', work_key, WORK_GROUP, consumer, 0, t[4], 'JUSTID')
+end
+local deadline = now_ms() + lease_ms
+redis.call('HSET', task_key, 'ld', int_text(deadline), 'lo', consumer)
+if t[5] and t[6] then
+  local run_key = tag_of(task_key, task_id) .. KEY_RUN .. t[5]
+  redis.call('ZADD', run_key, int_text(deadline), task_id)
+  expire_with_last(run_key)
 end
 if t[3] == '1' then
   return {RC_OK, 1}

@@ -34,6 +34,7 @@ from ._record import EncodedAnswer, EncodedRequest, Encoder, created_task
 from ._status import TaskStatus
 from ._telemetry.metrics import METRICS
 from ._telemetry.traces import TRACES
+from ._tenancy import Admission, admission, home_partition
 
 __all__ = ["NewTask", "Outcome", "TaskManagerBase"]
 
@@ -53,6 +54,8 @@ class NewTask:
     ttl_ms: int
     poll_ms: int
     metadata: bytes = field(repr=False)
+    #: The task's tenant and the limits that apply to it (digests only).
+    admission: Admission = field(repr=False)
     #: The ``create_task`` span's W3C trace context, stored with the work so the
     #: worker's span can link to it (empty: none, and nothing is stored).
     trace_context: bytes = b""
@@ -81,11 +84,14 @@ class Outcome:
 class TaskManagerBase(ABC):
     """The :class:`TaskManager` contract over backend hooks (see the module)."""
 
-    def __init__(self, limits: Limits | None, partitions: int) -> None:
+    def __init__(
+        self, limits: Limits | None, partitions: int, *, fair_dispatch: bool = True
+    ) -> None:
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise ValueError(f"partitions must be in 1..{MAX_PARTITIONS}")
         self._encoder = Encoder(limits or Limits())
         self._partitions = partitions
+        self._fair = bool(fair_dispatch)
 
     @property
     def limits(self) -> Limits:
@@ -96,6 +102,13 @@ class TaskManagerBase(ABC):
     def partitions(self) -> int:
         """How many partitions new tasks are spread over."""
         return self._partitions
+
+    @property
+    def fair_dispatch(self) -> bool:
+        """Whether work that cannot start at once waits in its tenant's queue and is
+        dispatched in weighted round-robin across tenants (the default), rather than
+        first come, first served."""
+        return self._fair
 
     @property
     @abstractmethod
@@ -137,18 +150,32 @@ class TaskManagerBase(ABC):
         ttl: timedelta | None = None,
         poll_interval: timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
+        tenant: str | None = None,
+        weight: int = 1,
     ) -> Task:
         """Create a ``working`` task bound to ``request`` and enqueue its work atomically.
 
         Returns once ``find_task`` from any process sees it. ``ttl=None`` and
         ``poll_interval=None`` take the configured defaults.
+
+        The task counts against ``tenant`` (default: its binding, ``request``'s
+        endpoint and partition key) for fair dispatch and the per-tenant limits of
+        :class:`Limits`; ``weight`` is the tenant's share of the workers while
+        tenants compete (a tenant of weight 3 starts three tasks for one of a tenant
+        of weight 1). Raises :class:`QuotaExceededError` when a tenant's quota or
+        rate refuses the task, and :class:`CapacityError` when there is no room
+        (Redis out of memory); nothing is stored then.
         """
         encoder = self._encoder
         endpoint, binding = encoder.binding(request)
         origin_bytes, payload_bytes = encoder.origin(origin), encoder.payload(payload)
         ttl_ms, poll_ms = encoder.ttl_ms(ttl), encoder.poll_ms(poll_interval)
         metadata_bytes = encoder.metadata(metadata)
-        task_id = new_task_id(self._partitions)
+        admitted = admission(encoder.limits, endpoint, binding, tenant, weight)
+        partitions = self._partitions
+        task_id = new_task_id(
+            partitions, home_partition(admitted.tenant, partitions) if admitted.home else None
+        )
         # After validation: a call that stores nothing makes no span either.
         span = TRACES.create_span(task_id)
         new = NewTask(
@@ -160,6 +187,7 @@ class TaskManagerBase(ABC):
             ttl_ms=ttl_ms,
             poll_ms=poll_ms,
             metadata=metadata_bytes,
+            admission=admitted,
             trace_context=b"" if span is None else span.carrier,
         )
         if span is None:

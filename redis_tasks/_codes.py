@@ -7,12 +7,14 @@ each script as ``RC_<NAME>`` constants, so Python and Lua cannot disagree.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from enum import IntEnum
 
 from ._errors import (
     InputKeyReusedError,
     InternalError,
     LeaseLostError,
+    QuotaExceededError,
     RedisTasksError,
     TaskNotFoundError,
     TaskTerminalError,
@@ -34,6 +36,11 @@ class ReturnCode(IntEnum):
     CANCELLED = 6
     POISONED = 7
     LEASE_HELD = 8
+    #: A task of a tenant at its concurrency cap went back to its tenant's queue.
+    DEFERRED = 9
+    # Refusals of create by a tenant's limit (nothing stored).
+    QUOTA = 10
+    RATE = 11
 
 
 def _key_reused(detail: bytes | None) -> RedisTasksError:
@@ -49,12 +56,29 @@ def _exists(_: bytes | None) -> RedisTasksError:
     return InternalError("task ID collision")
 
 
+def _quota(_: bytes | None) -> RedisTasksError:
+    return QuotaExceededError("the tenant's open-task quota is full", reason="quota")
+
+
+def _rate(detail: bytes | None) -> RedisTasksError:
+    # The script's detail is the wait in whole milliseconds (never the tenant).
+    try:
+        wait = timedelta(milliseconds=max(1, int(detail or b"1")))
+    except ValueError:
+        wait = timedelta(milliseconds=1)
+    return QuotaExceededError(
+        "the tenant creates tasks faster than its rate", reason="rate", retry_after=wait
+    )
+
+
 _ERRORS: dict[ReturnCode, Callable[[bytes | None], RedisTasksError]] = {
     ReturnCode.NOT_FOUND: lambda _: TaskNotFoundError(),
     ReturnCode.LEASE_LOST: lambda _: LeaseLostError(),
     ReturnCode.TERMINAL: lambda _: TaskTerminalError(),
     ReturnCode.KEY_REUSED: _key_reused,
     ReturnCode.EXISTS: _exists,
+    ReturnCode.QUOTA: _quota,
+    ReturnCode.RATE: _rate,
 }
 
 

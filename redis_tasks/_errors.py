@@ -10,7 +10,8 @@ Every exception the library raises on purpose derives from one root::
     ├── ValidationError            malformed input; nothing was stored
     │   ├── LimitExceededError     input over a configured size, depth or count bound
     │   └── InputKeyReusedError    an input-request key reused for a different request
-    ├── CapacityError              the manager holds as many live tasks as it may
+    ├── CapacityError              no room: the manager or Redis is full (maxmemory)
+    │   └── QuotaExceededError     a tenant's open-task quota or create rate refused it
     └── InternalError              anything else; the message never says what caused it
         └── BackendError           Redis failed, timed out or was unreachable
             └── ReplicationError   written, but fewer replicas confirmed it than asked
@@ -22,6 +23,8 @@ reachable through ``__cause__`` for the server's own diagnostics.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from ._telemetry.metrics import METRICS
 
 __all__ = [
@@ -32,6 +35,7 @@ __all__ = [
     "InvalidTransitionError",
     "LeaseLostError",
     "LimitExceededError",
+    "QuotaExceededError",
     "RedisTasksError",
     "ReplicationError",
     "TaskNotFoundError",
@@ -90,7 +94,32 @@ class InputKeyReusedError(ValidationError):
 
 
 class CapacityError(RedisTasksError):
-    """The manager already retains as many live tasks as it is allowed to."""
+    """There is no room for what was asked, and nothing was stored: the in-memory
+    manager retains as many live tasks as it may, or Redis is out of memory
+    (``maxmemory`` under ``noeviction``).
+
+    ``reason`` says which room ran out (``"full"`` here; a quota's reasons on
+    :class:`QuotaExceededError`), for a caller that answers a client (the MCP
+    extension's ``data.reason``); ``retry_after``, when not ``None``, is when trying
+    again may succeed.
+    """
+
+    def __init__(
+        self, message: str, *, reason: str = "full", retry_after: timedelta | None = None
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class QuotaExceededError(CapacityError):
+    """A tenant's limit refused a new task; nothing was stored.
+
+    ``reason`` is ``"quota"`` (the tenant holds ``Limits.max_open_tasks_per_tenant``
+    open tasks: one must end or expire first) or ``"rate"`` (it creates faster than
+    ``Limits.tenant_create_rate``: ``retry_after`` says when the next create fits).
+    The message never names the tenant.
+    """
 
 
 class InternalError(RedisTasksError):

@@ -39,9 +39,11 @@ _TASK_ID = re.compile(
 )
 
 
-def new_task_id(partitions: int) -> str:
-    """Generate a fresh task ID in a uniformly chosen partition below ``partitions``."""
-    partition = secrets.randbelow(partitions)
+def new_task_id(partitions: int, partition: int | None = None) -> str:
+    """Generate a fresh task ID in ``partition``, or in a uniformly chosen partition
+    below ``partitions`` (a tenant with per-tenant limits has a home partition)."""
+    if partition is None:
+        partition = secrets.randbelow(partitions)
     return f"{partition}.{secrets.token_urlsafe(_RANDOM_BYTES)}"
 
 

@@ -28,9 +28,14 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import Any
 
-from ._status import TERMINAL_STATUSES, TaskStatus
+from ._stats import (
+    PICKUP_BOUNDS_MS,
+    PICKUP_FIELDS,
+    TERMINAL_FIELDS,
+)
+from ._status import TaskStatus
 
 __all__ = [
     "PICKUP_BOUNDS_MS",
@@ -43,19 +48,6 @@ __all__ = [
     "Rates",
     "TaskInspection",
 ]
-
-#: Upper bounds (ms, inclusive) of the pickup histogram's buckets; one more bucket
-#: holds everything slower.
-PICKUP_BOUNDS_MS: Final = (
-    1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000,
-)  # fmt: skip
-#: The stats hash's field of each pickup bucket, in bucket order (the scripts get them
-#: as a generated constant).
-PICKUP_FIELDS: Final = (*(f"pickup:{ms}" for ms in PICKUP_BOUNDS_MS), "pickup:inf")
-#: The stats hash's count of tasks created.
-CREATED_FIELD: Final = "created"
-#: The terminal statuses, counted in the stats hash under their own names.
-TERMINAL_FIELDS: Final = tuple(s.value for s in TaskStatus if s in TERMINAL_STATUSES)
 
 
 @dataclass(frozen=True, slots=True)

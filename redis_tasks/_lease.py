@@ -24,11 +24,12 @@ class ClaimOutcome(Enum):
     CANCELLED = "cancelled"  #: cancellation requested while nobody ran it: ended cancelled
     POISONED = "poisoned"  #: attempts exhausted: ended failed with an internal error
     LEASE_HELD = "lease_held"  #: another worker's lease is still valid: nothing changed
+    DEFERRED = "deferred"  #: its tenant is at its concurrency cap: back in the tenant's queue
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """The result of :meth:`RedisTaskManager.claim_task`."""
+    """The result of :meth:`WorkQueue.claim` (and of each claim of ``claim_next``)."""
 
     outcome: ClaimOutcome
     fence: int = 0
@@ -37,3 +38,6 @@ class Claim:
     payload: bytes = field(default=b"", repr=False)
     #: The W3C trace context stored when the task was created (empty: none).
     trace_context: bytes = field(default=b"", repr=False)
+    #: Whether tasks were waiting in the partition's tenant queues when this claim ran:
+    #: the worker should claim the next batch rather than block (single claims only).
+    backlog: bool = False

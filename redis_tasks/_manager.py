@@ -91,11 +91,16 @@ class TaskManager(Protocol):
         ttl: timedelta | None = None,
         poll_interval: timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
+        tenant: str | None = None,
+        weight: int = 1,
     ) -> Task:
         """Create a ``working`` task bound to ``request`` and enqueue its work atomically.
 
         Returns once ``find_task`` from any process sees it. ``ttl=None`` and
-        ``poll_interval=None`` take the configured defaults.
+        ``poll_interval=None`` take the configured defaults. The task counts against
+        ``tenant`` (default: its binding) with ``weight``, for fair dispatch and the
+        per-tenant limits; a refusal raises :class:`QuotaExceededError` (a tenant's
+        quota or rate) or :class:`CapacityError` (no room) and stores nothing.
         """
         ...
 

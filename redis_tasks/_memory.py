@@ -71,8 +71,9 @@ class InMemoryTaskManager(TaskManagerBase):
         max_tasks: int = 1024,
         partitions: int = 16,
         clock: Callable[[], float] = time.time,
+        fair_dispatch: bool = True,
     ) -> None:
-        super().__init__(limits, partitions)
+        super().__init__(limits, partitions, fair_dispatch=fair_dispatch)
         if max_tasks < 1:
             raise ValueError("max_tasks must be >= 1")
         self._max_tasks = max_tasks
@@ -180,6 +181,7 @@ class InMemoryTaskManager(TaskManagerBase):
         """Mirror of ``terminate()`` in ``lua/includes/common.lua``: the one terminal
         write of finish and claim; acknowledges and deletes the work entry ``entry``."""
         fields = record.fields
+        open_counted, cap = fields.pop("oq", None), fields.pop("tc", None)
         for name in ("pl", "wk", "ld", "lo", "tp"):
             fields.pop(name, None)
         fields["st"] = status
@@ -192,8 +194,16 @@ class InMemoryTaskManager(TaskManagerBase):
         record.answers.clear()
         record.journal.clear()
         partition = parse_task_id(task_id)
-        if entry is not None and partition is not None:
+        assert partition is not None  # the record was found by this ID
+        if entry is not None:
             self._queue.drop_entry(partition, entry)
+        tenant = fields.get("tn")
+        if tenant is not None and (open_counted or cap):
+            tenants = self._queue.partition(partition).tenants
+            if open_counted:
+                tenants.drop_open(tenant.decode(), task_id)
+            if cap:
+                tenants.release_slot(tenant.decode(), task_id)
         self._emit(task_id)
 
     # -- the contract's hooks (input valid and encoded: see redis_tasks._base) ---------
@@ -257,6 +267,21 @@ class InMemoryTaskManager(TaskManagerBase):
             partition = parse_task_id(new.task_id)
             assert partition is not None  # the base generated it
             now = self._now()
+            admitted = new.admission
+            tenants = self._queue.partition(partition).tenants
+            tenant = admitted.tenant
+            if admitted.max_open and tenants.open_count(tenant, now) >= admitted.max_open:
+                raise error_for(ReturnCode.QUOTA)
+            arrival = 0
+            if admitted.rate_us:
+                now_us = int(self._clock() * 1_000_000)
+                arrival = tenants.arrival(tenant, now_us)
+                early = arrival - now_us - admitted.burst_us
+                if early > 0:
+                    raise error_for(ReturnCode.RATE, str(-(-early // 1000)).encode())
+            entry = self._queue.enqueue(
+                partition, tenant, admitted.settings, new.task_id, fair=self._fair
+            )
             fields = {
                 "st": _WORKING,
                 "ca": str(now).encode(),
@@ -268,8 +293,18 @@ class InMemoryTaskManager(TaskManagerBase):
                 "or": new.origin,
                 "pl": new.payload,
                 "fn": b"0",
-                "wk": self._queue.append(partition, new.task_id).encode(),
+                "tn": tenant.encode(),
             }
+            if entry is not None:
+                fields["wk"] = entry.encode()
+            if admitted.max_open:
+                fields["oq"] = b"1"
+                expire = now + new.ttl_ms if new.ttl_ms else None
+                tenants.add_open(tenant, new.task_id, expire, now)
+            if admitted.cap:
+                fields["tc"] = str(admitted.cap).encode()
+            if admitted.rate_us:
+                tenants.arrivals[tenant] = arrival + admitted.rate_us
             if new.metadata:
                 fields["md"] = new.metadata
             if new.trace_context:

@@ -16,7 +16,10 @@ The task records stay the manager's: the claim, renewal and hand-back methods
 follow ``lua/claim.lua`` (``includes/claim.lua``), ``renew.lua``,
 ``release.lua`` and ``requeue.lua`` step for step on those records, under the
 manager's one lock and on its clock, so the fence a claim writes is the one the
-contract's operations check.
+contract's operations check. Each partition's tenant queues
+(:class:`~redis_tasks._memory_tenants.Tenants`) are filled by the manager's create
+and dispatched by :meth:`InMemoryWorkQueue.claim_next`, as ``enqueue`` and
+``dispatch`` (``lua/includes/tenants.lua``) do.
 
 A reader waiting for new entries waits on an :class:`asyncio.Event` of its own
 that an append sets: no polling. Like the manager, the queue is meant for one
@@ -26,8 +29,9 @@ event loop.
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
@@ -35,8 +39,10 @@ from ._errors import BackendError, TaskNotFoundError
 from ._ids import parse_task_id
 from ._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from ._memory_stream import EntryId, Partition, Pending, Reader, id_text, parse_id
+from ._memory_tenants import Tenants, settings_of
 from ._record import decode_origin
 from ._status import TERMINAL_STATUSES
+from ._tenancy import STRIDE_UNIT
 from ._work_queue import QueueDepth, WorkEntry
 
 if TYPE_CHECKING:
@@ -51,6 +57,13 @@ _FAILED: Final = b"failed"
 #: Seconds one call may take: nothing here waits on I/O, so any bound would do.
 _TIMEOUT: Final = 5.0
 _MS: Final = timedelta(milliseconds=1)
+
+
+def _entry(partition: int, entry_id: EntryId, task_id: str) -> WorkEntry:
+    """A stored entry as a :class:`WorkEntry` (a doorbell names no task)."""
+    if task_id:
+        return WorkEntry(partition, id_text(entry_id), task_id)
+    return WorkEntry(partition, id_text(entry_id), None, doorbell=True)
 
 
 def _lease_ms(lease: timedelta) -> int:
@@ -84,11 +97,12 @@ class InMemoryWorkQueue:
         """The partition's stream and group, created on first use (like ``MKSTREAM``)."""
         state = self._partitions.get(partition)
         if state is None:
-            state = self._partitions[partition] = Partition()
+            state = self._partitions[partition] = Partition(Tenants(partition))
         return state
 
     def append(self, partition: int, task_id: str) -> str:
-        """``XADD <work> * t <task_id>``: the new entry's ID; wakes the waiting readers."""
+        """``XADD <work> * t <task_id>`` (``task_id`` "": a doorbell, ``XADD <work> * d
+        1``): the new entry's ID; wakes the waiting readers."""
         state = self.partition(partition)
         ms, seq = state.last_id
         now = self._manager._now()
@@ -121,7 +135,7 @@ class InMemoryWorkQueue:
             if task_id is None:
                 continue  # deleted before anyone read it
             state.pending[entry_id] = Pending(consumer, now)
-            out.append(WorkEntry(partition, id_text(entry_id), task_id))
+            out.append(_entry(partition, entry_id, task_id))
         if out:
             state.consumers[consumer] = now
         return out
@@ -169,6 +183,16 @@ class InMemoryWorkQueue:
         if attempt > max_attempts:
             manager._terminate(record, task_id, entry, _FAILED, None, "er", self._poison_error)
             return Claim(ClaimOutcome.POISONED)
+        tenant, cap = fields.get("tn"), fields.get("tc")
+        tenants = self.partition(partition).tenants
+        if cap is not None and tenant is not None:
+            name = tenant.decode()
+            mine = tenants.running.get(name, {}).get(task_id)
+            if not (mine is not None and mine > now) and tenants.live_running(name, now) >= int(
+                cap
+            ):
+                self._defer(partition, record, name, cap.decode(), task_id, entry_id, now)
+                return Claim(ClaimOutcome.DEFERRED)
         # Two workers claiming in the same millisecond get different fences.
         tiebreak = 0
         for byte in consumer.encode():
@@ -178,7 +202,104 @@ class InMemoryWorkQueue:
         fields["at"] = str(attempt).encode()
         fields["lo"] = consumer.encode()
         fields["ld"] = str(now + lease_ms).encode()
+        fields.setdefault("wk", entry_id.encode())
+        if cap is not None and tenant is not None:
+            tenants.hold_slot(tenant.decode(), task_id, now + lease_ms, now)
         return self._run(record, fence, attempt)
+
+    def _defer(
+        self,
+        partition: int,
+        record: _Record,
+        tenant: str,
+        cap: str,
+        task_id: str,
+        entry_id: str,
+        now: int,
+    ) -> None:
+        """Mirror of ``defer`` in ``lua/includes/claim.lua``: back to the head of its
+        tenant's queue, the tenant parked."""
+        self.drop_entry(partition, entry_id)
+        entry = record.fields.pop("wk", None)
+        if entry is not None:
+            self.drop_entry(partition, entry.decode())
+        tenants = self.partition(partition).tenants
+        tenants.queues.setdefault(tenant, deque()).appendleft(task_id)
+        tenants.settings.setdefault(tenant, f"1 {cap}")
+        tenants.park(tenant, now)
+        tenants.queued += 1
+
+    def enqueue(
+        self, partition: int, tenant: str, settings: str, task_id: str, *, fair: bool
+    ) -> str | None:
+        """Mirror of ``enqueue`` in ``lua/includes/tenants.lua``: the entry ID when the
+        task went straight into the stream, else ``None`` (it joined its tenant's queue)."""
+        if not fair:
+            return self.append(partition, task_id)
+        state = self.partition(partition)
+        tenants = state.tenants
+        queue = tenants.queues.get(tenant)
+        if not queue:
+            if not tenants.ring and not state.undelivered():
+                return self.append(partition, task_id)
+            queue = tenants.queues[tenant] = deque()
+            tenants.join_ring(tenant)
+            if not settings:
+                tenants.settings.pop(tenant, None)
+        queue.append(task_id)
+        if settings:
+            tenants.settings[tenant] = settings
+        tenants.queued += 1
+        return None
+
+    def dispatch(self, partition: int, count: int, now: int) -> int:
+        """Mirror of ``dispatch`` in ``lua/includes/tenants.lua``: up to ``count`` waiting
+        tasks into the stream, in weighted round-robin; how many it added."""
+        tenants = self.partition(partition).tenants
+        due = sorted((at, name) for name, at in tenants.parked.items() if at <= now)
+        for _, name in due[:count]:
+            tenants.unpark(name)
+        top = tenants.lowest(count + 1)
+        if not top:
+            return 0
+        names = [name for name, _ in top]
+        passes = [score for _, score in top]
+        strides, rooms, capped, picks = [], [], [], [0] * len(names)
+        for name in names:
+            weight, cap = settings_of(tenants.settings.get(name))
+            strides.append(STRIDE_UNIT // weight)
+            capped.append(cap > 0)
+            rooms.append(cap - tenants.live_running(name, now) if cap > 0 else count)
+        for _ in range(count):
+            best = None
+            for i in range(len(names)):
+                if picks[i] < rooms[i] and (best is None or passes[i] < passes[best]):
+                    best = i
+            if best is None:
+                break
+            picks[best] += 1
+            passes[best] += strides[best]
+        added = 0
+        for i, name in enumerate(names):
+            waiting = True
+            if picks[i] > 0:
+                queue = tenants.queues.get(name, deque())
+                got = [queue.popleft() for _ in range(min(picks[i], len(queue)))]
+                for task_id in got:
+                    self.append(partition, task_id)
+                added += len(got)
+                waiting = bool(queue)
+                if not queue:
+                    tenants.queues.pop(name, None)
+            if not waiting:
+                tenants.ring.pop(name, None)
+                tenants.settings.pop(name, None)
+            elif capped[i] and picks[i] >= rooms[i]:
+                tenants.park(name, now)
+            elif picks[i] > 0:
+                tenants.ring[name] = passes[i]
+        tenants.queued -= added
+        return added
 
     @staticmethod
     def _run(record: _Record, fence: int, attempt: int) -> Claim:
@@ -214,9 +335,11 @@ class InMemoryWorkQueue:
         if entry.task_id is None or parse_task_id(entry.task_id) is None:
             raise TaskNotFoundError()
         with self.lock:
-            return self._claim_entry(
+            claim = self._claim_entry(
                 entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts
             )
+            backlog = bool(self.partition(entry.partition).tenants.ring)
+        return replace(claim, backlog=backlog)
 
     async def claim_next(
         self,
@@ -226,20 +349,40 @@ class InMemoryWorkQueue:
         count: int,
         lease: timedelta,
         max_attempts: int,
+        wake: bool = False,
     ) -> list[tuple[WorkEntry, Claim]]:
-        """Mirror of ``claim_next.lua``: read up to ``count`` new entries, claim each."""
+        """Mirror of ``claim_next.lua``: read up to ``count`` new entries and claim each,
+        then dispatch the rest of the batch from the tenant queues."""
         lease_ms = _lease_ms(lease)
-        with self.lock:
-            return [
-                (
-                    entry,
-                    self._claim_entry(
-                        entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts
-                    ),
+        out: list[tuple[WorkEntry, Claim]] = []
+
+        def read_and_claim(wanted: int) -> tuple[int, bool]:
+            entries = self.deliver(partition, consumer, wanted)
+            met = 0
+            for entry in entries:
+                if entry.task_id is None:  # a doorbell (every entry here names a task)
+                    self.drop_entry(partition, entry.entry_id)
+                    continue
+                claim = self._claim_entry(
+                    entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts
                 )
-                for entry in self.deliver(partition, consumer, count)
-                if entry.task_id is not None  # every entry here names a task
-            ]
+                out.append((entry, claim))
+                met += 1
+            return met, len(entries) < wanted
+
+        with self.lock:
+            wanted, drained = count, False
+            while wanted > 0 and not drained:
+                met, drained = read_and_claim(wanted)
+                wanted -= met
+            if drained:
+                if wanted > 0:
+                    added = self.dispatch(partition, wanted, self._manager._now())
+                    if added:
+                        read_and_claim(added)
+                if wake and self.partition(partition).tenants.ring:
+                    self.append(partition, "")
+        return out
 
     async def reclaim(
         self, partition: int, *, consumer: str, idle: timedelta, cursor: str, count: int
@@ -273,7 +416,7 @@ class InMemoryWorkQueue:
                     continue
                 pending.consumer, pending.delivered_ms = consumer, now
                 pending.deliveries += 1
-                taken.append(WorkEntry(partition, id_text(entry_id), task_id))
+                taken.append(_entry(partition, entry_id, task_id))
                 wanted -= 1
             if taken:
                 state.consumers[consumer] = now
@@ -287,13 +430,19 @@ class InMemoryWorkQueue:
         with self.lock:
             record = manager._guarded(task_id, encoded)
             now = manager._now()
-            record.fields["ld"] = str(now + lease_ms).encode()
-            record.fields["lo"] = consumer.encode()
-            entry = record.fields.get("wk")
+            fields = record.fields
+            fields["ld"] = str(now + lease_ms).encode()
+            fields["lo"] = consumer.encode()
+            entry = fields.get("wk")
             partition = parse_task_id(task_id)
-            if entry is not None and partition is not None:
-                self._take_over(self.partition(partition), entry.decode(), consumer, now)
-            return record.fields.get("cx") == b"1"
+            assert partition is not None  # _guarded found the record by this ID
+            state = self.partition(partition)
+            if entry is not None:
+                self._take_over(state, entry.decode(), consumer, now)
+            tenant = fields.get("tn")
+            if tenant is not None and "tc" in fields:
+                state.tenants.hold_slot(tenant.decode(), task_id, now + lease_ms, now)
+            return fields.get("cx") == b"1"
 
     async def release(self, task_id: str, *, fence: int) -> None:
         """Mirror of ``release.lua``: a fresh entry, the fence bumped, the attempt undone."""
@@ -313,6 +462,9 @@ class InMemoryWorkQueue:
             fields["at"] = str(attempts).encode()
             fields["ld"] = b"0"
             fields.pop("lo", None)
+            tenant = fields.get("tn")
+            if tenant is not None and "tc" in fields:
+                self.partition(partition).tenants.release_slot(tenant.decode(), task_id)
 
     async def requeue(self, entry: WorkEntry) -> None:
         """Mirror of ``requeue.lua``: a delivered, unclaimed entry goes to the tail."""
@@ -358,7 +510,13 @@ class InMemoryWorkQueue:
                     del state.consumers[name]
 
     async def depth(self, partition: int) -> QueueDepth:
-        """``XLEN`` and the ``XPENDING`` summary's count of ``partition``."""
+        """``XLEN``, the ``XPENDING`` summary's count, ``queued`` and the tenants waiting."""
         with self.lock:
             state = self.partition(partition)
-            return QueueDepth(len(state.entries), len(state.pending))
+            tenants = state.tenants
+            return QueueDepth(
+                len(state.entries),
+                len(state.pending),
+                tenants.queued,
+                len(tenants.ring) + len(tenants.parked),
+            )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
+from ._memory_tenants import Tenants
 from ._work_queue import WorkEntry
 
 if TYPE_CHECKING:
@@ -50,9 +51,11 @@ class Pending:
 
 @dataclass(slots=True)
 class Partition:
-    """One partition's work stream and its consumer group."""
+    """One partition's work stream and its consumer group, and its tenant queues."""
 
-    entries: dict[EntryId, str] = field(default_factory=dict)  # ID -> task ID, in ID order
+    tenants: Tenants
+    # ID -> task ID (a doorbell: ""), in ID order
+    entries: dict[EntryId, str] = field(default_factory=dict)
     last_id: EntryId = (0, 0)
     # Entries above the group's last delivered ID, in ID order (some since deleted):
     # what ``XREADGROUP >`` hands out next.
@@ -60,6 +63,11 @@ class Partition:
     pending: dict[EntryId, Pending] = field(default_factory=dict)
     consumers: dict[str, int] = field(default_factory=dict)  # name -> last seen (ms)
     waiting: set[asyncio.Event] = field(default_factory=set)
+
+    def undelivered(self) -> bool:
+        """Whether an entry no consumer was given yet is in the stream (tenants.lua's
+        ``undelivered``)."""
+        return any(entry_id in self.entries for entry_id in self.fresh)
 
 
 class Reader:

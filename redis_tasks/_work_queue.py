@@ -33,32 +33,40 @@ __all__ = ["QueueDepth", "WorkEntry", "WorkQueue", "WorkReader", "WorkerBackend"
 class WorkEntry:
     """One entry of a partition's work queue, delivered to a consumer.
 
-    ``task_id`` is ``None`` when the entry names no valid task ID (nothing this
-    library wrote): such an entry is dropped, or it would be delivered forever.
+    ``task_id`` is ``None`` when the entry names no valid task ID: a *doorbell*
+    (``doorbell``: rung by a busy worker's batch claim so that a blocked worker
+    wakes and claims the tasks waiting in the tenant queues itself), or nothing
+    this library wrote. Either is dropped, or it would be delivered forever.
     """
 
     partition: int
     entry_id: str
     task_id: str | None
+    doorbell: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class QueueDepth:
-    """How much work one partition holds: its entries, and those delivered to a consumer.
+    """How much work one partition holds: its entries, those delivered to a consumer,
+    and the tasks waiting in its tenant queues.
 
     ``entries`` counts every entry in the partition's queue (``XLEN``): waiting
     for a worker, or delivered and not yet finished. ``pending`` counts the
     delivered ones (the group's pending list, which may still name an entry
-    deleted since), so ``backlog`` is what no worker has read yet.
+    deleted since). ``queued`` counts the tasks waiting in the tenant queues (not
+    yet dispatched to the stream), and ``tenants`` the tenants they belong to
+    (ring and parked), so ``backlog`` is what no worker has read yet.
     """
 
     entries: int
     pending: int
+    queued: int = 0
+    tenants: int = 0
 
     @property
     def backlog(self) -> int:
-        """Entries no worker has read yet (never below zero)."""
-        return max(self.entries - self.pending, 0)
+        """Tasks no worker has read yet (never below zero)."""
+        return max(self.entries - self.pending, 0) + self.queued
 
 
 class WorkReader(Protocol):
@@ -108,9 +116,13 @@ class WorkQueue(Protocol):
         count: int,
         lease: timedelta,
         max_attempts: int,
+        wake: bool = False,
     ) -> list[tuple[WorkEntry, Claim]]:
         """Read up to ``count`` new entries of ``partition`` for ``consumer`` and claim
-        each, in one step; an entry that names no task was dropped (its claim EXPIRED)."""
+        each, in one step; when the queue runs out of entries, the rest of the batch
+        comes from the tenant queues in weighted round-robin. An entry that names no
+        task was dropped (its claim EXPIRED). ``wake`` (the caller has no free slot
+        left) rings the doorbell if tasks still wait: a blocked worker wakes."""
         ...
 
     async def reclaim(
@@ -146,8 +158,9 @@ class WorkQueue(Protocol):
         ...
 
     async def depth(self, partition: int) -> QueueDepth:
-        """How many entries ``partition`` holds and how many of them are delivered: two
-        counters the backend keeps anyway (no scan), for the backlog gauge."""
+        """How many entries ``partition`` holds, how many of them are delivered, how
+        many tasks wait in its tenant queues and for how many tenants: counters the
+        backend keeps anyway (no scan), for the backlog gauges."""
         ...
 
 

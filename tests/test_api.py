@@ -28,6 +28,7 @@ EXPORTED = [
     "Limits",
     "PartitionView",
     "PickupHistogram",
+    "QuotaExceededError",
     "RedisTaskManager",
     "RedisTasksError",
     "ReplicationError",
@@ -98,3 +99,4 @@ def test_every_error_derives_from_the_root_and_the_tree_is_documented() -> None:
     assert issubclass(redis_tasks.TaskTerminalError, redis_tasks.InvalidTransitionError)
     assert issubclass(redis_tasks.LimitExceededError, redis_tasks.ValidationError)
     assert issubclass(redis_tasks.BackendError, redis_tasks.InternalError)
+    assert issubclass(redis_tasks.QuotaExceededError, redis_tasks.CapacityError)

@@ -366,9 +366,13 @@ def answer_for(request: InputRequest, how: str) -> Any:
     return ANSWERS["decline"] if how == "decline" else ELICIT_ANSWER
 
 
-def placed_in(partition: int) -> Callable[[int], str]:
+def placed_in(partition: int) -> Callable[[int, int | None], str]:
     """A task-ID generator like ``new_task_id`` that always picks ``partition``."""
-    return lambda _partitions: f"{partition}.{new_task_id(1).split('.', 1)[1]}"
+
+    def generate(_partitions: int, _home: int | None = None) -> str:
+        return f"{partition}.{new_task_id(1).split('.', 1)[1]}"
+
+    return generate
 
 
 def finder(ctx: RequestContext) -> Callable[[TaskManager, str], Awaitable[Task | None]]:

@@ -145,10 +145,17 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def test_each_script_gets_the_includes_it_names_and_what_they_need() -> None:
     assert lua.scripts["find"].includes == ("common",)
-    # claim.lua names only claim, which needs common: common comes first.
-    assert lua.scripts["claim"].includes == ("common", "claim")
-    assert lua.scripts["claim_next"].includes == ("common", "keys", "claim")
-    assert "local function is_task_id" not in lua.scripts["claim"].source
+    # claim.lua names keys and claim; claim needs common, keys, tenants (which needs
+    # common and keys) and terminal: each include comes after those it needs.
+    assert lua.scripts["claim"].includes == ("keys", "common", "tenants", "terminal", "claim")
+    assert lua.scripts["claim_next"].includes == (
+        "common",
+        "keys",
+        "tenants",
+        "terminal",
+        "claim",
+    )
+    assert "local function is_task_id" not in lua.scripts["find"].source
     assert "local function claim_entry" not in lua.scripts["finish"].source
 
 
@@ -156,10 +163,16 @@ def test_the_order_includes_are_named_in_does_not_matter(tmp_path: Path) -> None
     directory = _copy_of_lua(tmp_path)
     _edit(
         directory / "claim_next.lua",
-        "Includes: common, keys, claim",
-        "Includes: claim, keys, common",
+        "Includes: common, keys, tenants, claim",
+        "Includes: claim, tenants, keys, common",
     )
-    assert lua.load_all(directory)["claim_next"].includes == ("common", "claim", "keys")
+    assert lua.load_all(directory)["claim_next"].includes == (
+        "common",
+        "keys",
+        "tenants",
+        "terminal",
+        "claim",
+    )
 
 
 @pytest.mark.parametrize(
@@ -167,8 +180,8 @@ def test_the_order_includes_are_named_in_does_not_matter(tmp_path: Path) -> None
     [
         (
             "claim_next.lua",
-            "Includes: common, keys, claim",
-            "Includes: common, claim",
+            "Includes: common, keys, tenants, claim",
+            "Includes: common, tenants, claim",
             "claim_next.lua uses is_task_id, task_keys of include keys, not included",
         ),
         (
@@ -185,8 +198,8 @@ def test_the_order_includes_are_named_in_does_not_matter(tmp_path: Path) -> None
         ),
         (
             "includes/claim.lua",
-            "-- Includes: common\n",
-            "",
+            "-- Includes: common, keys, tenants, terminal\n",
+            "-- Includes: keys, tenants, terminal\n",
             "claim.lua uses .* of include common, not included",
         ),
         (

@@ -12,6 +12,11 @@ in-memory queue must match.
 
 Time is real (the Redis server's clock cannot be moved): leases and idle times
 in these tests are a few hundred milliseconds, and a test sleeps past them.
+
+The managers here dispatch first come, first served (``fair_dispatch=False``):
+every task's entry goes straight into the stream, whose mechanics these tests
+are about. Fair dispatch from the tenant queues has its own suite
+(``tests/test_tenants.py``).
 """
 
 from __future__ import annotations
@@ -137,12 +142,12 @@ def _text(value: object) -> str:
 async def subject(request: pytest.FixtureRequest, prefix: str) -> AsyncIterator[Subject]:
     """A one-partition manager of each backend, entered."""
     if request.param == "memory":
-        memory = InMemoryTaskManager(partitions=1)
+        memory = InMemoryTaskManager(partitions=1, fair_dispatch=False)
         async with memory:
             yield MemorySubject(memory)
         return
     url = server_url(request, request.param)
-    redis = RedisTaskManager.from_url(url, prefix=prefix, partitions=1)
+    redis = RedisTaskManager.from_url(url, prefix=prefix, partitions=1, fair_dispatch=False)
     async with redis:
         yield RedisSubject(request.param, redis)
 

@@ -1,11 +1,12 @@
 -- claim_entry(), the claim of a work entry, for claim and claim_next.
--- Includes: common
+-- Includes: common, keys, tenants, terminal
 
--- The pickup histogram's bucket (an index of PICKUP_FIELDS) of a first claim
--- of `entry_id` at `now`: from the entry's ID, stamped by this server's clock
--- when the task was enqueued, so no host's clock skews it.
-local function pickup_bucket(entry_id, now)
-  local waited = now - (tonumber(string.match(entry_id, '^(%d+)')) or now)
+-- The pickup histogram's bucket (an index of PICKUP_FIELDS) of a first claim at
+-- `now` of a task created at `created` (the record's `ca`): both on this server's
+-- clock, so no host's clock skews it. From the creation, not from the work entry,
+-- which a task waiting in its tenant's queue gets only when it is dispatched.
+local function pickup_bucket(created, now)
+  local waited = now - (tonumber(created) or now)
   for i = 1, #PICKUP_BOUNDS do
     if waited <= PICKUP_BOUNDS[i] then
       return i
@@ -22,16 +23,38 @@ local function record_pickups(stats_key, pickups)
   end
 end
 
+-- A capped tenant is at its cap: its task goes back to the head of its queue (it
+-- keeps its place in the tenant's order), its entry is dropped, and the tenant
+-- waits parked; nothing else about the task changes (no attempt is counted).
+-- keys: as claim_entry's
+local function defer(keys, tag, tenant, cap, task_id, entries, now)
+  for _, entry in pairs(entries) do
+    drop_entry(keys[6], entry)
+  end
+  redis.call('HDEL', keys[1], 'wk')
+  redis.call('LPUSH', tag .. KEY_QUEUE .. tenant, task_id)
+  -- A tenant that never queued here (its tasks went straight to the stream) has no
+  -- settings yet: its cap at least (its weight comes with its next queued create).
+  redis.call('HSETNX', tag .. KEY_TENANTS, tenant, '1 ' .. cap)
+  park(tag, tenant, tag .. KEY_RUN .. tenant, now)
+  redis.call('HINCRBY', keys[8], STATS_QUEUED, 1)
+  redis.call('HINCRBY', keys[8], STATS_DEFERRED, 1)
+end
+
 -- The claim of one work entry, shared by claim (an entry the worker read or
 -- reclaimed) and claim_next (entries read inside the script). See claim.lua's
 -- header for the outcomes. A first claim that runs the task is counted in
--- `pickups` (see record_pickups).
+-- `pickups` (see record_pickups). A task of a capped tenant (the record's `tc`)
+-- runs only while fewer than its cap of the tenant's tasks hold a live lease
+-- (the tenant's run set, in this partition: a capped tenant's tasks all live in
+-- its home partition); otherwise it is deferred back to its tenant's queue.
 -- keys: {task, requests, issued, answers, journal, work, events, stats}
 local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
                            poison_error, event_opts, pickups)
   local task_key = keys[1]
   local work_key = keys[6]
-  local t = hmget(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo', 'tp')
+  local t = hmget(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo', 'tp',
+    'tn', 'oq', 'tc', 'ca')
   local status = t[1]
   if not status then
     drop_entry(work_key, entry_id)
@@ -51,14 +74,27 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     return {RC_LEASE_HELD}
   end
   local entry = t[7] or entry_id
+  local account = {t[12], t[13], t[14]}
   if t[4] == '1' then
-    terminate(keys, task_id, entry, t[6], ST_CANCELLED, nil, '', '', event_opts)
+    terminate(keys, task_id, entry, t[6], ST_CANCELLED, nil, '', '', event_opts, account)
     return {RC_CANCELLED}
   end
   local attempt = (tonumber(t[3]) or 0) + 1
   if attempt > max_attempts then
-    terminate(keys, task_id, entry, t[6], ST_FAILED, nil, 'er', poison_error, event_opts)
+    terminate(keys, task_id, entry, t[6], ST_FAILED, nil, 'er', poison_error, event_opts,
+      account)
     return {RC_POISONED}
+  end
+  local run_key = nil
+  local cap = tonumber(t[14])
+  if cap and t[12] then
+    local tag = tag_of(task_key, task_id)
+    run_key = tag .. KEY_RUN .. t[12]
+    local mine = tonumber(redis.call('ZSCORE', run_key, task_id))
+    if not (mine and mine > now) and running(run_key, now) >= cap then
+      defer(keys, tag, t[12], t[14], task_id, {entry_id, t[7] ~= entry_id and t[7] or nil}, now)
+      return {RC_DEFERRED}
+    end
   end
   -- Two workers claiming in the same millisecond (one of them on a promoted
   -- replica that lost the other's claim) still get different fences.
@@ -67,10 +103,22 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     tiebreak = (tiebreak * 31 + string.byte(consumer, i)) % 1024
   end
   local fence = math.max((tonumber(t[2]) or 0) + 1, now * 1024 + tiebreak)
-  redis.call('HSET', task_key, 'fn', int_text(fence), 'at', int_text(attempt),
-    'lo', consumer, 'ld', int_text(now + lease_ms))
+  local deadline = now + lease_ms
+  local fields = {'fn', int_text(fence), 'at', int_text(attempt), 'lo', consumer,
+    'ld', int_text(deadline)}
+  if not t[7] then
+    -- Dispatched from its tenant's queue inside this script: this is its entry.
+    fields[#fields + 1] = 'wk'
+    fields[#fields + 1] = entry_id
+  end
+  redis.call('HSET', task_key, unpack(fields))
+  if run_key then
+    redis.call('ZREMRANGEBYSCORE', run_key, '-inf', int_text(now))
+    redis.call('ZADD', run_key, int_text(deadline), task_id)
+    expire_with_last(run_key)
+  end
   if attempt == 1 then
-    local bucket = pickup_bucket(entry_id, now)
+    local bucket = pickup_bucket(t[15], now)
     pickups[bucket] = (pickups[bucket] or 0) + 1
   end
   return {RC_OK, fence, attempt, t[8], t[9] or '', t[11] or ''}

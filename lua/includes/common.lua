@@ -9,6 +9,12 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Microseconds on the same clock (the create rate's GCRA counts in them).
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
 -- Integers as decimal text; tostring() would switch to exponent notation.
 local function int_text(n)
   return string.format('%d', n)
@@ -175,41 +181,6 @@ local function worker_guard(status, stored_fence, given_fence)
     return RC_TERMINAL
   end
   return RC_OK
-end
-
--- The one terminal write, shared by finish and claim (cancelled or poisoned at
--- claim). Outcome and terminal status land together; the work entry is
--- acknowledged and deleted; data no longer needed is dropped (the payload, the
--- lease, the trace context: nothing runs the task again); the partition's stats
--- count the transition under its status (what `redis-tasks inspect` shows).
--- keys: {task, requests, issued, answers, journal, work, events, stats}
-local function terminate(keys, task_id, entry, last_update, status, message,
-                         outcome_field, outcome, event_opts)
-  local task_key = keys[1]
-  local fields = {'st', status, 'ua', int_text(next_update(now_ms(), last_update))}
-  if message then
-    add_field(fields, 'sm', message)
-  end
-  if outcome_field ~= '' then
-    add_field(fields, outcome_field, outcome)
-  end
-  -- Old pieces go before the new value lands: a shorter message must not be
-  -- joined with the tail of a longer one.
-  local dropped = add_pieces(add_pieces({'pl', 'wk', 'ld', 'lo', 'tp'}, 'pl'), 'sm')
-  add_pieces(dropped, 'tp')
-  if not message then
-    dropped[#dropped + 1] = 'sm'
-  end
-  redis.call('HDEL', task_key, unpack(dropped))
-  redis.call('HSET', task_key, unpack(fields))
-  redis.call('DEL', keys[2], keys[3], keys[4], keys[5])
-  if entry then
-    -- pcall: an operator may have deleted the group; the entry goes regardless.
-    redis.pcall('XACK', keys[6], WORK_GROUP, entry)
-    redis.call('XDEL', keys[6], entry)
-  end
-  redis.call('HINCRBY', keys[8], status, 1)
-  emit(keys[7], event_opts, task_id)
 end
 
 -- Acknowledge and delete a work entry that will never run.

@@ -30,3 +30,15 @@ local function task_keys(tag, task_id, work_key, events_key, stats_key)
   return {base, base .. KEY_REQUESTS, base .. KEY_ISSUED, base .. KEY_ANSWERS,
     base .. KEY_JOURNAL, work_key, events_key, stats_key}
 end
+
+-- The tag of the partition a task's record key `task_key` lives in (the key is
+-- the tag, KEY_TASK, then the task ID): how a script that was given a task's
+-- keys names its partition's tenant keys.
+local function tag_of(task_key, task_id)
+  return string.sub(task_key, 1, #task_key - #KEY_TASK - #task_id)
+end
+
+-- The partition number (as text) of the tag `tag` ({<prefix>:<partition>.<salt>}).
+local function tag_partition(tag)
+  return string.match(tag, ':(%d+)%.%d+}$')
+end

@@ -23,6 +23,7 @@ from redis_tasks._models import TaskRequestContext
 from redis_tasks._origin import TaskOrigin
 from redis_tasks._redis import scripts as lua
 from redis_tasks._redis.manager import RedisTaskManager
+from redis_tasks._tenancy import admission
 
 from ._adapter import ORIGIN, WHO, delete_prefix
 from ._bench_base import MEMORY_WARM, BenchBase, latencies
@@ -240,6 +241,9 @@ class OurScenarios(BenchBase):
             # The creates' grant keys differ as their IDs do (redis-benchmark fills
             # in __rand_int__ in every argument); the digest stored is any one.
             digest = keys.binding_digest(*grant)
+            # One tenant, WHO's binding, as create_task admits it by default.
+            who = admission(manager.limits, *grant, None, 1)
+            tenant = manager.keyspace.tenant(0, who.tenant)
             create = _evalsha(
                 lua.create(
                     task=fresh.task,
@@ -247,6 +251,11 @@ class OurScenarios(BenchBase):
                     events=fresh.events,
                     grant=fresh.grant_prefix + "b__rand_int__",
                     stats=fresh.stats,
+                    ring=tenant.ring,
+                    tenants=tenant.tenants,
+                    queue=tenant.queue,
+                    open=tenant.open,
+                    rate=tenant.rate,
                     task_id="b__rand_int__",
                     binding=digest,
                     origin=ORIGIN.to_persisted_string().encode(),
@@ -256,6 +265,13 @@ class OurScenarios(BenchBase):
                     metadata=b"",
                     event_opts="10000",
                     trace_context=b"",
+                    tenant=who.tenant,
+                    settings=who.settings,
+                    cap=who.cap,
+                    max_open=who.max_open,
+                    rate_us=who.rate_us,
+                    burst_us=who.burst_us,
+                    fair=int(manager.fair_dispatch),
                 )
             )
             find = _evalsha(

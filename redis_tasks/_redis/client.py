@@ -23,10 +23,10 @@ from typing import Any, Final, TypeAlias
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, parse_url
 from redis.backoff import NoBackoff
-from redis.exceptions import ResponseError
+from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.retry import Retry
 
-from redis_tasks._errors import BackendError, RedisTasksError
+from redis_tasks._errors import BackendError, CapacityError, RedisTasksError
 
 __all__ = ["CLIENT_ERRORS", "Client", "ConnectionSettings", "backend_errors", "is_cluster"]
 
@@ -134,12 +134,17 @@ class _BackendErrors:
             return  # nothing, ours already, or a cancellation: it goes on as it is
         if isinstance(exc, TimeoutError):
             raise BackendError("Redis call timed out") from exc
+        if isinstance(exc, OutOfMemoryError):
+            # A script's first write refused under maxmemory (noeviction): it wrote
+            # nothing. Full, not down: the caller may tell its client so.
+            raise CapacityError("Redis is out of memory (maxmemory): nothing was stored") from exc
         raise BackendError("Redis call failed") from exc
 
 
 #: ``with backend_errors:`` is the one mapping of client failures to the exception
 #: tree: a timeout or any client error becomes :class:`BackendError` (cause
-#: attached, a message naming none); the library's own errors pass through.
+#: attached, a message naming none), except an out-of-memory refusal, which is a
+#: :class:`CapacityError`; the library's own errors pass through.
 backend_errors: Final = _BackendErrors()
 
 

@@ -114,6 +114,8 @@ class RedisContract(TaskManagerBase):
     async def _create(self, new: NewTask) -> int:
         """One ``create`` script call: stored, enqueued and announced atomically."""
         keys = self._worker_keys(new.task_id)
+        admitted = new.admission
+        tenant = self._keys.tenant(keys.partition, admitted.tenant)
         reply = await self._runner.run(
             lua.create(
                 task=keys.task,
@@ -121,6 +123,11 @@ class RedisContract(TaskManagerBase):
                 events=keys.events,
                 grant=keys.grant(new.endpoint, new.binding),
                 stats=keys.stats,
+                ring=tenant.ring,
+                tenants=tenant.tenants,
+                queue=tenant.queue,
+                open=tenant.open,
+                rate=tenant.rate,
                 task_id=new.task_id,
                 binding=keys.binding_digest(new.endpoint, new.binding),
                 origin=new.origin,
@@ -130,6 +137,13 @@ class RedisContract(TaskManagerBase):
                 metadata=new.metadata,
                 event_opts=self._events,
                 trace_context=new.trace_context,
+                tenant=admitted.tenant,
+                settings=admitted.settings,
+                cap=admitted.cap,
+                max_open=admitted.max_open,
+                rate_us=admitted.rate_us,
+                burst_us=admitted.burst_us,
+                fair=int(self._fair),
             ),
             durable=True,
         )

@@ -17,7 +17,6 @@ from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import InternalError
 from redis_tasks._ids import parse_task_id
 from redis_tasks._inspection import (
-    CREATED_FIELD,
     ConsumerView,
     Inspection,
     LeaseView,
@@ -28,6 +27,7 @@ from redis_tasks._inspection import (
     stats_counts,
 )
 from redis_tasks._json import unpack
+from redis_tasks._stats import CREATED_FIELD
 
 from . import scripts as lua
 

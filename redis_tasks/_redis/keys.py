@@ -15,6 +15,15 @@ single slot::
     {rt:7.42}:events           stream, MAXLEN ~ bounded: one task-ID entry per change
     {rt:7.42}:stats            hash: terminal transitions by status, a pickup histogram
                                (the counters ``redis-tasks inspect`` reads)
+    {rt:7.42}:ring             sorted set: tenants with tasks waiting, by pass (fair dispatch)
+    {rt:7.42}:parked           sorted set: tenants at their concurrency cap, by when to look again
+    {rt:7.42}:tenants          hash: a waiting tenant's settings ("<weight> <cap>"), if not default
+    {rt:7.42}:tq:<tenant>      list: the tenant's waiting task IDs, oldest first
+    {rt:7.42}:run:<tenant>     sorted set: a capped tenant's running task IDs, by lease deadline
+    {rt:7.42}:open:<tenant>    sorted set: a tenant's open task IDs, by expiry (with a quota)
+    {rt:7.42}:rate:<tenant>    string: a tenant's GCRA arrival time in µs (with a rate)
+
+``<tenant>`` is the tenant's digest (:mod:`redis_tasks._tenancy`), never its key.
 
 The tag of partition ``p`` is ``{<prefix>:<p>.<s>}`` for the smallest ``s`` whose
 slot falls in a 64-slot window at the bit-reversed position of ``p``: partitions
@@ -25,6 +34,10 @@ cluster's primaries (6/5/5 on three). Every process computes the same tags.
 Every task key expires at ``created + ttl``; the two streams and the stats hash
 are per-partition infrastructure (:data:`PARTITION_SUFFIXES`), bounded by
 acknowledgement (work), by MAXLEN (events) and by a fixed set of fields (stats).
+So are the tenant queues and the ring, parked set and tenants hash that order
+them (:data:`QUEUE_INFIX`, :data:`TENANT_SUFFIXES`): like the work stream, they
+hold a task until a worker meets it, and empty ones are gone. The run, open and
+rate keys of a tenant expire with what they count.
 """
 
 from __future__ import annotations
@@ -45,14 +58,23 @@ __all__ = [
     "GRANT_INFIX",
     "ISSUED_SUFFIX",
     "JOURNAL_SUFFIX",
+    "OPEN_INFIX",
+    "PARKED_SUFFIX",
     "PARTITION_SUFFIXES",
+    "QUEUE_INFIX",
+    "RATE_INFIX",
     "REQUESTS_SUFFIX",
+    "RING_SUFFIX",
+    "RUN_INFIX",
     "STATS_SUFFIX",
     "TASK_INFIX",
+    "TENANTS_SUFFIX",
+    "TENANT_SUFFIXES",
     "WORK_GROUP",
     "WORK_SUFFIX",
     "KeySpace",
     "TaskKeys",
+    "TenantKeys",
 ]
 
 #: The consumer group every worker reads the work streams through.
@@ -74,8 +96,19 @@ GRANT_INFIX: Final = ":g:"
 WORK_SUFFIX: Final = ":work"
 EVENTS_SUFFIX: Final = ":events"
 STATS_SUFFIX: Final = ":stats"
-#: The suffixes of a partition's lasting keys: the only keys with no expiry.
-PARTITION_SUFFIXES: Final = (WORK_SUFFIX, EVENTS_SUFFIX, STATS_SUFFIX)
+#: After the tag: the fair-dispatch ring, the parked tenants, the tenant settings.
+RING_SUFFIX: Final = ":ring"
+PARKED_SUFFIX: Final = ":parked"
+TENANTS_SUFFIX: Final = ":tenants"
+TENANT_SUFFIXES: Final = (RING_SUFFIX, PARKED_SUFFIX, TENANTS_SUFFIX)
+#: Between the tag and a tenant's digest: its queue, run set, open set, rate state.
+QUEUE_INFIX: Final = ":tq:"
+RUN_INFIX: Final = ":run:"
+OPEN_INFIX: Final = ":open:"
+RATE_INFIX: Final = ":rate:"
+#: The suffixes of a partition's lasting keys: with the tenant queues (QUEUE_INFIX),
+#: the only keys with no expiry.
+PARTITION_SUFFIXES: Final = (WORK_SUFFIX, EVENTS_SUFFIX, STATS_SUFFIX, *TENANT_SUFFIXES)
 _PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
@@ -96,6 +129,7 @@ class TaskKeys:
     task: str
     grant_prefix: str  # the partition's tag and ":g:"; the grant key adds a digest
     task_id: str
+    partition: int
     requests: str
     issued: str
     answers: str
@@ -121,6 +155,17 @@ class TaskKeys:
         """What the record keeps (``bd``) instead of the endpoint and partition key, and
         each client-facing script compares with the caller's: 96 bits, 16 characters."""
         return _digest(b"rt-binding", self.task_id, endpoint, binding, 12)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantKeys:
+    """The keys of one tenant in one partition, and the partition's tenant keys."""
+
+    ring: str
+    tenants: str
+    queue: str
+    open: str
+    rate: str
 
 
 _SLOT_BITS: Final = 14  # 16384 slots
@@ -181,6 +226,7 @@ class KeySpace:
             task=base,
             grant_prefix=tag + GRANT_INFIX,
             task_id=task_id,
+            partition=partition,
             requests=base + REQUESTS_SUFFIX,
             issued=base + ISSUED_SUFFIX,
             answers=base + ANSWERS_SUFFIX,
@@ -202,9 +248,31 @@ class KeySpace:
         """The stats hash of ``partition`` (counters the scripts keep for inspection)."""
         return self.tag(partition) + STATS_SUFFIX
 
+    def tenant(self, partition: int, digest: str) -> TenantKeys:
+        """The keys of the tenant with ``digest`` in ``partition`` (see the module)."""
+        tag = self.tag(partition)
+        return TenantKeys(
+            ring=tag + RING_SUFFIX,
+            tenants=tag + TENANTS_SUFFIX,
+            queue=tag + QUEUE_INFIX + digest,
+            open=tag + OPEN_INFIX + digest,
+            rate=tag + RATE_INFIX + digest,
+        )
+
+    def ring(self, partition: int) -> str:
+        """The ring of ``partition``'s tenants with tasks waiting."""
+        return self.tag(partition) + RING_SUFFIX
+
+    def parked(self, partition: int) -> str:
+        """The parked tenants of ``partition`` (at their concurrency cap)."""
+        return self.tag(partition) + PARKED_SUFFIX
+
     def is_partition_key(self, key: str) -> bool:
-        """Whether ``key`` is one of a partition's lasting keys (streams, stats)."""
-        return key.endswith(PARTITION_SUFFIXES) and TASK_INFIX not in key
+        """Whether ``key`` is one of a partition's lasting keys (streams, stats, the
+        fair-dispatch keys and the tenant queues)."""
+        if TASK_INFIX in key:
+            return False
+        return key.endswith(PARTITION_SUFFIXES) or QUEUE_INFIX in key
 
     def pattern(self) -> str:
         """A ``SCAN MATCH`` / ACL key pattern covering every key of this prefix."""

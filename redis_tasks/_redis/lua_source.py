@@ -24,9 +24,17 @@ from redis_tasks._ids import (
     PARTITION_DIGITS,
     RANDOM_CHARS,
 )
-from redis_tasks._inspection import CREATED_FIELD, PICKUP_BOUNDS_MS, PICKUP_FIELDS
 from redis_tasks._record import LONG_FIELDS, MAX_PIECES, PIECE_BYTES, RECORD_FIELDS
+from redis_tasks._stats import (
+    CREATED_FIELD,
+    DEFERRED_FIELD,
+    PICKUP_BOUNDS_MS,
+    PICKUP_FIELDS,
+    QUEUED_FIELD,
+    REFUSED_FIELDS,
+)
 from redis_tasks._status import TERMINAL_STATUSES, TaskStatus
+from redis_tasks._tenancy import STRIDE_UNIT
 
 from .keys import (
     ANSWERS_SUFFIX,
@@ -34,9 +42,16 @@ from .keys import (
     GRANT_INFIX,
     ISSUED_SUFFIX,
     JOURNAL_SUFFIX,
+    OPEN_INFIX,
+    PARKED_SUFFIX,
+    QUEUE_INFIX,
+    RATE_INFIX,
     REQUESTS_SUFFIX,
+    RING_SUFFIX,
+    RUN_INFIX,
     STATS_SUFFIX,
     TASK_INFIX,
+    TENANTS_SUFFIX,
     WORK_GROUP,
     WORK_SUFFIX,
 )
@@ -157,6 +172,16 @@ CONSTANTS: Final[dict[str, str]] = {
     "KEY_WORK": lua_string(WORK_SUFFIX),
     "KEY_EVENTS": lua_string(EVENTS_SUFFIX),
     "KEY_STATS": lua_string(STATS_SUFFIX),
+    "KEY_RING": lua_string(RING_SUFFIX),
+    "KEY_PARKED": lua_string(PARKED_SUFFIX),
+    "KEY_TENANTS": lua_string(TENANTS_SUFFIX),
+    "KEY_QUEUE": lua_string(QUEUE_INFIX),
+    "KEY_RUN": lua_string(RUN_INFIX),
+    "KEY_OPEN": lua_string(OPEN_INFIX),
+    "KEY_RATE": lua_string(RATE_INFIX),
+    "STRIDE_UNIT": str(STRIDE_UNIT),
+    # How Redis writes a +inf score in a reply (a task kept forever in an open set).
+    "SCORE_INF": lua_string("inf"),
     "TASK_ID_PATTERN": lua_string(_task_id_pattern()),
     "PARTITION_DIGITS": str(PARTITION_DIGITS),
     "MAX_PARTITIONS": str(MAX_PARTITIONS),
@@ -164,6 +189,10 @@ CONSTANTS: Final[dict[str, str]] = {
     "PIECE_BYTES": str(PIECE_BYTES),
     "MAX_PIECES": str(MAX_PIECES),
     "STATS_CREATED": lua_string(CREATED_FIELD),
+    "STATS_QUEUED": lua_string(QUEUED_FIELD),
+    "STATS_DEFERRED": lua_string(DEFERRED_FIELD),
+    "STATS_REFUSED_QUOTA": lua_string(REFUSED_FIELDS["quota"]),
+    "STATS_REFUSED_RATE": lua_string(REFUSED_FIELDS["rate"]),
     "PICKUP_BOUNDS": "{" + ", ".join(str(ms) for ms in PICKUP_BOUNDS_MS) + "}",
     "PICKUP_FIELDS": "{" + ", ".join(lua_string(name) for name in PICKUP_FIELDS) + "}",
 }

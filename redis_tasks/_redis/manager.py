@@ -70,8 +70,9 @@ class RedisTaskManager(RedisContract):
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
         close_client: bool = False,
+        fair_dispatch: bool = True,
     ) -> None:
-        super().__init__(limits, partitions)
+        super().__init__(limits, partitions, fair_dispatch=fair_dispatch)
         if timeout <= 0 or events_maxlen < 1:
             raise ValueError("timeout and events_maxlen must be positive")
         if wait_replicas < 0:
@@ -117,6 +118,7 @@ class RedisTaskManager(RedisContract):
         cluster: bool | None = None,
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
+        fair_dispatch: bool = True,
         **redis_options: Any,
     ) -> RedisTaskManager:
         """Connect to ``url`` (``redis://`` or ``rediss://``); the manager owns the connections.
@@ -143,6 +145,7 @@ class RedisTaskManager(RedisContract):
             wait_replicas=wait_replicas,
             wait_timeout=wait_timeout,
             close_client=True,
+            fair_dispatch=fair_dispatch,
         )
         manager._settings = settings
         manager._url = (url, {**redis_options, "max_connections": max_connections})

@@ -105,6 +105,11 @@ def create(
     events: str,
     grant: str,
     stats: str,
+    ring: str,
+    tenants: str,
+    queue: str,
+    open: str,
+    rate: str,
     task_id: str,
     binding: str,
     origin: bytes,
@@ -114,11 +119,35 @@ def create(
     metadata: bytes,
     event_opts: str,
     trace_context: bytes,
+    tenant: str,
+    settings: str,
+    cap: int,
+    max_open: int,
+    rate_us: int,
+    burst_us: int,
+    fair: int,
 ) -> Call:
     return (
         scripts["create"],
-        (task, work, events, grant, stats),
-        (task_id, binding, origin, payload, ttl_ms, poll_ms, metadata, event_opts, trace_context),
+        (task, work, events, grant, stats, ring, tenants, queue, open, rate),
+        (
+            task_id,
+            binding,
+            origin,
+            payload,
+            ttl_ms,
+            poll_ms,
+            metadata,
+            event_opts,
+            trace_context,
+            tenant,
+            settings,
+            cap,
+            max_open,
+            rate_us,
+            burst_us,
+            fair,
+        ),
     )
 
 
@@ -284,17 +313,20 @@ def claim_next(
     max_attempts: int,
     poison_error: bytes,
     event_opts: str,
+    wake: int,
 ) -> Call:
     return (
         scripts["claim_next"],
         (work, events, stats),
-        (tag, consumer, count, lease_ms, max_attempts, poison_error, event_opts),
+        (tag, consumer, count, lease_ms, max_attempts, poison_error, event_opts, wake),
     )
 
 
 @_binding
-def renew(*, task: str, work: str, fence: bytes, consumer: str, lease_ms: int) -> Call:
-    return scripts["renew"], (task, work), (fence, consumer, lease_ms)
+def renew(
+    *, task: str, work: str, task_id: str, fence: bytes, consumer: str, lease_ms: int
+) -> Call:
+    return scripts["renew"], (task, work), (task_id, fence, consumer, lease_ms)
 
 
 @_binding

@@ -28,6 +28,7 @@ from redis_tasks._errors import BackendError, TaskNotFoundError
 from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from redis_tasks._record import decode_origin
+from redis_tasks._stats import QUEUED_FIELD
 from redis_tasks._work_queue import QueueDepth, WorkEntry
 
 from . import scripts as lua
@@ -51,19 +52,26 @@ _SETTLED: Final[dict[int, ClaimOutcome]] = {
     ReturnCode.CANCELLED: ClaimOutcome.CANCELLED,
     ReturnCode.POISONED: ClaimOutcome.POISONED,
     ReturnCode.LEASE_HELD: ClaimOutcome.LEASE_HELD,
+    ReturnCode.DEFERRED: ClaimOutcome.DEFERRED,
 }
 
 
-def _claim(reply: list[Any]) -> Claim:
-    """A claim script's reply (see ``lua/claim.lua``) as a :class:`Claim`."""
+def _claim(reply: list[Any], backlog: bool = False) -> Claim:
+    """One claim's reply (see ``lua/claim.lua``) as a :class:`Claim`."""
     code = reply[0]
     if code in _SETTLED:
-        return Claim(_SETTLED[code])
+        return Claim(_SETTLED[code], backlog=backlog)
     if code != ReturnCode.OK:
         raise error_for(code)
     origin = decode_origin(reply[3])
     return Claim(
-        ClaimOutcome.RUN, int(reply[1]), int(reply[2]), origin, bytes(reply[4]), bytes(reply[5])
+        ClaimOutcome.RUN,
+        int(reply[1]),
+        int(reply[2]),
+        origin,
+        bytes(reply[4]),
+        bytes(reply[5]),
+        backlog=backlog,
     )
 
 
@@ -81,16 +89,16 @@ def _no_group(exc: BaseException) -> bool:
 
 
 def _entry(partition: int, entry_id: bytes, fields: Any) -> WorkEntry:
-    """A raw stream entry as a :class:`WorkEntry` (``task_id`` checked)."""
-    if isinstance(fields, dict):
-        raw = fields.get(b"t")
-    else:  # a flat [field, value, ...] list; None once the entry was deleted
+    """A raw stream entry as a :class:`WorkEntry` (``task_id`` checked; a doorbell,
+    ``d``, names no task)."""
+    if not isinstance(fields, dict):  # a flat [field, value, ...] list; None once deleted
         flat = fields or []
-        raw = next((flat[i + 1] for i in range(0, len(flat) - 1, 2) if flat[i] == b"t"), None)
+        fields = {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}
+    raw = fields.get(b"t")
     task_id = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None
     if task_id is not None and parse_task_id(task_id) is None:
         task_id = None
-    return WorkEntry(partition, entry_id.decode(), task_id)
+    return WorkEntry(partition, entry_id.decode(), task_id, doorbell=b"d" in fields)
 
 
 class _Reader:
@@ -240,7 +248,9 @@ class RedisWorkQueue:
             # reclaims): the task's start waits on this call, so it goes at once.
             batch=False,
         )
-        return _claim(reply)
+        if reply[0] != ReturnCode.OK:
+            raise error_for(reply[0])
+        return _claim(reply[2], backlog=bool(reply[1]))
 
     async def claim_next(
         self,
@@ -250,8 +260,11 @@ class RedisWorkQueue:
         count: int,
         lease: timedelta,
         max_attempts: int,
+        wake: bool = False,
     ) -> list[tuple[WorkEntry, Claim]]:
-        """One ``claim_next`` script call: read up to ``count`` new entries and claim each."""
+        """One ``claim_next`` script call: read up to ``count`` new entries (then tasks
+        dispatched from the tenant queues) and claim each; ``wake`` rings the doorbell
+        for blocked workers if tasks still wait."""
         keys = self.keys
         try:
             reply = await self._runner.run_raw(
@@ -266,6 +279,7 @@ class RedisWorkQueue:
                     max_attempts=max_attempts,
                     poison_error=self._poison_error,
                     event_opts=self._manager.events_arg,
+                    wake=int(wake),
                 ),
                 # The reader waits on this call for the next tasks to start: sent at
                 # once, it was measured to drain 30-50 % faster than with a batch.
@@ -309,6 +323,7 @@ class RedisWorkQueue:
             lua.renew(
                 task=keys.task,
                 work=keys.work,
+                task_id=task_id,
                 fence=self._fence(fence),
                 consumer=consumer,
                 lease_ms=_lease_ms(lease),
@@ -373,19 +388,25 @@ class RedisWorkQueue:
         await self.topology.execute(stream, remove)
 
     async def depth(self, partition: int) -> QueueDepth:
-        """``XLEN`` and the ``XPENDING`` summary of ``partition``'s stream, in one round trip
-        (both O(1)); a group not created yet has nothing pending."""
-        stream = self.keys.work(partition)
+        """``XLEN`` and the ``XPENDING`` summary of ``partition``'s stream, its stats'
+        ``queued`` and the sizes of its ring and parked set, in one round trip (all
+        O(1)); a group not created yet has nothing pending."""
+        keys = self.keys
+        stream = keys.work(partition)
 
         async def ask(client: Redis) -> QueueDepth:
             pipe = client.pipeline(transaction=False)
             pipe.xlen(stream)
             pipe.xpending(stream, WORK_GROUP)
-            length, pending = await pipe.execute(raise_on_error=False)
-            if isinstance(length, Exception):
-                raise length
+            pipe.hget(keys.stats(partition), QUEUED_FIELD)
+            pipe.zcard(keys.ring(partition))
+            pipe.zcard(keys.parked(partition))
+            length, pending, queued, ring, parked = await pipe.execute(raise_on_error=False)
+            for reply in (length, queued, ring, parked):
+                if isinstance(reply, Exception):
+                    raise reply
             count = 0 if isinstance(pending, Exception) else int(pending["pending"])
-            return QueueDepth(int(length), count)
+            return QueueDepth(int(length), count, int(queued or 0), int(ring) + int(parked))
 
         return await self.topology.execute(stream, ask)
 

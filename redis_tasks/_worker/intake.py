@@ -2,12 +2,16 @@
 
 Three routes. An idle partition blocks in one read for up to two entries and
 claims what it gets at once (the pickup path: one round trip for the claim,
-sent in the turn the read's reply arrived in). A second entry says a backlog is
-building: the partition then reads and claims batches in one call each
-(``claim_next``) until it runs dry. And every half lease, entries pending with
-crashed or stalled consumers are taken over (reclaimed) and claimed like new
-ones; the claim checks the task's own lease deadline, so a live lease is left
-alone.
+sent in the turn the read's reply arrived in). A second entry, a claim that saw
+tasks waiting in the tenant queues, or a doorbell (rung by a busy worker's batch
+claim) says a backlog is building: the partition then reads and claims batches
+in one call each (``claim_next``, which dispatches from the tenant queues in
+their fair order) until it runs dry. A read loop starts that way too, and goes
+back to it once after each idle read that timed out empty, so tasks left waiting
+in the tenant queues (a doorbell lost with a worker that died) wait at most one
+block period. And every half lease, entries pending with crashed or stalled
+consumers are taken over (reclaimed) and claimed like new ones; the claim checks
+the task's own lease deadline, so a live lease is left alone.
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ class Intake:
         """Read and start ``partition``'s new entries until the worker stops."""
         reader = self._queue.reader(partition, self._settings.name, self._block)
         backoff = 0.05
-        backlog = False
+        backlog = True  # tasks may be waiting in the tenant queues already
         try:
             health = self._health
             while not self._stopping.is_set():
@@ -81,7 +85,7 @@ class Intake:
                     # The partition has more: read and claim a batch in one call,
                     # for slots reserved up front (the call returns at once, so the
                     # reservation holds no capacity idle).
-                    reserved = self._slots.take_up_to(self._settings.read_batch)
+                    reserved = self._slots.take_share(self._settings.read_batch)
                     if reserved == 0:
                         continue
                     backlog, backoff = await self._claim_batch(partition, reserved, backoff)
@@ -99,10 +103,14 @@ class Intake:
                     continue
                 health.read_done(partition)
                 backoff = 0.05
-                backlog = len(entries) >= _IDLE_READ
+                # Timed out empty: one batch claim, in case tasks wait unannounced.
+                backlog = len(entries) >= _IDLE_READ or not entries
                 for entry in entries:
-                    if self._slots.take_up_to(1):
-                        await self._claim_read(entry)
+                    if entry.doorbell:
+                        backlog = True
+                        self._background.spawn(self._drop(entry))
+                    elif self._slots.take_up_to(1):
+                        backlog = await self._claim_read(entry) or backlog
                     else:
                         # Other partitions filled the slots while this read was
                         # blocked: hand the entry straight back rather than hold it.
@@ -115,8 +123,9 @@ class Intake:
         finally:
             await reader.close()
 
-    async def _claim_read(self, entry: WorkEntry) -> None:
-        """Claim an entry the idle read returned, from the reader itself, then start it.
+    async def _claim_read(self, entry: WorkEntry) -> bool:
+        """Claim an entry the idle read returned, from the reader itself, then start it;
+        whether tasks wait in the tenant queues (the claim saw the ring).
 
         The claim goes out in the same loop turn the read's reply arrived in, not
         after a task of its own was scheduled (the event tail wakes in that turn
@@ -126,10 +135,11 @@ class Intake:
         if entry.task_id is None:
             self._slots.give()
             self._background.spawn(self._drop(entry))
-            return
+            return False
         claim = await self._runs.claim(entry)
         if not self._runs.start_claimed(entry, claim):
             self._slots.give()
+        return claim is not None and claim.backlog
 
     async def _claim_batch(
         self, partition: int, reserved: int, backoff: float
@@ -147,6 +157,8 @@ class Intake:
                 count=reserved,
                 lease=settings.lease,
                 max_attempts=settings.max_attempts,
+                # No slot left here: if tasks still wait, wake a worker that has some.
+                wake=self._slots.free == 0,
             )
         except RedisTasksError:
             self._slots.give(reserved)
@@ -189,8 +201,8 @@ class Intake:
                 self._slots.give(wanted - len(entries))
                 for entry in entries:
                     if entry.task_id is None:
-                        # Not an entry redis-tasks wrote: drop it, or it would be
-                        # reclaimed forever.
+                        # A doorbell, or not an entry redis-tasks wrote: drop it, or
+                        # it would be reclaimed forever.
                         self._slots.give()
                         self._background.spawn(self._drop(entry))
                     else:
@@ -229,12 +241,13 @@ class Intake:
             )
 
     async def _drop(self, entry: WorkEntry) -> None:
-        log(
-            logging.WARNING,
-            "dropping a malformed work entry",
-            "foreign_entry",
-            partition=entry.partition,
-        )
+        if not entry.doorbell:
+            log(
+                logging.WARNING,
+                "dropping a malformed work entry",
+                "foreign_entry",
+                partition=entry.partition,
+            )
         with contextlib.suppress(RedisTasksError):
             await self._queue.drop(entry)
 

@@ -4,6 +4,12 @@ Readers wait for a free slot before reading but do not reserve it while
 blocked, so idle partitions hold no capacity; a slot is taken only for an entry
 in hand (or a batch about to be claimed) and given back as soon as its handler
 is done, before the outcome is written.
+
+When several partitions' readers wait for slots, each takes no more than an even
+share of those that free up (:meth:`Slots.take_share`): handlers started
+together end together, and the first reader to wake would otherwise take them
+all, batch after batch, while the other partitions (and the tenants whose tasks
+wait there) waited whole rounds.
 """
 
 from __future__ import annotations
@@ -25,13 +31,25 @@ class Slots:
         self._available = asyncio.Event()
         self._available.set()
         self.closed = False
+        #: Readers blocked in :meth:`wait_free` (the others a free slot is shared with).
+        self.waiting = 0
 
     async def wait_free(self) -> bool:
         """Wait until a slot is free (taking none); ``False`` once closed."""
         while self.free == 0 and not self.closed:
             self._available.clear()
-            await self._available.wait()
+            self.waiting += 1
+            try:
+                await self._available.wait()
+            finally:
+                self.waiting -= 1
         return not self.closed
+
+    def take_share(self, wanted: int) -> int:
+        """Take up to ``wanted`` free slots, but at most an even share (at least one)
+        of them among this reader and those still waiting; how many were taken."""
+        share = max(1, self.free // (self.waiting + 1))
+        return self.take_up_to(min(wanted, share))
 
     def close(self) -> None:
         """Wake every waiter: the worker is stopping."""

@@ -1,0 +1,219 @@
+-- Tenant queues and fair dispatch (redis_tasks/_tenancy.py tells the design).
+-- A task that cannot go straight to an idle worker waits in its tenant's queue
+-- (a list per tenant and partition, KEY_QUEUE); the tenants with tasks waiting
+-- form the partition's ring (a sorted set, KEY_RING) scored by their *pass*:
+-- each task dispatched adds STRIDE_UNIT / weight to its tenant's pass, and the
+-- next task comes from the lowest pass (stride scheduling), so tenants are served
+-- in weighted round-robin and each tenant's tasks in arrival order. A tenant at
+-- its concurrency cap leaves the ring for the parked set (KEY_PARKED, scored by
+-- when to look again); its waiting tasks hold nobody back. A tenant's weight and
+-- cap in a partition are kept while it waits, in the tenants hash (KEY_TENANTS).
+-- Includes: common, keys
+
+-- Where `tenant` lands when it joins the ring of partition `partition` (its
+-- number, as text): in [0, STRIDE_UNIT) past the lowest pass. Tenants joining
+-- together are served in an order that differs from partition to partition, where
+-- a tie would favour the same tenants everywhere. redis_tasks/_tenancy.py's
+-- jitter() is its twin.
+local function jitter(tenant, partition)
+  local seed = tenant .. '/' .. partition
+  local h = 0
+  for i = 1, #seed do
+    h = (h * 31 + string.byte(seed, i)) % 1000003
+  end
+  return h % STRIDE_UNIT
+end
+
+-- Put `tenant` in the ring of the partition tagged `tag` at the lowest pass there
+-- (0 in an empty ring) plus jitter: a tenant that starts waiting is served within
+-- one round, and no pass is remembered once a tenant stops waiting (so none can be
+-- banked).
+local function join_ring(tag, tenant)
+  local ring_key = tag .. KEY_RING
+  local head = redis.call('ZRANGE', ring_key, 0, 0, 'WITHSCORES')
+  local base = tonumber(head[2]) or 0
+  redis.call('ZADD', ring_key, int_text(base + jitter(tenant, tag_partition(tag))), tenant)
+end
+
+-- A tenant's weight and concurrency cap from its settings ("<weight> <cap>";
+-- none: weight 1, no cap).
+local function tenant_settings(text)
+  if not text then
+    return 1, 0
+  end
+  local weight, cap = string.match(text, '^(%d+) (%d+)$')
+  return tonumber(weight) or 1, tonumber(cap) or 0
+end
+
+-- How many of a capped tenant's tasks hold a live lease: its run set is scored by
+-- lease deadline, so a lease that ran out (a worker that died) stops counting by
+-- itself, no sweeper needed.
+local function running(run_key, now)
+  return redis.call('ZCOUNT', run_key, '(' .. int_text(now), '+inf')
+end
+
+-- Expire a tenant's sorted set (run or open) with its last member: the set goes
+-- when nothing in it counts any more.
+local function expire_with_last(key)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+  if last == SCORE_INF then  -- a task kept forever: so is the set
+    redis.call('PERSIST', key)
+  elseif last then
+    redis.call('PEXPIREAT', key, int_text(tonumber(last) + 1))
+  end
+end
+
+-- Out of the ring into the parked set: `tenant` is at its cap. It is looked at
+-- again when one of its running tasks ends (release_tenant_slot) or at its
+-- soonest lease deadline, should that task's worker die.
+local function park(tag, tenant, run_key, now)
+  local soonest = redis.call('ZRANGEBYSCORE', run_key, '(' .. int_text(now), '+inf',
+    'WITHSCORES', 'LIMIT', 0, 1)
+  redis.call('ZREM', tag .. KEY_RING, tenant)
+  redis.call('ZADD', tag .. KEY_PARKED, int_text(tonumber(soonest[2]) or now), tenant)
+end
+
+-- Back from the parked set into the ring, if `tenant` is parked.
+local function unpark(tag, tenant)
+  if redis.call('ZREM', tag .. KEY_PARKED, tenant) == 1 then
+    join_ring(tag, tenant)
+  end
+end
+
+-- Whether the work stream holds an entry no consumer was given yet (an entry a
+-- blocked reader would get at once): entries past the group's last delivered ID.
+local function undelivered(work_key)
+  if redis.call('XLEN', work_key) == 0 then
+    return false
+  end
+  local groups = redis.pcall('XINFO', 'GROUPS', work_key)
+  local delivered = nil
+  if not groups.err then
+    for _, group in ipairs(groups) do
+      local name, last = nil, nil
+      for i = 1, #group - 1, 2 do
+        if group[i] == 'name' then
+          name = group[i + 1]
+        elseif group[i] == 'last-delivered-id' then
+          last = group[i + 1]
+        end
+      end
+      if name == WORK_GROUP then
+        delivered = last
+      end
+    end
+  end
+  if not delivered then
+    return true  -- no group yet: nothing was delivered
+  end
+  return #redis.call('XRANGE', work_key, '(' .. delivered, '+', 'COUNT', 1) > 0
+end
+
+-- The work of a new task `task_id` of `tenant`: the entry ID when it went straight
+-- into the work stream (nothing waits: no tenant in the ring, no entry undelivered,
+-- so a worker blocked on the stream, if any, gets it now; or `fair` is off), or
+-- false when it joined the tail of its tenant's queue. `settings` is the tenant's
+-- "<weight> <cap>", or '' for the defaults. The first write is RPUSH or XADD,
+-- which a full Redis refuses.
+-- keys: {ring, tenants, queue}
+local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fair)
+  local ring_key, tenants_key, queue_key = keys[1], keys[2], keys[3]
+  if not fair then
+    return redis.call('XADD', work_key, '*', 't', task_id)
+  end
+  if redis.call('RPUSH', queue_key, task_id) == 1 then
+    -- The tenant was not waiting: it is in neither the ring nor the parked set.
+    local head = redis.call('ZRANGE', ring_key, 0, 0, 'WITHSCORES')
+    if not head[1] and not undelivered(work_key) then
+      redis.call('DEL', queue_key)
+      return redis.call('XADD', work_key, '*', 't', task_id)
+    end
+    local partition = string.match(task_id, '^(%d+)')
+    redis.call('ZADD', ring_key, int_text((tonumber(head[2]) or 0) + jitter(tenant, partition)),
+      tenant)
+    if settings == '' then
+      redis.call('HDEL', tenants_key, tenant)
+    end
+  end
+  if settings ~= '' then
+    redis.call('HSET', tenants_key, tenant, settings)
+  end
+  redis.call('HINCRBY', stats_key, STATS_QUEUED, 1)
+  return false
+end
+
+-- A running task of a capped tenant ended or was handed back: its lease no longer
+-- counts, and a parked tenant may run another.
+local function release_tenant_slot(tag, tenant, task_id)
+  redis.call('ZREM', tag .. KEY_RUN .. tenant, task_id)
+  unpark(tag, tenant)
+end
+
+-- Move up to `count` waiting tasks from the tenant queues of the partition tagged
+-- `tag` into its work stream, in weighted round-robin; how many entries it added.
+-- The next `count` picks all fall among the `count` + 1 tenants of lowest pass (one
+-- of them is never picked, and no other tenant's pass is lower), so only those are
+-- read. A capped tenant gets at most its cap's room, and is parked at its cap.
+local function dispatch(tag, work_key, stats_key, count, now)
+  local ring_key, parked_key = tag .. KEY_RING, tag .. KEY_PARKED
+  -- Parked tenants whose soonest lease deadline came (its worker died): look again.
+  for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', parked_key, '-inf', int_text(now),
+      'LIMIT', 0, count)) do
+    unpark(tag, tenant)
+  end
+  local top = redis.call('ZRANGE', ring_key, 0, count, 'WITHSCORES')
+  if not top[1] then
+    return 0
+  end
+  local tenants, pass, stride, room, capped, picks = {}, {}, {}, {}, {}, {}
+  for i = 1, #top - 1, 2 do
+    tenants[#tenants + 1] = top[i]
+    pass[#pass + 1] = tonumber(top[i + 1])
+  end
+  local settings = redis.call('HMGET', tag .. KEY_TENANTS, unpack(tenants))
+  for i, tenant in ipairs(tenants) do
+    local weight, cap = tenant_settings(settings[i])
+    stride[i] = math.floor(STRIDE_UNIT / weight)
+    capped[i] = cap > 0
+    room[i] = capped[i] and cap - running(tag .. KEY_RUN .. tenant, now) or count
+    picks[i] = 0
+  end
+  for _ = 1, count do
+    local best = nil
+    for i = 1, #tenants do
+      if picks[i] < room[i] and (not best or pass[i] < pass[best]) then
+        best = i
+      end
+    end
+    if not best then
+      break
+    end
+    picks[best] = picks[best] + 1
+    pass[best] = pass[best] + stride[best]
+  end
+  local added = 0
+  for i, tenant in ipairs(tenants) do
+    local queue_key = tag .. KEY_QUEUE .. tenant
+    local waiting = true
+    if picks[i] > 0 then
+      local got = redis.call('LPOP', queue_key, picks[i]) or {}
+      for _, task_id in ipairs(got) do
+        redis.call('XADD', work_key, '*', 't', task_id)
+      end
+      added = added + #got
+      waiting = #got == picks[i] and redis.call('EXISTS', queue_key) == 1
+    end
+    if not waiting then
+      redis.call('ZREM', ring_key, tenant)
+      redis.call('HDEL', tag .. KEY_TENANTS, tenant)
+    elseif capped[i] and picks[i] >= room[i] then
+      park(tag, tenant, tag .. KEY_RUN .. tenant, now)
+    elseif picks[i] > 0 then
+      redis.call('ZADD', ring_key, int_text(pass[i]), tenant)
+    end
+  end
+  if added > 0 then
+    redis.call('HINCRBY', stats_key, STATS_QUEUED, -added)
+  end
+  return added
+end

@@ -1,0 +1,53 @@
+-- terminate(), the one terminal write, for finish and claim.
+-- Includes: common, keys, tenants
+
+-- The one terminal write, shared by finish and claim (cancelled or poisoned at
+-- claim). Outcome and terminal status land together; the work entry is
+-- acknowledged and deleted; data no longer needed is dropped (the payload, the
+-- lease, the trace context: nothing runs the task again); the partition's stats
+-- count the transition under its status (what `redis-tasks inspect` shows). The
+-- task stops counting against its tenant: its open-task quota (`account[2]`,
+-- the record's `oq`) and, for a capped tenant (`account[3]`, `tc`), its running
+-- tasks, which may let a parked tenant back into the ring.
+-- The first write is HDEL, which a full Redis allows (HSET as the first write
+-- would be refused): a worker still finishes what runs when Redis is full.
+-- keys: {task, requests, issued, answers, journal, work, events, stats}
+-- account: the record's {tn, oq, tc} (each false when absent)
+local function terminate(keys, task_id, entry, last_update, status, message,
+                         outcome_field, outcome, event_opts, account)
+  local task_key = keys[1]
+  local fields = {'st', status, 'ua', int_text(next_update(now_ms(), last_update))}
+  if message then
+    add_field(fields, 'sm', message)
+  end
+  if outcome_field ~= '' then
+    add_field(fields, outcome_field, outcome)
+  end
+  -- Old pieces go before the new value lands: a shorter message must not be
+  -- joined with the tail of a longer one.
+  local dropped = add_pieces(add_pieces({'pl', 'wk', 'ld', 'lo', 'tp', 'oq', 'tc'}, 'pl'), 'sm')
+  add_pieces(dropped, 'tp')
+  if not message then
+    dropped[#dropped + 1] = 'sm'
+  end
+  redis.call('HDEL', task_key, unpack(dropped))
+  redis.call('HSET', task_key, unpack(fields))
+  redis.call('DEL', keys[2], keys[3], keys[4], keys[5])
+  if entry then
+    -- pcall: an operator may have deleted the group; the entry goes regardless.
+    redis.pcall('XACK', keys[6], WORK_GROUP, entry)
+    redis.call('XDEL', keys[6], entry)
+  end
+  local tenant = account[1]
+  if tenant and (account[2] or account[3]) then
+    local tag = tag_of(task_key, task_id)
+    if account[2] then
+      redis.call('ZREM', tag .. KEY_OPEN .. tenant, task_id)
+    end
+    if account[3] then
+      release_tenant_slot(tag, tenant, task_id)
+    end
+  end
+  redis.call('HINCRBY', keys[8], status, 1)
+  emit(keys[7], event_opts, task_id)
+end

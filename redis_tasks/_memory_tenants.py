@@ -1,0 +1,124 @@
+"""One in-memory partition's tenant queues: the twin of ``lua/includes/tenants.lua``.
+
+What the Redis backend keeps under a partition's tag for fair dispatch and the
+per-tenant limits (the ring, the parked set, the tenants hash, each tenant's
+queue, run set, open set and create rate), kept here in dicts with the same
+semantics, so the in-memory work queue (:mod:`._memory_queue`) and manager
+(:mod:`._memory`) follow the scripts step for step. Sorted sets order by
+``(score, member)`` as Redis does; the sets scored by a deadline or an expiry
+count only members above "now", as ``ZCOUNT (now +inf`` does, and drop the rest
+when touched (Redis expires those keys instead: either way nothing counts them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from ._tenancy import jitter
+
+__all__ = ["Tenants", "settings_of"]
+
+
+def settings_of(text: str | None) -> tuple[int, int]:
+    """A tenant's weight and cap from its settings (``"<weight> <cap>"``; none: 1, 0)."""
+    if not text:
+        return 1, 0
+    weight, _, cap = text.partition(" ")
+    return int(weight), int(cap)
+
+
+def _live(scores: dict[str, float], now: int) -> dict[str, float]:
+    """``scores`` without the members at or below ``now`` (dropped in place)."""
+    for member in [m for m, score in scores.items() if score <= now]:
+        del scores[member]
+    return scores
+
+
+@dataclass(slots=True)
+class Tenants:
+    """A partition's tenant state (see the module)."""
+
+    partition: int
+    #: Each waiting tenant's task IDs, oldest first (``{tag}:tq:<tenant>``).
+    queues: dict[str, deque[str]] = field(default_factory=dict)
+    #: Tenants with tasks waiting, by pass (``{tag}:ring``).
+    ring: dict[str, int] = field(default_factory=dict)
+    #: Tenants at their cap, by when to look again (``{tag}:parked``).
+    parked: dict[str, int] = field(default_factory=dict)
+    #: Waiting tenants' settings, when not the defaults (``{tag}:tenants``).
+    settings: dict[str, str] = field(default_factory=dict)
+    #: Capped tenants' running task IDs, by lease deadline (``{tag}:run:<tenant>``).
+    running: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Tenants' open task IDs, by expiry (``{tag}:open:<tenant>``).
+    open: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Tenants' GCRA arrival times, µs (``{tag}:rate:<tenant>``).
+    arrivals: dict[str, int] = field(default_factory=dict)
+    #: Tasks waiting in the queues (the stats hash's ``queued``).
+    queued: int = 0
+
+    def lowest(self, count: int) -> list[tuple[str, int]]:
+        """The ``count`` tenants of lowest pass, lowest first (``ZRANGE 0 count-1``)."""
+        return sorted(self.ring.items(), key=lambda item: (item[1], item[0]))[:count]
+
+    def join_ring(self, tenant: str) -> None:
+        """Mirror of ``join_ring``: at the lowest pass (0 in an empty ring) plus jitter."""
+        head = self.lowest(1)
+        base = head[0][1] if head else 0
+        self.ring[tenant] = base + jitter(tenant, self.partition)
+
+    def live_running(self, tenant: str, now: int) -> int:
+        """Mirror of ``running``: the tenant's tasks holding a live lease."""
+        scores = self.running.get(tenant)
+        return 0 if scores is None else len(_live(scores, now))
+
+    def park(self, tenant: str, now: int) -> None:
+        """Mirror of ``park``: out of the ring, looked at again at the soonest deadline."""
+        scores = _live(self.running.get(tenant, {}), now)
+        self.ring.pop(tenant, None)
+        self.parked[tenant] = int(min(scores.values(), default=now))
+
+    def unpark(self, tenant: str) -> None:
+        """Mirror of ``unpark``: back into the ring, if parked."""
+        if self.parked.pop(tenant, None) is not None:
+            self.join_ring(tenant)
+
+    def release_slot(self, tenant: str, task_id: str) -> None:
+        """Mirror of ``release_tenant_slot``: the task no longer runs."""
+        scores = self.running.get(tenant)
+        if scores is not None:
+            scores.pop(task_id, None)
+            if not scores:
+                del self.running[tenant]
+        self.unpark(tenant)
+
+    def hold_slot(self, tenant: str, task_id: str, deadline: int, now: int) -> None:
+        """The claim's ``ZREMRANGEBYSCORE`` and ``ZADD`` on the tenant's run set."""
+        _live(self.running.setdefault(tenant, {}), now)[task_id] = deadline
+
+    def open_count(self, tenant: str, now: int) -> int:
+        """Mirror of ``ZCOUNT open (now +inf``: the tenant's open tasks."""
+        scores = self.open.get(tenant)
+        return 0 if scores is None else len(_live(scores, now))
+
+    def add_open(self, tenant: str, task_id: str, expires: int | None, now: int) -> None:
+        """The create's trim and ``ZADD`` of the open set (no expiry: +inf)."""
+        _live(self.open.setdefault(tenant, {}), now)[task_id] = (
+            math.inf if expires is None else expires
+        )
+
+    def drop_open(self, tenant: str, task_id: str) -> None:
+        """The terminal transition's ``ZREM`` from the open set."""
+        scores = self.open.get(tenant)
+        if scores is not None:
+            scores.pop(task_id, None)
+            if not scores:
+                del self.open[tenant]
+
+    def arrival(self, tenant: str, now_us: int) -> int:
+        """The GCRA's arrival time of ``tenant`` (``now_us`` when it has none)."""
+        stored = self.arrivals.get(tenant, 0)
+        if stored < now_us:
+            self.arrivals.pop(tenant, None)  # past: the Redis key has expired too
+        return max(stored, now_us)

@@ -1,0 +1,171 @@
+"""Tenants: whom a task counts against, for fair dispatch, quotas, rates and caps.
+
+MCP servers are multi-user, so one user's flood must not delay everyone else's
+tasks by the whole backlog, and no user may hold Redis. Every task therefore
+counts against one *tenant*: by default its binding (the endpoint and partition
+key it was created with; the anonymous tasks of one endpoint share one tenant),
+or whatever ``create_task(tenant=...)`` names (an organisation, a plan). A
+tenant is known by a digest of its key (:func:`tenant_digest`), never the key: the
+key is as private as a partition key, and no key, log, metric or message holds it.
+
+**Fair dispatch** (``lua/includes/tenants.lua``). When nothing waits in a
+partition, a new task's work goes straight into the partition's work stream,
+where a blocked worker gets it at once (the pickup path is unchanged). Otherwise
+it joins the tail of its tenant's queue (a list per tenant and partition), and
+the tenant, if it was not waiting, joins the partition's *ring*: a sorted set of
+the tenants with tasks waiting, scored by their *pass*. A worker's batch claim
+(``claim_next``) reads what the stream holds, then dispatches the rest of its
+batch from the ring: each task goes to the tenant of lowest pass, whose pass then
+grows by ``STRIDE_UNIT / weight`` (stride scheduling, as Temporal's matching
+service does it), so tenants are served in weighted round-robin and each
+tenant's tasks in arrival order; a tenant alone gets every worker. A tenant that
+starts waiting joins at the ring's lowest pass (plus a jitter below one stride,
+:func:`jitter`, so that ties do not favour the same tenants in every partition):
+it is served within one round, and since no pass is remembered once a tenant
+stops waiting, none can be banked. The stream and its consumer group stay the
+delivery and lease record: a dispatched task gets its work entry and is claimed
+in the same script, with the same fence, lease and reclaim as before.
+
+The cost, measured by ``redis-tasks bench`` (see the README): a waiting task is
+an ``RPUSH`` at create instead of an ``XADD``, and an ``XADD`` at dispatch; a
+batch adds a handful of commands to read and update the ring.
+
+**Limits** (:class:`~redis_tasks.Limits`), checked in the create script before
+anything is written: a quota of open (not terminal) tasks per tenant, kept as a
+sorted set of the tenant's open task IDs scored by expiry, so a task that ends
+leaves it and one that expires stops counting with no sweeper; and a create rate
+(GCRA: one arrival time per tenant, in µs, with a burst). A refusal raises
+:class:`~redis_tasks.QuotaExceededError` and stores nothing. A concurrency cap
+per tenant bounds its tasks running at once across the whole fleet: a capped
+tenant's running tasks form a set scored by lease deadline (a dead worker's lease
+stops counting when it runs out); a claim past the cap puts the task back at the
+head of its queue and *parks* the tenant, out of the ring, so its waiting tasks
+hold nobody back, until one of its tasks ends or its soonest lease runs out.
+With any of these limits, a tenant's tasks all live in its *home partition*
+(:func:`home_partition`): one script then sees all of them, so a quota and a cap
+are exact on a cluster too. The price: one tenant's load is bounded by what one
+partition (one cluster node) serves, which limits of this kind bound anyway.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Final
+
+from ._errors import LimitExceededError, ValidationError
+from ._json import utf8_size
+from ._limits import Limits
+
+__all__ = [
+    "DIGEST_CHARS",
+    "STRIDE_UNIT",
+    "Admission",
+    "admission",
+    "home_partition",
+    "jitter",
+    "stride",
+    "tenant_digest",
+]
+
+#: A tenant's pass grows by ``STRIDE_UNIT // weight`` a dispatch: 5,040 divides
+#: by every weight up to 10 (and 12, 14, 15, 16, 18, 20, ...), and passes stay exact
+#: integers in a sorted set's double for about 1.8e12 dispatches of one partition.
+STRIDE_UNIT: Final = 5040
+#: Characters of a tenant digest (72 bits, base64url): in key names and records.
+DIGEST_CHARS: Final = 12
+_DIGEST_BYTES: Final = DIGEST_CHARS * 3 // 4
+_PERSON: Final = b"rt-tenant"
+
+
+def tenant_digest(endpoint: bytes, binding: bytes, tenant: bytes | None) -> str:
+    """The digest that stands for a tenant: of the key the application named, or else
+    of the binding (endpoint and encoded partition key). Length-prefixed and tagged,
+    so a named tenant never shares a digest with a binding."""
+    if tenant is not None:
+        material = b"t" + tenant
+    else:
+        material = b"b" + len(endpoint).to_bytes(4, "big") + endpoint + binding
+    digest = hashlib.blake2b(material, digest_size=_DIGEST_BYTES, person=_PERSON).digest()
+    return base64.urlsafe_b64encode(digest).decode()
+
+
+def home_partition(digest: str, partitions: int) -> int:
+    """The partition all of a tenant's tasks live in when a limit counts per tenant."""
+    raw = base64.urlsafe_b64decode(digest)
+    return int.from_bytes(raw[:4], "big") % partitions
+
+
+def stride(weight: int) -> int:
+    """How far one dispatch moves a tenant of ``weight`` in the ring."""
+    return STRIDE_UNIT // weight
+
+
+def jitter(tenant: str, partition: int) -> int:
+    """Where ``tenant`` lands past the lowest pass when it joins ``partition``'s ring:
+    the twin of ``jitter()`` in ``lua/includes/tenants.lua``. It differs from
+    partition to partition, so ties do not favour the same tenants everywhere."""
+    value = 0
+    for byte in f"{tenant}/{partition}".encode():
+        value = (value * 31 + byte) % 1000003
+    return value % STRIDE_UNIT
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What a create tells its script about the task's tenant: who it is and which of
+    its limits apply (0 where none does)."""
+
+    #: The tenant's digest (:func:`tenant_digest`).
+    tenant: str
+    #: ``"<weight> <cap>"``, or ``""`` for weight 1 and no cap.
+    settings: str
+    #: The fleet-wide cap on the tenant's running tasks.
+    cap: int
+    #: The tenant's open-task quota.
+    max_open: int
+    #: The GCRA's emission interval (µs a create) and tolerance (burst - 1 intervals).
+    rate_us: int
+    burst_us: int
+    #: Whether the task must live in the tenant's home partition.
+    home: bool
+
+
+def admission(
+    limits: Limits, endpoint: bytes, binding: bytes, tenant: object, weight: object
+) -> Admission:
+    """Validate ``create_task``'s ``tenant`` and ``weight`` against ``limits``.
+
+    Raises :class:`ValidationError` (a tenant that is not a ``str``, a weight that is
+    not an ``int``) or :class:`LimitExceededError` (a tenant key over
+    ``max_tenant_bytes``, a weight outside 1..``max_tenant_weight``); the messages
+    never hold the tenant key.
+    """
+    key: bytes | None = None
+    if tenant is not None:
+        if not isinstance(tenant, str):
+            raise ValidationError("tenant must be a str or None")
+        if utf8_size(tenant, "tenant") > limits.max_tenant_bytes:
+            raise LimitExceededError(f"tenant exceeds {limits.max_tenant_bytes} bytes")
+        key = tenant.encode("utf-8")
+    if not isinstance(weight, int) or isinstance(weight, bool):
+        raise ValidationError("weight must be an int")
+    if not 1 <= weight <= limits.max_tenant_weight:
+        raise LimitExceededError(f"weight must be 1 to {limits.max_tenant_weight}")
+    cap = limits.max_running_tasks_per_tenant or 0
+    rate_us = burst_us = 0
+    if limits.tenant_create_rate is not None:
+        rate_us = max(1, round(1_000_000 / limits.tenant_create_rate))
+        burst = limits.tenant_create_burst or max(1, math.ceil(limits.tenant_create_rate))
+        burst_us = (burst - 1) * rate_us
+    return Admission(
+        tenant=tenant_digest(endpoint, binding, key),
+        settings=f"{weight} {cap}" if weight != 1 or cap else "",
+        cap=cap,
+        max_open=limits.max_open_tasks_per_tenant or 0,
+        rate_us=rate_us,
+        burst_us=burst_us,
+        home=limits.tenant_scoped,
+    )
