@@ -498,16 +498,32 @@ async def test_a_slot_migrating_under_pipelined_bursts_loses_and_duplicates_noth
         print(f"slot migration under {bursts} bursts of 1,000 calls: {dict(outcomes)}, {stats}")
         assert set(outcomes) == {"answered"}
         assert stats.moved + stats.asked + stats.retried > 0  # the bursts met the move
-        # Exactly one task record and one work entry per create, none twice.
+        # Exactly one task record per create, and each task that is not terminal in
+        # exactly one place: a work entry, or its tenant's queue (fair dispatch keeps
+        # waiting tasks there); none twice.
         target_client = redis.Redis.from_url(move.target.url)
         try:
-            records = sum(
-                1
+            records = [
+                key
                 for key in target_client.scan_iter(match=f"{{{prefix}:*:task:*", count=1000)
                 if key.count(b":") == 3
+            ]
+            statuses = target_client.pipeline(transaction=False)
+            for key in records:
+                statuses.hget(key, "st")
+            live = {
+                key.split(b":task:")[1].decode()
+                for key, status in zip(records, statuses.execute(), strict=True)
+                if status == b"working"
+            }
+            places = Counter(
+                fields[b"t"].decode() for _, fields in target_client.xrange(keys.work(0))
             )
-            queued = target_client.xlen(keys.work(0))
+            for queue in target_client.scan_iter(match=f"{{{prefix}:*:tq:*", count=1000):
+                places.update(t.decode() for t in target_client.lrange(queue, 0, -1))
         finally:
             target_client.close()
-        assert records == made
-        assert queued == made - finished
+        assert len(records) == made
+        assert len(live) == made - finished
+        assert live <= set(places)
+        assert max(places.values()) == 1

@@ -128,7 +128,7 @@ local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fai
       redis.call('DEL', queue_key)
       return redis.call('XADD', work_key, '*', 't', task_id)
     end
-    local partition = string.match(task_id, '^(%d+)')
+    local partition = tag_partition(string.sub(ring_key, 1, #ring_key - #KEY_RING))
     redis.call('ZADD', ring_key, int_text((tonumber(head[2]) or 0) + jitter(tenant, partition)),
       tenant)
     if settings == '' then
