@@ -1,6 +1,7 @@
 """The MCP application the end-to-end tests serve and run (``tests._mcp_app:app`` / ``:handler``).
 
-Configured by ``RT_TEST_REDIS_URL``, ``RT_TEST_PREFIX`` and ``RT_TEST_TIMEOUT``;
+Configured by ``RT_TEST_REDIS_URL``, ``RT_TEST_PREFIX``, ``RT_TEST_TIMEOUT`` and
+``RT_TEST_MAX_OPEN`` (the manager's ``Limits.max_open_tasks_per_tenant``; none when unset);
 bearer tokens ``alice`` and ``bob`` are two principals, ``noscope`` authenticates
 without the required scope (any other token is refused). Server processes serve
 ``app`` with uvicorn; worker processes run ``handler``. The HTTP app is shaped by
@@ -14,9 +15,10 @@ a server serves its finished spans at ``/test/spans``, a worker dumps them to
 
 Test hooks, by request header (so the differential test can drive both paths
 through the same rare branches): ``x-test-authorizer: fail`` makes the
-authorizer raise, ``x-test-delay: <s>`` holds the request that long in a server
-middleware, ``x-test-notify: 1`` reports progress from it (a notification on
-the request's own reply).
+authorizer raise, ``x-test-tenant: <key>`` names the call's tenant (``fail``: the
+tenant hook raises; absent: the binding, the default), ``x-test-delay: <s>``
+holds the request that long in a server middleware, ``x-test-notify: 1`` reports
+progress from it (a notification on the request's own reply).
 """
 
 from __future__ import annotations
@@ -34,13 +36,13 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import SamplingMessage, TextContent
+from mcp_types import CallToolRequestParams, SamplingMessage, TextContent
 from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from redis_tasks import RedisTaskManager, RequestContext
+from redis_tasks import Limits, RedisTaskManager, RequestContext
 from redis_tasks.mcp import (
     PrincipalAuthorizer,
     TasksExtension,
@@ -80,6 +82,13 @@ class _Authorizer(PrincipalAuthorizer):
         return super().__call__(ctx)
 
 
+def _tenant(params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]) -> str | None:
+    tenant = _header(ctx, "x-test-tenant")
+    if tenant == "fail":
+        raise RuntimeError("tenant directory down")
+    return tenant
+
+
 async def _test_hooks(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
     delay = _header(ctx, "x-test-delay")
     if _header(ctx, "x-test-notify") == "1":
@@ -96,10 +105,12 @@ class Name(BaseModel):
 
 
 def _manager() -> RedisTaskManager:
+    max_open = os.environ.get("RT_TEST_MAX_OPEN")
     return RedisTaskManager.from_url(
         os.environ["RT_TEST_REDIS_URL"],
         prefix=os.environ.get("RT_TEST_PREFIX", "rt"),
         timeout=float(os.environ.get("RT_TEST_TIMEOUT", "5")),
+        limits=Limits(max_open_tasks_per_tenant=int(max_open)) if max_open else None,
     )
 
 
@@ -122,6 +133,7 @@ tasks = TasksExtension(
     # Short, so the test of the bound does not wait long.
     input_first_timeout=timedelta(seconds=1),
     authorizer=_Authorizer(),
+    tenant=_tenant,
 )
 server = MCPServer(
     "redis-tasks-e2e",

@@ -4,24 +4,34 @@ A task is created on server A and read, answered and cancelled on server B; the
 worker is a separate ``redis-tasks worker`` process running the application's
 tools. Wire shapes are checked against SEP-2663's examples. The module runs once
 per standalone server: Debian's redis-server, Valkey 9.1 and Redis 8.2.
+
+The tenant hooks and the refusals for want of room (``-32003``) are served in this
+process instead, on a manager of each test's own ``Limits`` and the session's
+redis-server, through both the SDK's path and the fast path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import pytest
 from mcp.client.extension import NotificationBinding
+from mcp.server.context import ServerRequestContext
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    CallToolRequestParams,
     NotificationParams,
     Request,
     RequestParams,
@@ -29,7 +39,18 @@ from mcp_types import (
 )
 from pydantic import ConfigDict
 
-from redis_tasks.mcp import CreatedTask, TasksClient, cancel_task, get_task, update_task
+from redis_tasks import CapacityError, Limits, RedisTaskManager, RequestContext
+from redis_tasks.mcp import (
+    CreatedTask,
+    TasksClient,
+    TasksExtension,
+    TaskSupport,
+    cancel_task,
+    get_task,
+    update_task,
+)
+from redis_tasks.mcp._fast_path import FastPath
+from redis_tasks.testing import RedisServer
 
 from .conftest import EXTRA_SERVERS, server_url
 from .helpers import wait_until
@@ -433,3 +454,210 @@ async def test_the_fast_path_served_this_modules_polls(stack: McpStack) -> None:
             url = stack.endpoint(server).replace("/mcp", "/test/fast-path")
             counts = (await http.get(url)).json()
             assert counts["served"] > 0, counts
+
+
+# -- refusals for want of room, and the tenant hooks: in process ------------------------
+#
+# The manager's Limits differ from test to test, so these serve the application in
+# this process (the SDK's app and its fast path, through httpx's ASGI transport, on the
+# session's redis-server) rather than in server processes started for each.
+
+PATHS = ("sdk", "fast")
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {
+        "extensions": {"io.modelcontextprotocol/tasks": {}}
+    },
+}
+JOB = {"name": "job", "arguments": {}}
+
+
+def _refused(reason: str) -> dict[str, Any]:
+    error = {"code": -32003, "message": "Task capacity exceeded", "data": {"reason": reason}}
+    return {"jsonrpc": "2.0", "id": 7, "error": error}
+
+
+def _by_header(ctx: ServerRequestContext[Any, Any]) -> RequestContext:
+    # The principal is the x-user header: two principals without an auth server.
+    headers: Any = getattr(ctx.request, "headers", {})
+    return RequestContext("/mcp", f"user:{headers['x-user']}")
+
+
+def _org(params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]) -> str | None:
+    headers: Any = getattr(ctx.request, "headers", {})
+    org: str | None = headers.get("x-org")
+    if org == "fail":
+        raise RuntimeError(f"directory down: {SECRET}")
+    if org == "number":
+        return cast("str", 7)  # a hook's bug: the extension checks what it gets
+    return org
+
+
+def _weight(params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]) -> int:
+    headers: Any = getattr(ctx.request, "headers", {})
+    return cast("int", json.loads(headers.get("x-weight", "1")))  # "1.5": a hook's bug
+
+
+@dataclass
+class InProcess:
+    """One application on a manager of given Limits, reached by its SDK path and fast path."""
+
+    manager: RedisTaskManager
+    paths: dict[str, Any]
+
+    async def rpc(
+        self, path: str, user: str, method: str, params: dict[str, Any], **headers: str
+    ) -> dict[str, Any]:
+        """One 2026-era request as ``user`` (HTTP 200 expected); the reply."""
+        name = str(params["taskId"] if "taskId" in params else params["name"])
+        transport = httpx2.ASGITransport(app=self.paths[path])
+        async with httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1:9") as http:
+            reply = await http.post(
+                "/mcp",
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 7,
+                    "method": method,
+                    "params": {**params, "_meta": ENVELOPE},
+                },
+                headers={
+                    "Accept": "application/json, text/event-stream",
+                    "MCP-Protocol-Version": "2026-07-28",
+                    "Mcp-Method": method,
+                    "Mcp-Name": name,
+                    "x-user": user,
+                    **headers,
+                },
+            )
+        parsed: dict[str, Any] = reply.json()
+        # The SDK's HTTP status of each code: -32003 has none of its own (a body to read).
+        invalid = parsed.get("error", {}).get("code") == -32602
+        assert reply.status_code == (400 if invalid else 200), reply.text
+        return parsed
+
+    async def call(self, path: str, user: str, **headers: str) -> dict[str, Any]:
+        """A task-augmented ``tools/call`` of ``job``; the reply."""
+        return await self.rpc(path, user, "tools/call", JOB, **headers)
+
+
+@asynccontextmanager
+async def in_process(url: str, prefix: str, limits: Limits) -> AsyncIterator[InProcess]:
+    """Serve ``job`` (``REQUIRED``, no worker) on a manager with ``limits``; the tenant
+    is the ``x-org`` header (absent: the binding), the weight ``x-weight``."""
+    manager = RedisTaskManager.from_url(url, prefix=prefix, limits=limits)
+    tasks = TasksExtension(
+        manager,
+        tools={"job": TaskSupport.REQUIRED},
+        authorizer=_by_header,
+        tenant=_org,
+        weight=_weight,
+    )
+    server = MCPServer("limits", extensions=[tasks], lifespan=tasks.lifespan)
+
+    @server.tool()
+    def job() -> str:
+        """Never runs here: every call becomes a task."""
+        return "done"
+
+    app = tasks.asgi(server.streamable_http_app(json_response=True, stateless_http=True))
+    endpoints = [getattr(route, "app", None) for route in app.routes]
+    fast = next(e for e in endpoints if isinstance(e, FastPath))
+    async with app.router.lifespan_context(app):
+        yield InProcess(manager, {"sdk": fast.inner, "fast": fast})
+
+
+async def test_a_tenant_over_its_quota_gets_a_capacity_error(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    async with in_process(redis_server.url, prefix, Limits(max_open_tasks_per_tenant=2)) as app:
+        for path in PATHS:
+            user = f"quota-{path}"  # a tenant per path: each fills its own quota
+            first, second = [(await app.call(path, user))["result"] for _ in range(2)]
+            assert first["status"] == second["status"] == "working"
+            # No retryAfterMs: a place frees when a task ends, at no known time.
+            assert await app.call(path, user) == _refused("quota")
+            # tasks/* are not subject to the quota; a task that ends frees its place.
+            read = await app.rpc(path, user, "tasks/get", {"taskId": first["taskId"]})
+            assert read["result"]["status"] == "working"
+            cancel = await app.rpc(path, user, "tasks/cancel", {"taskId": first["taskId"]})
+            assert cancel["result"]["resultType"] == "complete"
+            await app.manager.complete_task(second["taskId"], {"content": []})
+            assert (await app.call(path, user))["result"]["status"] == "working"
+
+
+async def test_a_tenant_over_its_create_rate_is_told_when_to_retry(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    # One create per 100 s, no burst: the second call is refused however slow the machine.
+    limits = Limits(tenant_create_rate=0.01, tenant_create_burst=1)
+    async with in_process(redis_server.url, prefix, limits) as app:
+        for path in PATHS:
+            user = f"rate-{path}"
+            assert "result" in await app.call(path, user)
+            reply = await app.call(path, user)
+            retry = reply["error"]["data"].pop("retryAfterMs")
+            assert isinstance(retry, int)
+            assert 0 < retry <= 100_000
+            assert reply == _refused("rate")
+
+
+async def test_the_tenant_hook_groups_principals_under_one_quota(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    acme = {"x-org": "acme"}
+    async with in_process(redis_server.url, prefix, Limits(max_open_tasks_per_tenant=2)) as app:
+        assert "result" in await app.call("sdk", "alice", **acme)
+        assert "result" in await app.call("fast", "bob", **acme)
+        # Both principals' tasks count against acme; alone, each would have room.
+        assert await app.call("sdk", "alice", **acme) == _refused("quota")
+        assert await app.call("fast", "bob", **acme) == _refused("quota")
+        assert "result" in await app.call("fast", "alice")  # her own binding
+        assert "result" in await app.call("sdk", "bob", **{"x-org": "globex"})
+
+
+async def test_failing_hooks_and_refused_weights(
+    redis_server: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    internal = {"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message": "Internal error"}}
+    over = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "error": {"code": -32602, "message": "Tool arguments exceed the task limits"},
+    }
+    async with in_process(redis_server.url, prefix, Limits(max_tenant_weight=5)) as app:
+        for path in PATHS:
+            with caplog.at_level(logging.ERROR, logger="redis_tasks.mcp"):
+                assert await app.call(path, "u", **{"x-org": "fail"}) == internal
+                assert await app.call(path, "u", **{"x-org": "number"}) == internal
+                assert await app.call(path, "u", **{"x-weight": "1.5"}) == internal
+            # Out of Limits: refused like any task input over a bound.
+            assert await app.call(path, "u", **{"x-weight": "6"}) == over
+            assert await app.call(path, "u", **{"x-org": "x" * 257}) == over
+            assert "result" in await app.call(path, "u", **{"x-weight": "5"})
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged.count("tenant or weight hook failed: RuntimeError") == 2
+    assert logged.count("tenant hook returned int, not a str or None") == 2
+    assert logged.count("weight hook returned float, not an int") == 2
+    assert SECRET not in caplog.text
+
+
+async def test_a_full_redis_refuses_writes_with_a_capacity_error(
+    redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the manager raises on an OOM reply (maxmemory under noeviction); the core's
+    # own tests make Redis full for real.
+    async def full(*args: Any, **kwargs: Any) -> Any:
+        raise CapacityError("Redis is out of memory (maxmemory): nothing was stored")
+
+    async with in_process(redis_server.url, prefix, Limits()) as app:
+        task_id = (await app.call("sdk", "u"))["result"]["taskId"]
+        for method in ("create_task", "update_task", "request_cancellation"):
+            monkeypatch.setattr(app.manager, method, full)
+        answers = {"k": {"action": "cancel"}}
+        for path in PATHS:
+            assert await app.call(path, "u") == _refused("full")
+            update = {"taskId": task_id, "inputResponses": answers}
+            assert await app.rpc(path, "u", "tasks/update", update) == _refused("full")
+            assert await app.rpc(path, "u", "tasks/cancel", {"taskId": task_id}) == _refused("full")
+            read = await app.rpc(path, "u", "tasks/get", {"taskId": task_id})
+            assert read["result"]["status"] == "working"

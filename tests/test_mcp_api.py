@@ -19,10 +19,18 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from starlette.applications import Starlette
 
 import redis_tasks.mcp
-from redis_tasks import InMemoryTaskManager, Limits, TaskOrigin, ValidationError
+from redis_tasks import (
+    CapacityError,
+    InMemoryTaskManager,
+    Limits,
+    QuotaExceededError,
+    TaskOrigin,
+    ValidationError,
+)
 from redis_tasks.mcp import PrincipalAuthorizer, TasksExtension, TaskSupport, ToolCall
 from redis_tasks.mcp._extension import _find_tool
 from redis_tasks.mcp._fast_path import FastPath
+from redis_tasks.mcp._wire import capacity_exceeded
 
 EXPORTED = [
     "EXTENSION_ID",
@@ -35,7 +43,9 @@ EXPORTED = [
     "TaskSupport",
     "TasksClient",
     "TasksExtension",
+    "TenantFactory",
     "ToolCall",
+    "WeightFactory",
     "cancel_task",
     "get_task",
     "run_as_task",
@@ -84,6 +94,27 @@ def test_run_as_task_is_for_input_first_tools_only() -> None:
             input_first=["x"],
             input_first_timeout=timedelta(0),
         )
+
+
+def test_a_fixed_weight_is_checked_against_the_limits_at_once() -> None:
+    manager = InMemoryTaskManager(limits=Limits(max_tenant_weight=5))
+    assert TasksExtension(manager, weight=5) is not None
+    for weight in (0, 6, True, 1.0):
+        with pytest.raises(ValueError, match="weight must be 1 to 5"):
+            TasksExtension(manager, weight=weight)  # type: ignore[arg-type]
+
+
+def test_the_capacity_error_carries_its_reason_and_nothing_else() -> None:
+    rate = QuotaExceededError(
+        "the tenant creates too fast", reason="rate", retry_after=timedelta(microseconds=2500)
+    )
+    error = capacity_exceeded(rate).error
+    assert (error.code, error.message) == (-32003, "Task capacity exceeded")
+    assert error.data == {"reason": "rate", "retryAfterMs": 3}  # rounded up
+    assert capacity_exceeded(CapacityError("out of memory")).error.data == {"reason": "full"}
+    # A reason other than the documented three reaches no client.
+    odd = CapacityError("x", reason="tenant acme is over")
+    assert capacity_exceeded(odd).error.data == {"reason": "full"}
 
 
 @pytest.mark.parametrize(

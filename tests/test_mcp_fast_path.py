@@ -8,6 +8,9 @@ byte for byte. The fast path's own counters say whether it answered the case
 or passed it on to the SDK, and each case states which it expects, so a fast
 path that passed everything on could not pass this test.
 
+A refused create compares whole too: every server has a quota of open tasks per
+tenant (``QUOTA``), and the tenant ``crowd`` holds that many before the cases run.
+
 Read-only cases read the same tasks on both servers. Cases that change a task
 (``tasks/update``, ``tasks/cancel`` of a live task) use twin tasks in the same
 state, one per server; their replies name no task, so they still compare
@@ -29,7 +32,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from redis_tasks import InputRequest, JsonRpcError, RedisTaskManager
+from redis_tasks import InputRequest, JsonRpcError, Limits, RedisTaskManager, RequestContext
+from redis_tasks.mcp import ToolCall
 from redis_tasks.testing import RedisServer
 
 from .mcp_stack import McpStack
@@ -48,6 +52,9 @@ PING, SLOW = 2.0, 4.5
 #: Tasks in every state a poll can see; the ``twin-*`` ones exist once per server.
 READ_KINDS = ("working", "completed", "failed", "input")
 TWIN_KINDS = ("twin-working", "twin-input")
+#: Every server's ``Limits.max_open_tasks_per_tenant``: well above what any principal's
+#: own cases leave open (about 25), and what the tenant ``crowd`` holds from the start.
+QUOTA = 50
 #: A result that exercises the serializer: non-ASCII, separators, nulls, numbers.
 RESULT = {
     "content": [{"type": "text", "text": 'Grüße \u2028 "quoted" \\ </script> 🙂'}],
@@ -72,6 +79,7 @@ class Case:
     raw: bytes | None = None  # sent as is instead of ``body``
     json_fast: bool | None = None  # ``fast`` in JSON mode, when it differs
     repeated: tuple[tuple[str, str], ...] = ()  # header lines sent a second time
+    expect: bytes = b""  # in the reply body, so that both agreeing on a wrong answer fails
 
 
 def rpc(method: str, params: dict[str, Any], request_id: Any = 7, **extra: Any) -> dict[str, Any]:
@@ -134,6 +142,7 @@ PROGRESS = {**META, "progressToken": "p1"}
 NOTIFY: dict[str, str | None] = {"x-test-notify": "1"}
 SLOW_NOTIFY: dict[str, str | None] = {"x-test-notify": "1", "x-test-delay": str(SLOW)}
 BOB: dict[str, str | None] = {"Authorization": "Bearer bob"}
+CROWD: dict[str, str | None] = {"x-test-tenant": "crowd"}
 VERSION_HEADER, FUTURE = "MCP-Protocol-Version", "2099-01-01"
 FROM_FUTURE = with_meta(protocolVersion=FUTURE)
 WITH_PROGRESS = call("tasks/get", envelope=PROGRESS)
@@ -221,6 +230,13 @@ CASES = [
          {**TOOL("hold"), **BOB}),
     Case("call a required tool with a progress token", True,
          tool_call("hold", envelope=PROGRESS), TOOL("hold")),
+    Case("call a required tool over its tenant's quota", True, tool_call("hold"),
+         {**TOOL("hold"), **CROWD},
+         expect=b'"error":{"code":-32003,"message":"Task capacity exceeded",'
+                b'"data":{"reason":"quota"}}'),
+    Case("call a required tool whose tenant hook fails", True, tool_call("hold"),
+         {**TOOL("hold"), "x-test-tenant": "fail"},
+         expect=b'"error":{"code":-32603,"message":"Internal error"}'),
     # Passed on to the SDK.
     Case("get without credentials", False, get(), {"Authorization": None}),
     Case("get with an unknown token", False, get(), {"Authorization": "Bearer mallory"}),
@@ -312,13 +328,20 @@ async def _prepare(stack: McpStack, url: str) -> Servers:
             await manager.request_input(task_id, {"ask": request}, "asking")
         return task_id
 
-    async with RedisTaskManager.from_url(url, prefix=stack.prefix) as manager:
+    limits = Limits(max_open_tasks_per_tenant=QUOTA)
+    async with RedisTaskManager.from_url(url, prefix=stack.prefix, limits=limits) as manager:
         tasks = {kind: await make(kind, SDK_SSE) for kind in READ_KINDS}
         twins = {
             (kind, server): await make(kind.removeprefix("twin-"), server)
             for kind in TWIN_KINDS
             for server in range(4)
         }
+        # The tenant names no principal: its quota counts these wherever they came from.
+        origin = ToolCall("hold", {}, "/mcp", None).to_origin(limits)
+        crowd = RequestContext("/mcp", "crowd-filler")
+        await asyncio.gather(
+            *(manager.create_task(crowd, origin, tenant="crowd") for _ in range(QUOTA))
+        )
     return Servers(stack, tasks, twins)
 
 
@@ -327,8 +350,9 @@ def servers(redis_server: RedisServer) -> Iterator[Servers]:
     """SDK and fast path, in SSE mode (stateful) and JSON mode (stateless); no worker."""
     with tempfile.TemporaryDirectory(prefix="redis-tasks-fast-path-") as directory:
         stack = McpStack(redis_server.url, f"f{uuid.uuid4().hex[:10]}", Path(directory))
-        sse = {"RT_TEST_SSE_PING": str(PING)}
-        json_mode = {"RT_TEST_JSON_RESPONSE": "1", "RT_TEST_STATELESS": "1"}
+        quota = {"RT_TEST_MAX_OPEN": str(QUOTA)}
+        sse = {**quota, "RT_TEST_SSE_PING": str(PING)}
+        json_mode = {**quota, "RT_TEST_JSON_RESPONSE": "1", "RT_TEST_STATELESS": "1"}
         try:
             stack.start_server("sdk-sse", {**sse, "RT_TEST_FAST_PATH": "0"})
             stack.start_server("fast-sse", sse)
@@ -428,6 +452,8 @@ async def _compare(servers: Servers, mode: str) -> list[str]:
                 got = Reply(got.status, got.headers, PINGS.sub(b": ping\r\n\r\n", got.body))
             if got != expected:
                 failures.append(f"{case.name}: SDK {expected!r}\n    fast path {got!r}")
+            if case.expect not in got.body:
+                failures.append(f"{case.name}: {case.expect!r} not in {got.body!r}")
             fast_expected = case.fast if mode == "sse" or case.json_fast is None else case.json_fast
             served = after["served"] - before["served"]
             if served != int(fast_expected):

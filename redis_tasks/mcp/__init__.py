@@ -23,7 +23,13 @@ from ._client import (
     update_task,
 )
 from ._escalate import run_as_task
-from ._extension import PayloadFactory, TasksExtension, TaskSupport
+from ._extension import (
+    PayloadFactory,
+    TasksExtension,
+    TaskSupport,
+    TenantFactory,
+    WeightFactory,
+)
 from ._subscriptions import TaskSubscriptions
 from ._tool_call import ToolCall
 from ._tool_runner import tool_handler
@@ -40,7 +46,9 @@ __all__ = [
     "TaskSupport",
     "TasksClient",
     "TasksExtension",
+    "TenantFactory",
     "ToolCall",
+    "WeightFactory",
     "cancel_task",
     "get_task",
     "run_as_task",

@@ -8,8 +8,10 @@ SEP-2663 requires.
 
 Error boundary: the manager's exceptions become JSON-RPC errors here, and only
 here. Unknown, expired and unauthorized tasks give one ``-32602`` body; bad input
-gives ``-32602`` with a message naming no data; anything else gives ``-32603``
-and a log line that names the exception type, never its text or any task data.
+gives ``-32602`` with a message naming no data; a refusal for want of room (a
+tenant's quota or create rate, a full Redis) gives ``-32003`` with ``data.reason``
+and, where known, ``data.retryAfterMs``; anything else gives ``-32603`` and a log
+line that names the exception type, never its text or any task data.
 
 Traces: the SDK's ``OpenTelemetryMiddleware`` makes a SERVER span for every
 request (on the fast path too, which runs the SDK's middleware); the handlers
@@ -33,7 +35,12 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from redis_tasks._errors import RedisTasksError, TaskNotFoundError, ValidationError
+from redis_tasks._errors import (
+    CapacityError,
+    RedisTasksError,
+    TaskNotFoundError,
+    ValidationError,
+)
 from redis_tasks._limits import Limits
 from redis_tasks._manager import TaskManager
 from redis_tasks._models import RequestContext, TaskRequestContext, TaskUpdateContext
@@ -49,6 +56,7 @@ from ._wire import (
     CancelTaskParams,
     GetTaskParams,
     UpdateTaskParams,
+    capacity_exceeded,
     created_result,
     declares_extension,
     get_result,
@@ -64,7 +72,7 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver.tools import Tool
     from starlette.applications import Starlette
 
-__all__ = ["PayloadFactory", "TaskSupport", "TasksExtension"]
+__all__ = ["PayloadFactory", "TaskSupport", "TasksExtension", "TenantFactory", "WeightFactory"]
 
 logger = logging.getLogger("redis_tasks.mcp")
 
@@ -72,6 +80,10 @@ T = TypeVar("T")
 
 #: Builds the task's work payload from the call (default: empty).
 PayloadFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], bytes]
+#: Names the tenant the call's task counts against (``None``: its binding, the default).
+TenantFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], str | None]
+#: Gives the weight of the call's tenant (its share of the workers while tenants compete).
+WeightFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], int]
 
 
 class TaskSupport(enum.StrEnum):
@@ -105,6 +117,15 @@ class TasksExtension(Extension):
     and runs the ``notifications/tasks`` fan-out. ``authorizer`` decides the
     binding of each request (default :class:`PrincipalAuthorizer`); ``ttl`` and
     ``poll_interval`` apply to every created task (default: the manager's).
+
+    Tenants: each task counts, for fair dispatch and the manager's per-tenant
+    :class:`~redis_tasks.Limits`, against ``tenant(params, ctx)`` (an organisation,
+    a plan; ``None``, or no ``tenant``, keeps the default: the task's binding), with
+    ``weight`` (an ``int``, or ``weight(params, ctx)`` per call). A hook that raises
+    gives ``-32603`` (an ``MCPError`` it raises goes to the client as it is), as the
+    authorizer does. A call refused by the tenant's quota or create rate, or by a
+    full Redis, gets ``-32003`` ``"Task capacity exceeded"`` with ``data.reason``
+    (``"quota"``, ``"rate"`` or ``"full"``) and, where known, ``data.retryAfterMs``.
     """
 
     identifier = EXTENSION_ID
@@ -116,6 +137,8 @@ class TasksExtension(Extension):
         tools: Mapping[str, TaskSupport] | Iterable[str] = (),
         authorizer: Authorizer | None = None,
         payload: PayloadFactory | None = None,
+        tenant: TenantFactory | None = None,
+        weight: int | WeightFactory = 1,
         ttl: timedelta | None = None,
         poll_interval: timedelta | None = None,
         input_first: Iterable[str] = (),
@@ -138,6 +161,15 @@ class TasksExtension(Extension):
         self._poll_interval = poll_interval
         limits = getattr(manager, "limits", None)
         self._limits = limits if isinstance(limits, Limits) else Limits()
+        if not callable(weight) and (
+            not isinstance(weight, int)
+            or isinstance(weight, bool)
+            or not 1 <= weight <= self._limits.max_tenant_weight
+        ):
+            # A fixed weight is known now: better a startup error than every call refused.
+            raise ValueError(f"weight must be 1 to {self._limits.max_tenant_weight}")
+        self._tenant = tenant
+        self._weight = weight
         self._server: MCPServer[Any] | None = None
         self._subscriptions = TaskSubscriptions(manager, self._authorize)
 
@@ -246,6 +278,7 @@ class TasksExtension(Extension):
             request_state=params.request_state if gathered is not None else None,
         )
         payload = self._payload(params, ctx) if self._payload is not None else b""
+        tenant, weight = self._tenant_of(params, ctx)
         task = await self._guard(
             lambda: self._manager.create_task(
                 request,
@@ -253,7 +286,11 @@ class TasksExtension(Extension):
                 payload=payload,
                 ttl=self._ttl,
                 poll_interval=self._poll_interval,
+                tenant=tenant,
+                weight=weight,
             ),
+            # A tenant key or weight out of Limits lands here too: like oversized
+            # arguments, a refusal of this call that retrying will not change.
             refused="Tool arguments exceed the task limits",
         )
         # The SDK's span of this tools/call names the task it created.
@@ -346,6 +383,32 @@ class TasksExtension(Extension):
             raise internal_error()
         return request
 
+    def _tenant_of(
+        self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]
+    ) -> tuple[str | None, int]:
+        """The tenant and weight the application's hooks give this call.
+
+        A hook's failure is the server's, not the client's: ``-32603``, and a log
+        line naming the exception type only (its text may hold the tenant key).
+        """
+        weight = self._weight
+        try:
+            tenant = self._tenant(params, ctx) if self._tenant is not None else None
+            if callable(weight):
+                weight = weight(params, ctx)
+        except MCPError:
+            raise
+        except Exception as exc:
+            logger.error("tenant or weight hook failed: %s", type(exc).__name__)
+            raise internal_error() from None
+        if tenant is not None and not isinstance(tenant, str):
+            logger.error("tenant hook returned %s, not a str or None", type(tenant).__name__)
+            raise internal_error()
+        if not isinstance(weight, int) or isinstance(weight, bool):
+            logger.error("weight hook returned %s, not an int", type(weight).__name__)
+            raise internal_error()
+        return tenant, weight
+
     def _valid_arguments(self, name: str, arguments: dict[str, Any]) -> bool:
         if self._server is None:
             logger.error("TasksExtension is not bound: pass lifespan=tasks.lifespan to MCPServer")
@@ -368,6 +431,10 @@ class TasksExtension(Extension):
             raise task_not_found() from None
         except ValidationError:
             raise invalid_params(refused or "Invalid task request") from None
+        except CapacityError as exc:
+            # A quota or a rate refuses creates only; a full Redis may refuse any write
+            # (tasks/update, tasks/cancel): the same answer, so a client backs off alike.
+            raise capacity_exceeded(exc) from None
         except RedisTasksError as exc:
             logger.error("task manager failed: %s", type(exc).__name__)
             raise internal_error() from None

@@ -6,6 +6,7 @@ One function renders a task for ``tasks/get``, ``CreateTaskResult`` and
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Final
 
 from mcp.server.context import ServerRequestContext
@@ -21,13 +22,17 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
+from redis_tasks._errors import CapacityError
 from redis_tasks._models import Task
 
 __all__ = [
+    "CAPACITY_EXCEEDED",
+    "CAPACITY_MESSAGE",
     "EXTENSION_ID",
     "CancelTaskParams",
     "GetTaskParams",
     "UpdateTaskParams",
+    "capacity_exceeded",
     "created_result",
     "declares_extension",
     "get_result",
@@ -44,6 +49,16 @@ EXTENSION_ID: Final = "io.modelcontextprotocol/tasks"
 
 #: The one message for an unknown, expired or unauthorized task: it must not tell them apart.
 NOT_FOUND_MESSAGE: Final = "Failed to retrieve task: Task not found"
+
+#: The code of a request refused for want of room: a tenant's quota or create rate, or a
+#: full Redis. In the range JSON-RPC leaves to servers, and apart from the codes MCP
+#: assigns (``-32000``, ``-32001``, ``-32020`` to ``-32022``, ``-32042``).
+CAPACITY_EXCEEDED: Final = -32003
+#: Its message, the same whatever the reason (``data.reason`` tells them apart).
+CAPACITY_MESSAGE: Final = "Task capacity exceeded"
+#: The reasons a client may see; any other becomes ``"full"`` (see :func:`capacity_exceeded`).
+_CAPACITY_REASONS: Final = frozenset({"quota", "rate", "full"})
+_MS: Final = timedelta(milliseconds=1)
 
 
 class GetTaskParams(RequestParams):
@@ -98,6 +113,23 @@ def task_not_found() -> MCPError:
 def invalid_params(message: str) -> MCPError:
     """``-32602`` for input that can never be accepted (the message names no data)."""
     return MCPError(INVALID_PARAMS, message)
+
+
+def capacity_exceeded(error: CapacityError) -> MCPError:
+    """``-32003`` for a request refused for want of room, with what a client can act on.
+
+    ``data.reason`` is ``"quota"`` (the tenant's open tasks: wait for one to end),
+    ``"rate"`` (the tenant's create rate) or ``"full"`` (Redis or the manager is out
+    of room); ``data.retryAfterMs`` is when trying again may succeed, where known
+    (rounded up to whole milliseconds). Nothing names the tenant, the binding or a task.
+    """
+    # A CapacityError's reason is free text to the type; only the documented values
+    # may reach a client, so one raised elsewhere with another discloses nothing.
+    reason = error.reason if error.reason in _CAPACITY_REASONS else "full"
+    data: dict[str, Any] = {"reason": reason}
+    if error.retry_after is not None:
+        data["retryAfterMs"] = max(0, -(-error.retry_after // _MS))
+    return MCPError(CAPACITY_EXCEEDED, CAPACITY_MESSAGE, data)
 
 
 def internal_error() -> MCPError:
