@@ -42,7 +42,7 @@ from ._memory_stream import EntryId, Partition, Pending, Reader, id_text, parse_
 from ._memory_tenants import Tenants, settings_of
 from ._record import decode_origin
 from ._status import TERMINAL_STATUSES
-from ._tenancy import STRIDE_UNIT
+from ._tenancy import stride
 from ._work_queue import QueueDepth, WorkEntry
 
 if TYPE_CHECKING:
@@ -243,7 +243,7 @@ class InMemoryWorkQueue:
             if not tenants.ring and not state.undelivered():
                 return self.append(partition, task_id)
             queue = tenants.queues[tenant] = deque()
-            tenants.join_ring(tenant)
+            tenants.join_ring(tenant, settings_of(settings)[0])
             if not settings:
                 tenants.settings.pop(tenant, None)
         queue.append(task_id)
@@ -267,7 +267,7 @@ class InMemoryWorkQueue:
         strides, rooms, capped, picks = [], [], [], [0] * len(names)
         for name in names:
             weight, cap = settings_of(tenants.settings.get(name))
-            strides.append(STRIDE_UNIT // weight)
+            strides.append(stride(weight))
             capped.append(cap > 0)
             rooms.append(cap - tenants.live_running(name, now) if cap > 0 else count)
         for _ in range(count):
@@ -278,6 +278,7 @@ class InMemoryWorkQueue:
             if best is None:
                 break
             picks[best] += 1
+            tenants.vtime = passes[best]
             passes[best] += strides[best]
         added = 0
         for i, name in enumerate(names):

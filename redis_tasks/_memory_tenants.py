@@ -16,7 +16,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from ._tenancy import jitter
+from ._tenancy import jitter, stride
 
 __all__ = ["Tenants", "settings_of"]
 
@@ -57,16 +57,16 @@ class Tenants:
     arrivals: dict[str, int] = field(default_factory=dict)
     #: Tasks waiting in the queues (the stats hash's ``queued``).
     queued: int = 0
+    #: The pass the last task dispatched started at (the tenants hash's ``:vtime``).
+    vtime: int = 0
 
     def lowest(self, count: int) -> list[tuple[str, int]]:
         """The ``count`` tenants of lowest pass, lowest first (``ZRANGE 0 count-1``)."""
         return sorted(self.ring.items(), key=lambda item: (item[1], item[0]))[:count]
 
-    def join_ring(self, tenant: str) -> None:
-        """Mirror of ``join_ring``: at the lowest pass (0 in an empty ring) plus jitter."""
-        head = self.lowest(1)
-        base = head[0][1] if head else 0
-        self.ring[tenant] = base + jitter(tenant, self.partition)
+    def join_ring(self, tenant: str, weight: int) -> None:
+        """Mirror of ``join_ring``: at the virtual time plus the tenant's jitter."""
+        self.ring[tenant] = self.vtime + jitter(tenant, self.partition, stride(weight))
 
     def live_running(self, tenant: str, now: int) -> int:
         """Mirror of ``running``: the tenant's tasks holding a live lease."""
@@ -82,7 +82,7 @@ class Tenants:
     def unpark(self, tenant: str) -> None:
         """Mirror of ``unpark``: back into the ring, if parked."""
         if self.parked.pop(tenant, None) is not None:
-            self.join_ring(tenant)
+            self.join_ring(tenant, settings_of(self.settings.get(tenant))[0])
 
     def release_slot(self, tenant: str, task_id: str) -> None:
         """Mirror of ``release_tenant_slot``: the task no longer runs."""

@@ -19,10 +19,12 @@ batch from the ring: each task goes to the tenant of lowest pass, whose pass the
 grows by ``STRIDE_UNIT / weight`` (stride scheduling, as Temporal's matching
 service does it), so tenants are served in weighted round-robin and each
 tenant's tasks in arrival order; a tenant alone gets every worker. A tenant that
-starts waiting joins at the ring's lowest pass (plus a jitter below one stride,
-:func:`jitter`, so that ties do not favour the same tenants in every partition):
-it is served within one round, and since no pass is remembered once a tenant
-stops waiting, none can be banked. The stream and its consumer group stay the
+starts waiting joins at the partition's *virtual time*, the pass the last task
+dispatched started at (start-time fair queuing), plus a jitter below its stride
+(:func:`jitter`, uncorrelated between partitions, so that tenants joining together
+are not served in the same order in every partition): it is served within one
+round, before the tenant that was served last, and since no pass is remembered
+once a tenant stops waiting, none can be banked. The stream and its consumer group stay the
 delivery and lease record: a dispatched task gets its work entry and is claimed
 in the same script, with the same fence, lease and reclaim as before.
 
@@ -61,7 +63,10 @@ from ._limits import Limits
 
 __all__ = [
     "DIGEST_CHARS",
+    "JITTER_PRIME",
+    "JITTER_SALT",
     "STRIDE_UNIT",
+    "VTIME_FIELD",
     "Admission",
     "admission",
     "home_partition",
@@ -74,6 +79,13 @@ __all__ = [
 #: by every weight up to 10 (and 12, 14, 15, 16, 18, 20, ...), and passes stay exact
 #: integers in a sorted set's double for about 1.8e12 dispatches of one partition.
 STRIDE_UNIT: Final = 5040
+#: The jitter's hash (see :func:`jitter`): a prime below 2**26, so that squaring it
+#: stays exact in a Lua number (a double), and a constant it adds.
+JITTER_PRIME: Final = 67_108_859
+JITTER_SALT: Final = 40_503
+#: The field of a partition's tenants hash that keeps its virtual time: the pass the
+#: last task dispatched started at. No tenant digest (base64url) contains ':'.
+VTIME_FIELD: Final = ":vtime"
 #: Characters of a tenant digest (72 bits, base64url): in key names and records.
 DIGEST_CHARS: Final = 12
 _DIGEST_BYTES: Final = DIGEST_CHARS * 3 // 4
@@ -103,14 +115,18 @@ def stride(weight: int) -> int:
     return STRIDE_UNIT // weight
 
 
-def jitter(tenant: str, partition: int) -> int:
-    """Where ``tenant`` lands past the lowest pass when it joins ``partition``'s ring:
-    the twin of ``jitter()`` in ``lua/includes/tenants.lua``. It differs from
-    partition to partition, so ties do not favour the same tenants everywhere."""
+def jitter(tenant: str, partition: int, stride: int) -> int:
+    """Where ``tenant`` lands past the partition's virtual time when it joins
+    ``partition``'s ring, in ``[0, stride)``: the twin of ``jitter()`` in
+    ``lua/includes/tenants.lua``. Uncorrelated from partition to partition (a
+    polynomial hash, then three squarings modulo a prime below 2**26), so that
+    tenants joining together are served in a different order in each."""
     value = 0
-    for byte in f"{tenant}/{partition}".encode():
-        value = (value * 31 + byte) % 1000003
-    return value % STRIDE_UNIT
+    for byte in f"{partition}/{tenant}".encode():
+        value = (value * 31 + byte) % JITTER_PRIME
+    for _ in range(3):
+        value = (value * value + JITTER_SALT) % JITTER_PRIME
+    return value % stride
 
 
 @dataclass(frozen=True, slots=True)

@@ -516,11 +516,13 @@ async def test_a_slot_migrating_under_pipelined_bursts_loses_and_duplicates_noth
                 for key, status in zip(records, statuses.execute(), strict=True)
                 if status == b"working"
             }
-            places = Counter(
-                fields[b"t"].decode() for _, fields in target_client.xrange(keys.work(0))
+            entries: list[tuple[bytes, dict[bytes, bytes]]] = target_client.xrange(  # type: ignore[assignment]
+                keys.work(0)
             )
+            places = Counter(fields[b"t"].decode() for _, fields in entries)
             for queue in target_client.scan_iter(match=f"{{{prefix}:*:tq:*", count=1000):
-                places.update(t.decode() for t in target_client.lrange(queue, 0, -1))
+                waiting: list[bytes] = target_client.lrange(queue, 0, -1)  # type: ignore[assignment]
+                places.update(t.decode() for t in waiting)
         finally:
             target_client.close()
         assert len(records) == made

@@ -100,9 +100,11 @@ from hypothesis import HealthCheck, event, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
+    MultipleResults,
     RuleBasedStateMachine,
     initialize,
     invariant,
+    multiple,
     rule,
     run_state_machine_as_test,
 )
@@ -153,6 +155,13 @@ T = TypeVar("T")
 
 #: Few partitions, so ``claim_next`` finds several tasks in one stream.
 PARTITIONS = 2
+#: A quota and a cap low enough that sequences meet them: refused creates and
+#: deferred claims must agree too. (The test places each task in a drawn partition,
+#: not its tenant's home one: both backends then count per tenant and partition.)
+LIMITS = Limits(max_open_tasks_per_tenant=6, max_running_tasks_per_tenant=2)
+#: Who a task counts against: its binding (the default), or a named tenant.
+TENANTS = (None, "org:acme")
+WEIGHTS = (1, 3)
 #: Examples per run; raise it (e.g. to 300) to shake out rarer divergences.
 MAX_EXAMPLES = int(os.environ.get("RT_DIFFERENTIAL_EXAMPLES", "100"))
 
@@ -247,6 +256,9 @@ NOTHING: Outcome = ("returned", None)
 _TERMINAL = frozenset(status.value.encode() for status in TERMINAL_STATUSES)
 #: A task's record hash (its companion keys have one more ``:suffix``).
 _RECORD_KEY = re.compile(r":task:[^:]+$")
+#: Sorted sets scored by a server-clock deadline: a tenant's open and run sets, the
+#: parked tenants.
+_DEADLINE_SCORES = re.compile(r":(open|run):[^:]+$|:parked$")
 
 
 @dataclass(eq=False, repr=False)
@@ -423,10 +435,10 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         self.offset_ms = 0
         self.prefix = f"d{uuid.uuid4().hex[:12]}"
         self.memory = InMemoryTaskManager(
-            limits=Limits(), partitions=PARTITIONS, clock=self._memory_clock
+            limits=LIMITS, partitions=PARTITIONS, clock=self._memory_clock
         )
         self.redis = RedisTaskManager.from_url(
-            url, prefix=self.prefix, partitions=PARTITIONS, limits=Limits(), cluster=False
+            url, prefix=self.prefix, partitions=PARTITIONS, limits=LIMITS, cluster=False
         )
         self.store = Backend("redis", self.redis, self.prefix)
         self.ids = ChosenIds()
@@ -548,9 +560,12 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         poll_ms: int | None,
         metadata: str,
         parent: str = "root",
-    ) -> Pair:
+        tenant: str | None = None,
+        weight: int = 1,
+    ) -> Pair | None:
         """Create one task on each backend with the same arguments, under the same
-        span context with the same span IDs."""
+        span context with the same span IDs; ``None`` when both refused it alike (a
+        tenant's quota)."""
 
         def call(m: TaskManager) -> Awaitable[Task]:
             return m.create_task(
@@ -560,6 +575,8 @@ class MemoryVersusRedis(RuleBasedStateMachine):
                 ttl=timedelta(seconds=ttl_s),
                 poll_interval=None if poll_ms is None else timedelta(milliseconds=poll_ms),
                 metadata=METADATA[metadata],
+                tenant=tenant,
+                weight=weight,
             )
 
         # Task IDs are random; the partition a task lands in decides which
@@ -570,12 +587,15 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         client = client_span(parent)
         with mock.patch.object(base_module, "new_task_id", placed_in(partition)):
             if client is None:
-                memory_task = self.run(call(self.memory))
-                redis_task = self.run(call(self.redis))
+                outcomes = [self.run(attempt(call(m))) for m in (self.memory, self.redis)]
             else:
                 with trace.use_span(client):
-                    memory_task = self.run(call(self.memory))
-                    redis_task = self.run(call(self.redis))
+                    outcomes = [self.run(attempt(call(m))) for m in (self.memory, self.redis)]
+        if outcomes[0][0] == "raised" or outcomes[1][0] == "raised":
+            assert outcomes[0] == outcomes[1], f"create: memory {outcomes[0]}, redis {outcomes[1]}"
+            event(f"create_task refused: {outcomes[0][1]}")
+            return None
+        memory_task, redis_task = outcomes[0][1], outcomes[1][1]
         for task in (memory_task, redis_task):
             assert parse_task_id(task.task_id) == partition
             assert task.created_at == task.last_updated_at
@@ -593,18 +613,22 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         self.pairs.append(pair)
         self.by_id["memory"][pair.memory_id] = pair
         self.by_id["redis"][pair.redis_id] = pair
-        event(f"create_task: ttl {ttl_s} s, trace parent {parent}")
+        event(f"create_task: ttl {ttl_s} s, trace parent {parent}, tenant {tenant}")
         return pair
 
     @initialize(target=tasks)
     def first_task(self) -> Pair:
         """Every example starts with a task, so ``tasks`` is never empty."""
-        return self.create(0, "alice", "plain", b"work", LONG_TTL_S, None, "none")
+        pair = self.create(0, "alice", "plain", b"work", LONG_TTL_S, None, "none")
+        assert pair is not None
+        return pair
 
     @initialize(target=tasks)
     def short_lived_task(self) -> Pair:
         """And with one that the first clock advances expire."""
-        return self.create(1, "anonymous", "odd", b"", 15, 250, "tenant", "client-long-tracestate")
+        pair = self.create(1, "anonymous", "odd", b"", 15, 250, "tenant", "client-long-tracestate")
+        assert pair is not None
+        return pair
 
     @rule(
         target=tasks,
@@ -616,6 +640,8 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         poll_ms=st.sampled_from((None, 250)),
         metadata=st.sampled_from(sorted(METADATA)),
         parent=st.sampled_from(sorted(TRACE_PARENTS)),
+        tenant=st.sampled_from(TENANTS),
+        weight=st.sampled_from(WEIGHTS),
     )
     def create_task(
         self,
@@ -627,10 +653,15 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         poll_ms: int | None,
         metadata: str,
         parent: str,
-    ) -> Pair:
+        tenant: str | None,
+        weight: int,
+    ) -> Pair | MultipleResults[Pair]:
         """``create_task`` with any context, origin, payload, TTL, poll interval,
-        metadata and span context."""
-        return self.create(partition, owner, origin, payload, ttl_s, poll_ms, metadata, parent)
+        metadata, span context, tenant and weight."""
+        pair = self.create(
+            partition, owner, origin, payload, ttl_s, poll_ms, metadata, parent, tenant, weight
+        )
+        return multiple() if pair is None else pair
 
     # -- client-facing ----------------------------------------------------------------
 
@@ -843,8 +874,21 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         event(f"advance_clock: {ms} ms")
 
     async def advance_redis(self, ms: int) -> None:
-        """Bring every server-clock deadline under the prefix ``ms`` closer."""
+        """Bring every server-clock deadline under the prefix ``ms`` closer: key
+        expiries, the records' expiry and lease deadline, and the scores of the sorted
+        sets that hold deadlines (a tenant's open and run sets, the parked tenants)."""
         keys = await self.store.all_keys()
+        scored = [key for key in keys if _DEADLINE_SCORES.search(key)]
+        async with self.redis.client.pipeline(transaction=False) as pipe:
+            for key in scored:
+                pipe.zrange(key, 0, -1, withscores=True)
+            members = await pipe.execute()
+        async with self.redis.client.pipeline(transaction=False) as pipe:
+            for key, pairs in zip(scored, members, strict=True):
+                finite = {m: score - ms for m, score in pairs if score != float("inf")}
+                if finite:
+                    pipe.zadd(key, finite, xx=True)
+            await pipe.execute()
         records = [key for key in keys if _RECORD_KEY.search(key)]
         async with self.redis.client.pipeline(transaction=False) as pipe:
             for key in records:

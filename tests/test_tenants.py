@@ -10,12 +10,14 @@ Dispatch order is asserted by order, never by timing: a batch claim
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from redis_tasks import (
     ClaimOutcome,
@@ -28,7 +30,10 @@ from redis_tasks import (
     ValidationError,
 )
 from redis_tasks._lease import Claim
+from redis_tasks._redis.lua_source import assemble
+from redis_tasks._tenancy import jitter, stride, tenant_digest
 from redis_tasks._work_queue import WorkEntry, WorkerBackend, WorkQueue
+from redis_tasks.testing import RedisServer
 
 from .conftest import SERVERS, Backend, server_url
 from .helpers import ALICE, BOB, ORIGIN, wait_until
@@ -46,8 +51,6 @@ class Clock:
         self.offset = 0.0
 
     def __call__(self) -> float:
-        import time
-
         return time.time() + self.offset
 
 
@@ -426,3 +429,18 @@ def _with_stats_of(before: Any, after: Any) -> Any:
         if str(key).endswith(":stats"):
             merged[key] = value
     return merged
+
+
+async def test_the_jitter_of_the_scripts_is_the_pythons(redis_server: RedisServer) -> None:
+    """The scripts' jitter() and _tenancy.jitter are twins: the in-memory reference
+    orders a ring exactly as Redis does."""
+    source = assemble(["tenants"], "return jitter(ARGV[1], ARGV[2], tonumber(ARGV[3]))")
+    client = Redis.from_url(redis_server.url)
+    try:
+        for n in range(40):
+            tenant = tenant_digest(b"", b"", f"tenant {n}".encode())
+            for partition, weight in ((0, 1), (7, 3), (16383, 100)):
+                got = await client.eval(source, 0, tenant, str(partition), stride(weight))
+                assert got == jitter(tenant, partition, stride(weight))
+    finally:
+        await client.aclose()

@@ -4,35 +4,35 @@
 -- form the partition's ring (a sorted set, KEY_RING) scored by their *pass*:
 -- each task dispatched adds STRIDE_UNIT / weight to its tenant's pass, and the
 -- next task comes from the lowest pass (stride scheduling), so tenants are served
--- in weighted round-robin and each tenant's tasks in arrival order. A tenant at
--- its concurrency cap leaves the ring for the parked set (KEY_PARKED, scored by
--- when to look again); its waiting tasks hold nobody back. A tenant's weight and
--- cap in a partition are kept while it waits, in the tenants hash (KEY_TENANTS).
+-- in weighted round-robin and each tenant's tasks in arrival order. A tenant that
+-- starts waiting joins at the partition's virtual time (the pass the last task
+-- served started at) plus a jitter below its stride, as start-time fair queuing
+-- does: it is served within one round, and since a tenant's pass is forgotten once
+-- it stops waiting, none can be banked. A tenant at its concurrency cap leaves the
+-- ring for the parked set (KEY_PARKED, scored by when to look again); its waiting
+-- tasks hold nobody back. A waiting tenant's weight and cap, when not the
+-- defaults, and the virtual time (VTIME_FIELD) are kept in the tenants hash
+-- (KEY_TENANTS).
 -- Includes: common, keys
 
 -- Where `tenant` lands when it joins the ring of partition `partition` (its
--- number, as text): in [0, STRIDE_UNIT) past the lowest pass. Tenants joining
--- together are served in an order that differs from partition to partition, where
--- a tie would favour the same tenants everywhere. redis_tasks/_tenancy.py's
+-- number, as text): in [0, `stride`) past the partition's virtual time. Tenants
+-- joining together are served in an order that differs from partition to
+-- partition (one order in every ring would serve a tenant in every partition
+-- before the next tenant anywhere). A polynomial hash of partition and tenant,
+-- mixed by squaring modulo a prime below 2^26, so every product stays exact in a
+-- double (sha1hex is not in every server a script meets). redis_tasks/_tenancy.py's
 -- jitter() is its twin.
-local function jitter(tenant, partition)
-  local seed = tenant .. '/' .. partition
+local function jitter(tenant, partition, stride)
+  local seed = partition .. '/' .. tenant
   local h = 0
   for i = 1, #seed do
-    h = (h * 31 + string.byte(seed, i)) % 1000003
+    h = (h * 31 + string.byte(seed, i)) % JITTER_PRIME
   end
-  return h % STRIDE_UNIT
-end
-
--- Put `tenant` in the ring of the partition tagged `tag` at the lowest pass there
--- (0 in an empty ring) plus jitter: a tenant that starts waiting is served within
--- one round, and no pass is remembered once a tenant stops waiting (so none can be
--- banked).
-local function join_ring(tag, tenant)
-  local ring_key = tag .. KEY_RING
-  local head = redis.call('ZRANGE', ring_key, 0, 0, 'WITHSCORES')
-  local base = tonumber(head[2]) or 0
-  redis.call('ZADD', ring_key, int_text(base + jitter(tenant, tag_partition(tag))), tenant)
+  for _ = 1, 3 do
+    h = (h * h + JITTER_SALT) % JITTER_PRIME
+  end
+  return h % stride
 end
 
 -- A tenant's weight and concurrency cap from its settings ("<weight> <cap>";
@@ -43,6 +43,19 @@ local function tenant_settings(text)
   end
   local weight, cap = string.match(text, '^(%d+) (%d+)$')
   return tonumber(weight) or 1, tonumber(cap) or 0
+end
+
+-- How far one dispatch moves a tenant of `weight`.
+local function stride_of(weight)
+  return math.floor(STRIDE_UNIT / weight)
+end
+
+-- Put `tenant` (of `weight`) in the ring of the partition tagged `tag`, at the
+-- partition's virtual time plus its jitter.
+local function join_ring(tag, tenant, weight)
+  local now = tonumber(redis.call('HGET', tag .. KEY_TENANTS, VTIME_FIELD)) or 0
+  local pass = now + jitter(tenant, tag_partition(tag), stride_of(weight))
+  redis.call('ZADD', tag .. KEY_RING, int_text(pass), tenant)
 end
 
 -- How many of a capped tenant's tasks hold a live lease: its run set is scored by
@@ -76,7 +89,7 @@ end
 -- Back from the parked set into the ring, if `tenant` is parked.
 local function unpark(tag, tenant)
   if redis.call('ZREM', tag .. KEY_PARKED, tenant) == 1 then
-    join_ring(tag, tenant)
+    join_ring(tag, tenant, tenant_settings(redis.call('HGET', tag .. KEY_TENANTS, tenant) or nil))
   end
 end
 
@@ -115,7 +128,7 @@ end
 -- false when it joined the tail of its tenant's queue. `settings` is the tenant's
 -- "<weight> <cap>", or '' for the defaults. The first write is RPUSH or XADD,
 -- which a full Redis refuses.
--- keys: {ring, tenants, queue}
+-- keys: {ring, tenants, queue} of the task's partition
 local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fair)
   local ring_key, tenants_key, queue_key = keys[1], keys[2], keys[3]
   if not fair then
@@ -123,14 +136,12 @@ local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fai
   end
   if redis.call('RPUSH', queue_key, task_id) == 1 then
     -- The tenant was not waiting: it is in neither the ring nor the parked set.
-    local head = redis.call('ZRANGE', ring_key, 0, 0, 'WITHSCORES')
-    if not head[1] and not undelivered(work_key) then
+    if redis.call('EXISTS', ring_key) == 0 and not undelivered(work_key) then
       redis.call('DEL', queue_key)
       return redis.call('XADD', work_key, '*', 't', task_id)
     end
-    local partition = tag_partition(string.sub(ring_key, 1, #ring_key - #KEY_RING))
-    redis.call('ZADD', ring_key, int_text((tonumber(head[2]) or 0) + jitter(tenant, partition)),
-      tenant)
+    local tag = string.sub(ring_key, 1, #ring_key - #KEY_RING)
+    join_ring(tag, tenant, (tenant_settings(settings ~= '' and settings or nil)))
     if settings == '' then
       redis.call('HDEL', tenants_key, tenant)
     end
@@ -173,11 +184,12 @@ local function dispatch(tag, work_key, stats_key, count, now)
   local settings = redis.call('HMGET', tag .. KEY_TENANTS, unpack(tenants))
   for i, tenant in ipairs(tenants) do
     local weight, cap = tenant_settings(settings[i])
-    stride[i] = math.floor(STRIDE_UNIT / weight)
+    stride[i] = stride_of(weight)
     capped[i] = cap > 0
     room[i] = capped[i] and cap - running(tag .. KEY_RUN .. tenant, now) or count
     picks[i] = 0
   end
+  local started = nil  -- the pass the last pick started at: the new virtual time
   for _ = 1, count do
     local best = nil
     for i = 1, #tenants do
@@ -189,7 +201,11 @@ local function dispatch(tag, work_key, stats_key, count, now)
       break
     end
     picks[best] = picks[best] + 1
+    started = pass[best]
     pass[best] = pass[best] + stride[best]
+  end
+  if started then
+    redis.call('HSET', tag .. KEY_TENANTS, VTIME_FIELD, int_text(started))
   end
   local added = 0
   for i, tenant in ipairs(tenants) do

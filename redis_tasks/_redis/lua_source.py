@@ -34,7 +34,7 @@ from redis_tasks._stats import (
     REFUSED_FIELDS,
 )
 from redis_tasks._status import TERMINAL_STATUSES, TaskStatus
-from redis_tasks._tenancy import STRIDE_UNIT
+from redis_tasks._tenancy import JITTER_PRIME, JITTER_SALT, STRIDE_UNIT, VTIME_FIELD
 
 from .keys import (
     ANSWERS_SUFFIX,
@@ -180,6 +180,9 @@ CONSTANTS: Final[dict[str, str]] = {
     "KEY_OPEN": lua_string(OPEN_INFIX),
     "KEY_RATE": lua_string(RATE_INFIX),
     "STRIDE_UNIT": str(STRIDE_UNIT),
+    "JITTER_PRIME": str(JITTER_PRIME),
+    "JITTER_SALT": str(JITTER_SALT),
+    "VTIME_FIELD": lua_string(VTIME_FIELD),
     # How Redis writes a +inf score in a reply (a task kept forever in an open set).
     "SCORE_INF": lua_string("inf"),
     "TASK_ID_PATTERN": lua_string(_task_id_pattern()),
