@@ -3,32 +3,45 @@
   inspect` and the dashboard. One atomic step on one node's clock, so every
   figure of the partition belongs to the same instant. Its cost is bounded by
   `sample`: the oldest `sample` pending entries are looked up in their task
-  records (two commands each), the rest are only counted.
+  records (two commands each), and at most `sample` waiting tenants (the ring's
+  lowest passes first, then the parked ones) in their queues (three commands
+  each); the rest are only counted.
 
   Includes: common, keys
 
   KEYS:
     1 work           the partition's work stream
     2 stats          the partition's stats hash
+    3 ring           the partition's ring of tenants with tasks waiting
+    4 parked         the partition's tenants parked at their concurrency cap
   ARGV:
     1 tag            the partition's hash tag, e.g. {rt:3.17}
-    2 sample         the most pending entries (and consumers) to report
+    2 sample         the most pending entries (and consumers, and tenants) to report
   Returns:
     {RC_OK, now_ms, length, pending, oldest_waiting_id, oldest_pending_id,
-     consumers, leases, stats}
+     consumers, leases, stats, waiting, queues}
     length           XLEN: every entry (waiting or delivered)
     pending          entries delivered to a consumer and not finished
     oldest_*_id      the first waiting / first delivered entry's ID, or ''
     consumers        {name, pending, idle_ms, ...} (at most `sample`)
     leases           {entry_id, consumer, idle_ms, deliveries, task_id, status,
-                      lease_owner, lease_deadline_ms, fence, attempts, ...}: ten
-                     per pending entry, '' where the task (or the entry) is gone
+                      lease_owner, lease_deadline_ms, fence, attempts, tenant, ...}:
+                     eleven per pending entry, '' where the task (or the entry) is
+                     gone; `tenant` is the record's tenant digest (`tn`)
     stats            the stats hash, {field, value, ...}
-  Never returns a task's origin, payload, answers, result or status message.
+    waiting          {ZCARD ring, ZCARD parked}: the tenants with tasks waiting
+    queues           {tenant, queue_length, oldest_created_ms, parked, ...}: four
+                     per sampled tenant; oldest_created_ms is the `ca` of the task
+                     at the head of its queue ('' when that task is gone), parked
+                     '1' for a tenant at its cap
+  Never returns a task's origin, payload, answers, result or status message;
+  tenants are their digests (the only thing Redis holds of them).
   Events: none (nothing is written).
 ]]
 local work_key = KEYS[1]
 local stats_key = KEYS[2]
+local ring_key = KEYS[3]
+local parked_key = KEYS[4]
 local tag = ARGV[1]
 local sample = tonumber(ARGV[2])
 
@@ -42,10 +55,41 @@ local function field_of(flat, name)
   return nil
 end
 
+-- The tenants with tasks waiting in their queues: how many, and up to `sample` of
+-- them with their queue's length and the age of its head (its oldest task). The
+-- ring's lowest passes come first (the next to be served), then the parked ones.
+-- A member names a key after this partition's tag, so even a foreign member
+-- could only name a key of this slot.
+local function tenant_queues()
+  local waiting = {redis.call('ZCARD', ring_key), redis.call('ZCARD', parked_key)}
+  local queues = {}
+  local budget = sample
+  for i, set_key in ipairs({ring_key, parked_key}) do
+    if budget > 0 and waiting[i] > 0 then
+      local members = redis.call('ZRANGE', set_key, 0, budget - 1)
+      budget = budget - #members
+      for _, tenant in ipairs(members) do
+        local queue_key = tag .. KEY_QUEUE .. tenant
+        local head = redis.call('LINDEX', queue_key, 0)
+        local created = false
+        if head and is_task_id(head) then
+          created = hmget(record_key(tag, head), 'ca')[1]
+        end
+        table.insert(queues, tenant)
+        table.insert(queues, redis.call('LLEN', queue_key))
+        table.insert(queues, created or '')
+        table.insert(queues, i == 2 and '1' or '0')
+      end
+    end
+  end
+  return waiting, queues
+end
+
 local now = now_ms()
 local stats = redis.call('HGETALL', stats_key)
+local waiting, queues = tenant_queues()
 if redis.call('EXISTS', work_key) == 0 then
-  return {RC_OK, now, 0, 0, '', '', {}, {}, stats}
+  return {RC_OK, now, 0, 0, '', '', {}, {}, stats, waiting, queues}
 end
 local length = redis.call('XLEN', work_key)
 local delivered = nil
@@ -60,7 +104,7 @@ local first_waiting = redis.call('XRANGE', work_key, delivered and ('(' .. deliv
   '+', 'COUNT', 1)
 local oldest_waiting = first_waiting[1] and first_waiting[1][1] or ''
 if not delivered then
-  return {RC_OK, now, length, 0, oldest_waiting, '', {}, {}, stats}
+  return {RC_OK, now, length, 0, oldest_waiting, '', {}, {}, stats, waiting, queues}
 end
 
 local summary = redis.call('XPENDING', work_key, WORK_GROUP)
@@ -91,10 +135,10 @@ if pending > 0 and sample > 0 then
         end
       end
     end
-    local t = {false, false, false, false, false}
+    local t = {false, false, false, false, false, false}
     -- Only a well-formed task ID may become part of a key name.
     if is_task_id(task_id) then
-      t = hmget(record_key(tag, task_id), 'st', 'lo', 'ld', 'fn', 'at')
+      t = hmget(record_key(tag, task_id), 'st', 'lo', 'ld', 'fn', 'at', 'tn')
     else
       task_id = ''
     end
@@ -103,9 +147,10 @@ if pending > 0 and sample > 0 then
     table.insert(leases, p[3])
     table.insert(leases, p[4])
     table.insert(leases, task_id)
-    for i = 1, 5 do
+    for i = 1, 6 do
       table.insert(leases, t[i] or '')
     end
   end
 end
-return {RC_OK, now, length, pending, oldest_waiting, oldest_pending, consumers, leases, stats}
+return {RC_OK, now, length, pending, oldest_waiting, oldest_pending, consumers, leases, stats,
+  waiting, queues}

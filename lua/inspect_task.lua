@@ -14,11 +14,13 @@
   ARGV:
     none
   Returns:
-    {RC_OK, now_ms, {st, ca, ua, ex, pi, fn, at, lo, ld, cx, wk, er}, requests,
+    {RC_OK, now_ms, {st, ca, ua, ex, pi, fn, at, lo, ld, cx, wk, er, tn}, requests,
      entry_state, entry_consumer, entry_idle_ms, entry_deliveries}
     requests         how many input requests are outstanding
-    entry_state      'waiting', 'delivered' or '' (no entry), then the consumer,
-                     idle time and delivery count of a delivered one ('' otherwise)
+    entry_state      'waiting', 'delivered' or '' (no entry: a live task without one
+                     waits in its tenant's queue), then the consumer, idle time and
+                     delivery count of a delivered one ('' otherwise)
+    tn               the task's tenant digest
     {RC_NOT_FOUND}   unknown or expired
   Events: none (nothing is written).
 ]]
@@ -26,12 +28,13 @@ local task_key = KEYS[1]
 local requests_key = KEYS[2]
 local work_key = KEYS[3]
 
-local t = hmget(task_key, 'st', 'ca', 'ua', 'ex', 'pi', 'fn', 'at', 'lo', 'ld', 'cx', 'wk', 'er')
+local t = hmget(task_key, 'st', 'ca', 'ua', 'ex', 'pi', 'fn', 'at', 'lo', 'ld', 'cx', 'wk', 'er',
+  'tn')
 if not t[1] then
   return {RC_NOT_FOUND}
 end
 local now = now_ms()
-for i = 1, 12 do
+for i = 1, 13 do
   t[i] = t[i] or ''
 end
 local requests = redis.call('HLEN', requests_key)

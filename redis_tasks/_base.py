@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
+from ._errors import CapacityError
 from ._events import TaskEventPublisher
 from ._ids import MAX_PARTITIONS, new_task_id
 from ._limits import Limits
@@ -190,11 +191,15 @@ class TaskManagerBase(ABC):
             admission=admitted,
             trace_context=b"" if span is None else span.carrier,
         )
-        if span is None:
-            created_at = await self._create(new)
-        else:
-            with span:
+        try:
+            if span is None:
                 created_at = await self._create(new)
+            else:
+                with span:
+                    created_at = await self._create(new)
+        except CapacityError as exc:  # refused, nothing stored: counted by reason
+            METRICS.create_refused(exc.reason)
+            raise
         METRICS.task_created()
         return created_task(new.task_id, created_at, new.ttl_ms, new.poll_ms, origin, new.metadata)
 

@@ -2,12 +2,14 @@
 
 Without a task ID it reads every partition once (``RedisTaskManager.inspect``,
 one read-only script call per partition) and prints the totals, a row per
-partition, the consumers and the leases about to run out; ``--watch`` redraws
+partition, the consumers, the tenants (how many wait, the top ones by backlog
+and by running, refusals by reason) and the leases about to run out; ``--watch`` redraws
 every few seconds with the rates since the last reading, and ``--json`` prints
 JSON (one document per reading) for scripts. With a task ID it prints that
 task's status, times, lease, fence, attempts and work entry. Neither reads nor
 prints a task's origin, payload, answers or result, and the Redis URL is never
-printed.
+printed. Tenants are shown by digest; ``--tenant-key KEY`` (repeatable) digests
+``KEY`` here and shows it beside its digest, the only way a tenant key is shown.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ._cli_common import (
 from ._errors import BackendError, InternalError
 from ._inspect_text import render_inspection, render_task
 from ._inspection import Inspection, Rates
+from ._inspection_tenants import named_tenants
 from ._loop import run
 from ._redis.manager import RedisTaskManager
 
@@ -64,6 +67,13 @@ def add_inspect_command(commands: Any) -> None:
         "--count", type=int, default=None, help="with --watch: stop after this many readings"
     )
     inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    inspect.add_argument(
+        "--tenant-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="show this tenant key (create_task's tenant=) beside its digest; repeatable",
+    )
 
 
 def _problem(args: argparse.Namespace) -> str | None:
@@ -78,6 +88,11 @@ def _problem(args: argparse.Namespace) -> str | None:
         return "--count needs --watch and must be at least 1"
     if args.task_id is not None and args.watch is not None:
         return "--watch shows the queues, not one task"
+    for key in args.tenant_key:
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            return "--tenant-key must be valid UTF-8"  # and is not repeated here
     return None
 
 
@@ -88,10 +103,13 @@ async def _show_task(manager: RedisTaskManager, args: argparse.Namespace, out: T
             "redis-tasks inspect: no such task (unknown, expired or malformed ID)", file=sys.stderr
         )
         return 1
+    names = named_tenants(args.tenant_key)
     if args.json:
-        print(json.dumps(task.to_json(), sort_keys=True), file=out)
+        found = task.to_json()
+        found["tenant_key"] = names.get(task.tenant or "")
+        print(json.dumps(found, sort_keys=True), file=out)
     else:
-        print("\n".join(render_task(task)), file=out)
+        print("\n".join(render_task(task, names)), file=out)
     return 0
 
 
@@ -101,12 +119,18 @@ def _print(
     previous: Inspection | None,
     out: TextIO,
 ) -> None:
+    names = named_tenants(args.tenant_key)
     if args.json:
-        print(json.dumps(inspection.to_json(), sort_keys=True), file=out, flush=True)
+        document = inspection.to_json(names=names)
+        print(json.dumps(document, sort_keys=True), file=out, flush=True)
         return
     rates = None if previous is None else Rates(previous, inspection)
     lines = render_inspection(
-        inspection, prefix=args.prefix, expiring_ms=round(args.expiring * 1000), rates=rates
+        inspection,
+        prefix=args.prefix,
+        expiring_ms=round(args.expiring * 1000),
+        rates=rates,
+        names=names,
     )
     redraw = args.watch is not None and out.isatty()
     print((_CLEAR if redraw else "") + "\n".join(lines), file=out, flush=True)

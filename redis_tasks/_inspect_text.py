@@ -1,17 +1,20 @@
-"""The text ``redis-tasks inspect`` prints: the queues' totals and tables, one task's
-bookkeeping, and the rates between two readings of ``--watch``.
+"""The text ``redis-tasks inspect`` prints: the queues' totals and tables, the tenants,
+one task's bookkeeping, and the rates between two readings of ``--watch``.
 
 Plain functions from :mod:`._inspection` values to lines, so the command line
-and its tests share them; nothing here reads Redis.
+and its tests share them; nothing here reads Redis. Tenants are shown by digest;
+``names`` (digest to key, what ``--tenant-key`` asks for) adds a key beside its
+digest, and only there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
 from ._inspection import Inspection, PartitionView, Rates, TaskInspection
+from ._inspection_tenants import TenantFigures, TenantSummary
 
 __all__ = ["duration", "render_inspection", "render_task"]
 
@@ -65,6 +68,8 @@ def _partition_row(p: PartitionView) -> list[str]:
         str(p.entries),
         str(p.backlog),
         str(p.pending),
+        str(p.tenants.queued),
+        str(p.tenants.waiting),
         duration(p.oldest_waiting_ms),
         str(len(p.consumers)),
         str(p.created),
@@ -79,9 +84,12 @@ def render_inspection(
     prefix: str,
     expiring_ms: int,
     rates: Rates | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """The whole report of ``redis-tasks inspect``, line by line."""
+    """The whole report of ``redis-tasks inspect``, line by line (``names``: the keys
+    of the tenants an operator named, by digest)."""
     statuses = inspection.statuses
+    tenants = inspection.tenants
     pickup = inspection.pickup
     topology = "cluster" if inspection.cluster else "standalone"
     lines = [
@@ -90,12 +98,13 @@ def render_inspection(
         "tasks      "
         + "  ".join(f"{name} {count:,}" for name, count in statuses.items())
         + f"  (created {inspection.created:,})",
-        f"queue      entries {inspection.entries:,}  backlog {inspection.backlog:,}"
-        f"  pending {inspection.pending:,}"
+        f"queue      entries {inspection.entries:,}  queued {tenants.queued:,}"
+        f"  backlog {inspection.backlog:,}  pending {inspection.pending:,}"
         f"  oldest waiting {duration(inspection.oldest_waiting_ms)}"
         f"  oldest pending {duration(inspection.oldest_pending_ms)}",
         f"pickup     p50 {duration(pickup.quantile(0.5))}  p99 {duration(pickup.quantile(0.99))}"
         f"  ({pickup.total:,} first claims)",
+        _tenants_line(tenants),
     ]
     if rates is not None:
         lines.append(_rates_line(rates))
@@ -107,6 +116,8 @@ def render_inspection(
             "entries",
             "backlog",
             "pending",
+            "queued",
+            "tenants",
             "oldest waiting",
             "consumers",
             "created",
@@ -122,6 +133,7 @@ def render_inspection(
             ["name", "pending", "idle"],
             [[c.name, str(c.pending), duration(c.idle_ms)] for c in consumers[:MAX_CONSUMER_ROWS]],
         )
+    lines += _tenant_tables(tenants, names or {})
     leases = inspection.leases()
     expiring = inspection.expiring(expiring_ms)
     scope = "sampled" if inspection.sampled else "pending"
@@ -149,10 +161,60 @@ def render_inspection(
     return lines
 
 
-def render_task(task: TaskInspection) -> list[str]:
+def _tenants_line(tenants: TenantSummary) -> str:
+    refused = tenants.refused
+    return (
+        f"tenants    waiting {tenants.waiting:,} (counted per partition;"
+        f" {tenants.distinct:,} distinct{' read' if tenants.sampled else ''})"
+        f"  parked {tenants.parked:,}  deferred {tenants.deferred:,}"
+        f"  refused quota {refused.get('quota', 0):,}  rate {refused.get('rate', 0):,}"
+    )
+
+
+def _tenant_name(digest: str, names: Mapping[str, str]) -> str:
+    key = names.get(digest)
+    return digest if key is None else f"{digest} ({key})"
+
+
+def _tenant_rows(found: Sequence[TenantFigures], names: Mapping[str, str]) -> list[str]:
+    return _table(
+        ["tenant", "backlog", "running", "oldest waiting", "parked"],
+        [
+            [
+                _tenant_name(f.tenant, names),
+                f"{f.backlog:,}",
+                f"{f.running:,}",
+                duration(f.oldest_ms),
+                "yes" if f.parked else "-",
+            ]
+            for f in found
+        ],
+    )
+
+
+def _tenant_tables(tenants: TenantSummary, names: Mapping[str, str]) -> list[str]:
+    """The top tenants by backlog and by running, and each named one."""
+    lines = []
+    for title, sampled, found in (
+        ("tenants by backlog", tenants.sampled, tenants.by_backlog()),
+        ("tenants by running", tenants.leases_sampled, tenants.by_running()),
+    ):
+        lines += ["", f"{title}{' (sampled)' if sampled else ''} ({len(found)})"]
+        if found:
+            lines += _tenant_rows(found, names)
+    named = tenants.named(names)
+    if named:
+        lines += ["", f"named tenants ({len(named)})"]
+        lines += _tenant_rows([f for _, f in named], names)
+    return lines
+
+
+def render_task(task: TaskInspection, names: Mapping[str, str] | None = None) -> list[str]:
     """``redis-tasks inspect TASK_ID``: one task's bookkeeping, a field a line."""
     now = task.server_ms
     entry = task.entry_state or "none"
+    if task.entry_state == "queued":
+        entry = "queued: in its tenant's queue"
     if task.entry_state == "delivered":
         entry = (
             f"delivered to {task.entry_consumer}, idle {duration(task.entry_idle_ms)},"
@@ -162,6 +224,7 @@ def render_task(task: TaskInspection) -> list[str]:
         ("task", task.task_id),
         ("partition", str(task.partition)),
         ("status", task.status),
+        ("tenant", "-" if task.tenant is None else _tenant_name(task.tenant, names or {})),
         ("created", f"{_stamp(task.created_ms)} ({duration(now - task.created_ms)} ago)"),
         ("updated", f"{_stamp(task.updated_ms)} ({duration(now - task.updated_ms)} ago)"),
         (

@@ -16,7 +16,8 @@ path (``redis-tasks bench drain``, measured before and after: see the README).
 Leases, statuses of running tasks and lease deadlines come from a *sample*: the
 oldest ``sample`` pending entries of each partition, each looked up in its task
 record by the ``inspect`` script (one atomic, read-only call per partition).
-With more entries pending than that, :attr:`PartitionView.sampled` says so.
+With more entries pending than that, :attr:`PartitionView.sampled` says so. Tasks
+waiting in tenant queues, and the tenants, are in :mod:`._inspection_tenants`.
 
 Nothing here carries a task's origin, payload, answers, result, status message,
 endpoint or partition key: a :class:`TaskInspection` has the lease and the
@@ -27,9 +28,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ._inspection_tenants import PartitionTenants, TenantSummary
 from ._stats import (
     PICKUP_BOUNDS_MS,
     PICKUP_FIELDS,
@@ -113,7 +115,7 @@ class LeaseView:
 
     ``status`` is ``None`` (and the lease fields empty) for an entry whose task
     expired; ``remaining_ms`` is negative for a lease that ran out (its task waits
-    for a reclaim).
+    for a reclaim). ``tenant`` is the task's tenant digest.
     """
 
     partition: int
@@ -126,15 +128,17 @@ class LeaseView:
     fence: int
     attempt: int
     remaining_ms: int | None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionView:
     """One partition's work queue, read in one atomic step on its node's clock.
 
-    ``entries`` counts every live task's work entry (and, until a worker meets
+    ``entries`` counts the work entries of live tasks (and, until a worker meets
     them, those of tasks that expired waiting); ``pending`` those delivered to a
-    consumer; ``backlog`` those no worker has read. ``created`` counts tasks
+    consumer; ``tenants`` the tasks still in tenant queues (no entry yet) and whose
+    they are; ``backlog`` the tasks no worker has read. ``created`` counts tasks
     created, ``ended`` terminal transitions by status and ``pickup`` first
     claims, all since the partition's stats began. ``leases`` holds the oldest ``sample`` pending
     entries (``sampled`` when there were more).
@@ -153,11 +157,12 @@ class PartitionView:
     sampled: bool
     ended: Mapping[str, int]
     pickup: PickupHistogram
+    tenants: PartitionTenants = field(default_factory=PartitionTenants)
 
     @property
     def backlog(self) -> int:
-        """Entries no worker has read yet."""
-        return max(self.entries - self.pending, 0)
+        """Tasks no worker has read yet: entries not delivered, and tasks queued."""
+        return max(self.entries - self.pending, 0) + self.tenants.queued
 
     @property
     def input_required(self) -> int:
@@ -190,8 +195,13 @@ class Inspection:
 
     @property
     def backlog(self) -> int:
-        """Entries no worker has read yet, all partitions."""
+        """Tasks no worker has read yet (entries and tasks queued), all partitions."""
         return sum(p.backlog for p in self.partitions)
+
+    @property
+    def tenants(self) -> TenantSummary:
+        """The tenants' figures, summed over partitions."""
+        return TenantSummary(self.partitions)
 
     @property
     def pending(self) -> int:
@@ -210,7 +220,7 @@ class Inspection:
 
     @property
     def oldest_waiting_ms(self) -> int | None:
-        """Age of the oldest entry no worker has read, all partitions."""
+        """Age of the oldest task no worker has read, all partitions."""
         return _max(p.oldest_waiting_ms for p in self.partitions)
 
     @property
@@ -220,10 +230,12 @@ class Inspection:
 
     @property
     def statuses(self) -> dict[str, int]:
-        """Tasks by status: the live ones by their work entries (the sampled leases
-        tell input_required from working), the ended ones since the stats began."""
+        """Tasks by status: the live ones by their work entries and tenant queues (the
+        sampled leases tell input_required from working), the ended ones since the
+        stats began."""
         input_required = sum(p.input_required for p in self.partitions)
-        live = self.entries - sum(p.expired_pending for p in self.partitions)
+        live = self.entries + sum(p.tenants.queued for p in self.partitions)
+        live -= sum(p.expired_pending for p in self.partitions)
         counts = {
             TaskStatus.WORKING.value: max(live - input_required, 0),
             TaskStatus.INPUT_REQUIRED.value: input_required,
@@ -273,9 +285,12 @@ class Inspection:
             if lease.remaining_ms is not None and lease.remaining_ms <= within_ms
         ]
 
-    def to_json(self, *, leases: int | None = None) -> dict[str, Any]:
+    def to_json(
+        self, *, leases: int | None = None, names: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
         """A JSON-ready dict: the totals, then each partition (``leases``: at most
-        that many per partition, soonest deadline first)."""
+        that many per partition, soonest deadline first). Tenants are digests, with
+        the key only of those ``names`` (digest to key) has."""
         pickup = self.pickup
         return {
             "cluster": self.cluster,
@@ -290,6 +305,7 @@ class Inspection:
             "statuses": self.statuses,
             "pickup": _pickup_json(pickup),
             "consumers": [asdict(c) for c in self.consumers()],
+            "tenants": self.tenants.to_json(names),
             "partitions": [_partition_json(p, leases) for p in self.partitions],
         }
 
@@ -344,6 +360,7 @@ def _partition_json(p: PartitionView, leases: int | None) -> dict[str, Any]:
         "ended": dict(p.ended),
         "pickup": _pickup_json(p.pickup),
         "consumers": [asdict(c) for c in p.consumers],
+        "tenants": p.tenants.to_json(),
         "leases": [asdict(lease) for lease in ordered[:leases]],
     }
 
@@ -353,10 +370,11 @@ class TaskInspection:
     """One task's bookkeeping, as an operator needs it to tell what happens to it.
 
     Times are ms on the server's clock. ``entry_state`` is ``"waiting"`` (no
-    worker read it yet), ``"delivered"`` (pending with ``entry_consumer``) or
-    ``None`` (no work entry: the task ended, or it is gone). Never the origin,
-    payload, answers, result or status message; ``error_code`` is a failed task's
-    JSON-RPC code only.
+    worker read it yet), ``"delivered"`` (pending with ``entry_consumer``),
+    ``"queued"`` (in its tenant's queue, no entry yet) or ``None`` (no work entry:
+    the task ended, or it is gone); ``tenant`` is its tenant's digest. Never the
+    origin, payload, answers, result or status message; ``error_code`` is a failed
+    task's JSON-RPC code only.
     """
 
     task_id: str
@@ -379,6 +397,7 @@ class TaskInspection:
     entry_consumer: str | None
     entry_idle_ms: int | None
     entry_deliveries: int | None
+    tenant: str | None = None
 
     @property
     def lease_remaining_ms(self) -> int | None:

@@ -5,7 +5,7 @@ Playwright, which downloads no browser) against a dashboard process while a
 real worker process drains a load the test keeps creating: the figures must
 appear and move, every chart must draw its lines, and the screenshot must show
 them (pixels of each series' colour inside each chart). Nothing of the tasks'
-origins or payloads may reach the page.
+origins or payloads, and no tenant key, may reach the page: tenants show by digest.
 """
 
 from __future__ import annotations
@@ -25,12 +25,15 @@ from typing import Any
 import pytest
 
 from redis_tasks import RedisTaskManager, TaskOrigin
+from redis_tasks._tenancy import tenant_digest
 from redis_tasks.testing import RedisServer, start_redis_server
 
 from .fleet import ROOT, Fleet
 from .helpers import ALICE, wait_until
 
 SECRET = "s3cr3t-" + uuid.uuid4().hex
+#: A tenant key: its digest may show, the key never.
+TENANT = "org-" + SECRET
 ORIGIN = TaskOrigin.from_persisted_state({"tool": "t", "arguments": {"k": SECRET}})
 CHROMIUM = "/usr/bin/chromium"
 #: The flags a closed network needs (no background connections, no sandbox as root).
@@ -137,10 +140,15 @@ async def state(port: int) -> dict[str, Any]:
 
 
 async def test_the_dashboard_serves_its_page_and_figures_read_only(
-    server: RedisServer, manager: RedisTaskManager, prefix: str, tmp_path: Path
+    server: RedisServer, prefix: str, tmp_path: Path
 ) -> None:
-    for _ in range(5):
-        await manager.create_task(ALICE, ORIGIN, payload=SECRET.encode())
+    # One partition: its first task goes straight to the stream, the rest wait in their
+    # tenants' queues (ALICE's binding: 4, TENANT: 3).
+    async with RedisTaskManager.from_url(server.url, prefix=prefix, partitions=1) as manager:
+        for _ in range(5):
+            await manager.create_task(ALICE, ORIGIN, payload=SECRET.encode())
+        for _ in range(3):
+            await manager.create_task(ALICE, ORIGIN, payload=SECRET.encode(), tenant=TENANT)
     dashboard = Dashboard(tmp_path, server.url, prefix, "--interval", "0.2")
     try:
         port = await dashboard.port()
@@ -150,8 +158,16 @@ async def test_the_dashboard_serves_its_page_and_figures_read_only(
             return document if document["readings"] >= 2 else None
 
         document = await wait_until(two_readings, what="two readings")
-        assert document["inspection"]["backlog"] == 5
-        assert document["inspection"]["statuses"]["working"] == 5
+        assert document["inspection"]["backlog"] == 8
+        assert document["inspection"]["statuses"]["working"] == 8
+        tenants = document["inspection"]["tenants"]
+        assert (tenants["waiting"], tenants["queued"], tenants["refused"]) == (
+            2,
+            7,
+            {"quota": 0, "rate": 0},
+        )
+        assert [(t["backlog"], t["key"]) for t in tenants["by_backlog"]] == [(4, None), (3, None)]
+        assert tenants["by_backlog"][1]["tenant"] == tenant_digest(b"", b"", TENANT.encode())
         assert document["points"], "a point per reading after the first"
         assert document["failing_since"] is None
         latest = document["points"][-1]["at_ms"]
@@ -162,6 +178,7 @@ async def test_the_dashboard_serves_its_page_and_figures_read_only(
         assert page.headers["content-type"].startswith("text/html")
         assert "default-src 'self'" in page.headers["content-security-policy"]
         assert 'id="chart-throughput"' in page.text
+        assert 'id="tenants-backlog"' in page.text
         for asset, kind in (("/app.js", "text/javascript"), ("/style.css", "text/css")):
             reply = await http(port, asset)
             assert reply.status == 200
@@ -244,7 +261,10 @@ async def test_the_page_in_chromium_moves_while_a_load_runs(
     async def load() -> None:
         while not stop.is_set():
             await asyncio.gather(
-                *(manager.create_task(ALICE, ORIGIN, payload=payload) for _ in range(120))
+                *(
+                    manager.create_task(ALICE, ORIGIN, payload=payload, tenant=TENANT)
+                    for _ in range(120)
+                )
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 2.0)
@@ -293,6 +313,13 @@ async def test_the_page_in_chromium_moves_while_a_load_runs(
                 )
 
             await wait_until(every_line_above_zero, within=60, what="every chart's lines")
+
+            async def waiting_tenants() -> list[str] | None:
+                shown: list[str] = await page.locator("#tenants-backlog td.id").all_inner_texts()
+                return shown or None
+
+            shown = await wait_until(waiting_tenants, within=60, what="a tenant with backlog")
+            assert shown == [tenant_digest(b"", b"", TENANT.encode())]
             assert await page.locator("#partitions tbody tr").count() == 16
             assert await page.locator("#consumers tbody tr").count() >= 1
             assert "standalone" in await value("#scope")

@@ -5,17 +5,23 @@ handler, waiting for input, failed, cancelled), and the inspection must report
 exactly those: backlog, pending, consumers, leases and their fences, statuses,
 terminal counts and first claims. It runs on the standalone server, the cluster,
 Valkey 9.1 and Redis 8.2, and as the README's ACL user (whose line must allow
-the stats and the inspection scripts).
+the stats and the inspection scripts). A known tenant load (two tenants waiting,
+one parked at its cap after a deferred claim, a quota's and a rate's refusals)
+must show as exactly those figures, by digest, and a tenant key only where
+``--tenant-key`` names it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +29,10 @@ import pytest
 from redis.asyncio import Redis
 
 from redis_tasks import (
+    ClaimOutcome,
     JsonRpcError,
+    Limits,
+    QuotaExceededError,
     RedisTaskManager,
     TaskExecution,
     TaskFailed,
@@ -40,6 +49,7 @@ from redis_tasks._inspection import (
     pickup_bucket,
 )
 from redis_tasks._redis import scripts as lua
+from redis_tasks._tenancy import home_partition, tenant_digest
 from redis_tasks.testing import RedisServer
 
 from .conftest import Backend, BackendFactory
@@ -101,7 +111,9 @@ async def _known_load(backend: Backend) -> None:
     held = [await m.create_task(ALICE, SECRET_ORIGIN, payload=b"hold") for _ in range(6)]
     asking = [await m.create_task(ALICE, SECRET_ORIGIN, payload=b"ask") for _ in range(2)]
     queued = await m.inspect()
-    assert (queued.entries, queued.backlog, queued.pending) == (8, 8, 0)
+    # With fair dispatch, all but a partition's first task wait in their tenant's queue.
+    assert (queued.entries + queued.tenants.queued, queued.backlog, queued.pending) == (8, 8, 0)
+    assert queued.statuses["working"] == 8
     assert queued.oldest_waiting_ms is not None
     assert queued.oldest_waiting_ms >= 0
 
@@ -195,7 +207,12 @@ async def test_the_scripts_never_read_task_data(standalone_backend: Backend) -> 
     replies = [
         await m._runner.run_raw(
             lua.inspect_queue(
-                work=keys.work, stats=keys.stats, tag=m.keyspace.tag(partition), sample=10
+                work=keys.work,
+                stats=keys.stats,
+                ring=m.keyspace.ring(partition),
+                parked=m.keyspace.parked(partition),
+                tag=m.keyspace.tag(partition),
+                sample=10,
             )
         ),
         await m._runner.run_raw(
@@ -270,23 +287,21 @@ def test_the_pickup_histogram() -> None:
 async def test_a_claim_counts_its_pickup_in_the_bucket_the_server_clock_gives(
     standalone_backend: Backend,
 ) -> None:
-    """Enqueued at a known server time (the entry's ID), claimed now: the bucket is
-    the one Python's pickup_bucket picks for that wait."""
+    """Created at a known server time (the record's ``ca``: pickup runs from the
+    creation, since a task that waits in its tenant's queue gets its work entry only
+    when dispatched), claimed now: the bucket is the one Python's pickup_bucket picks
+    for that wait."""
     m = standalone_backend.manager
     assert isinstance(m, RedisTaskManager)
     client = standalone_backend.client
     assert isinstance(client, Redis)
     task = await m.create_task(ALICE, SECRET_ORIGIN)
     partition = int(task.task_id.split(".")[0])
-    work = m.keyspace.work(partition)
-    # The stream again with an entry stamped 3.5 s ago (a stream takes no ID below its
-    # newest), as if the task had waited that long.
+    keys = m.keyspace.of_task(task.task_id)
+    assert keys is not None
+    # As if the task had been created 3.5 s ago, by the server's clock.
     seconds, micros = await client.time()
-    old = f"{seconds * 1000 + micros // 1000 - 3_500}-0"
-    await client.delete(work)
-    await client.xadd(work, {"t": task.task_id}, id=old)
-    await m.work_queue.ensure_groups([partition])
-    await client.hset(m.keyspace.of_task(task.task_id).task, "wk", old)  # type: ignore[union-attr]
+    await client.hset(keys.task, "ca", seconds * 1000 + micros // 1000 - 3_500)
     ((_, claim),) = await m.work_queue.claim_next(
         partition, consumer="c1", count=1, lease=LEASE, max_attempts=5
     )
@@ -360,3 +375,222 @@ async def test_the_command_line(redis_server: RedisServer, prefix: str) -> None:
     async with RedisTaskManager.from_url(url, prefix=prefix) as m:
         for task in tasks:
             await m.cancel_task(task.task_id)
+
+
+# -- tenants ---------------------------------------------------------------------------
+
+#: Planted in every tenant key: it must show nowhere unless a key is named.
+TENANT_SECRET = "t3nant-" + uuid.uuid4().hex
+TENANT_LIMITS = Limits(
+    max_running_tasks_per_tenant=1,
+    max_open_tasks_per_tenant=4,
+    tenant_create_rate=0.1,
+    tenant_create_burst=6,
+)
+TENANT_PARTITIONS = 4
+
+
+def digest(key: str) -> str:
+    """A named tenant's digest (what ``--tenant-key`` computes)."""
+    return tenant_digest(b"", b"", key.encode())
+
+
+def _homed(stem: str, *, home: int | None = None, not_home: int | None = None) -> str:
+    """A tenant key holding TENANT_SECRET whose home partition is ``home`` (any but
+    ``not_home``): with a per-tenant limit, all of a tenant's tasks live there."""
+    for n in itertools.count():
+        key = f"{stem}-{TENANT_SECRET}-{n}"
+        where = home_partition(digest(key), TENANT_PARTITIONS)
+        if (home is None or where == home) and where != not_home:
+            return key
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class TenantLoad:
+    """What :func:`_tenant_load` left in Redis."""
+
+    partition: int  # named's and other's home partition
+    named: str  # 1 running, 3 queued (one deferred back), parked at its cap of 1
+    other: str  # 1 running, 1 queued, in the ring
+    rater: str  # 6 created and cancelled, then refused by its rate (another partition)
+    queued: tuple[str, ...]  # named's waiting task IDs
+
+
+async def _tenant_load(m: RedisTaskManager) -> TenantLoad:
+    named = _homed("acme")
+    p = home_partition(digest(named), TENANT_PARTITIONS)
+    other, rater = _homed("globex", home=p), _homed("initech", not_home=p)
+    q = m.work_queue
+
+    async def create(tenant: str) -> str:
+        return (await m.create_task(ALICE, SECRET_ORIGIN, tenant=tenant)).task_id
+
+    first = await create(named)  # nothing waits: straight into the stream
+    ((entry, claim),) = await q.claim_next(p, consumer="w1", count=1, lease=LEASE, max_attempts=5)
+    assert (entry.task_id, claim.outcome) == (first, ClaimOutcome.RUN)
+    second = await create(named)  # the stream again; claimed while the first runs: deferred
+    reader = q.reader(p, "w2", timedelta(milliseconds=200))
+    try:
+        (entry2,) = await reader.read(1)
+    finally:
+        await reader.close()
+    assert entry2.task_id == second
+    deferred = await q.claim(entry2, consumer="w2", lease=LEASE, max_attempts=5)
+    assert deferred.outcome is ClaimOutcome.DEFERRED
+    queued = [second, await create(named), await create(named)]  # behind it, parked
+    others = [await create(other), await create(other)]  # the first straight to the stream
+    ((entry3, claim3),) = await q.claim_next(p, consumer="w1", count=1, lease=LEASE, max_attempts=5)
+    assert (entry3.task_id, claim3.outcome) == (others[0], ClaimOutcome.RUN)
+    with pytest.raises(QuotaExceededError) as refused:
+        await create(named)  # its fifth open task
+    assert refused.value.reason == "quota"
+    for _ in range(6):
+        await m.cancel_task(await create(rater))
+    with pytest.raises(QuotaExceededError) as refused:
+        await create(rater)  # a seventh within the burst of six
+    assert refused.value.reason == "rate"
+    return TenantLoad(p, named, other, rater, tuple(queued))
+
+
+def _figures(inspection: Inspection) -> list[tuple[str, int, int, bool]]:
+    return [(f.tenant, f.backlog, f.running, f.parked) for f in inspection.tenants.by_backlog()]
+
+
+async def test_tenants_show_by_digest_with_backlog_running_and_refusals(
+    make_backend: BackendFactory,
+) -> None:
+    async with make_backend(limits=TENANT_LIMITS, partitions=TENANT_PARTITIONS) as backend:
+        m = backend.manager
+        assert isinstance(m, RedisTaskManager)
+        load = await _tenant_load(m)
+        named, other = digest(load.named), digest(load.other)
+        seen = await m.inspect()
+        tenants = seen.tenants
+        assert (tenants.waiting, tenants.distinct, tenants.parked) == (2, 2, 1)
+        assert (tenants.queued, tenants.deferred, tenants.refused) == (
+            4,
+            1,
+            {"quota": 1, "rate": 1},
+        )
+        assert not tenants.sampled
+        assert _figures(seen) == [(named, 3, 1, True), (other, 1, 1, False)]
+        assert [(f.tenant, f.running) for f in tenants.by_running()] == [(named, 1), (other, 1)]
+        assert all(f.oldest_ms is not None and f.oldest_ms >= 0 for f in tenants.by_backlog())
+        # The backlog is what no worker read: here all of it waits in tenant queues.
+        assert (seen.entries, seen.pending, seen.backlog) == (2, 2, 4)
+        assert seen.statuses["working"] == 6
+        assert seen.statuses["cancelled"] == 6
+        home = seen.partitions[load.partition]
+        assert (home.tenants.queued, home.tenants.ring, home.tenants.parked) == (4, 1, 1)
+        assert home.backlog == 4
+        assert home.oldest_waiting_ms is not None
+        assert {lease.tenant for lease in home.leases} == {named, other}
+        # The sample bounds the tenants read: the ring's next first, then the parked.
+        few = (await m.inspect([load.partition], sample=1)).partitions[0].tenants
+        assert ([q.tenant for q in few.queues], few.sampled, few.waiting) == ([other], True, 2)
+        none = await m.inspect([load.partition], sample=0)
+        assert (none.tenants.figures, none.tenants.sampled, none.backlog) == ({}, True, 4)
+        one = await m.inspect_task(load.queued[0])
+        assert one is not None
+        assert (one.entry_state, one.tenant, one.entry_id) == ("queued", named, None)
+        # A digest everywhere; the key only beside its digest, where it is named.
+        names = {named: load.named}
+        document = seen.to_json(names=names)["tenants"]
+        assert [(f["tenant"], f["key"], f["backlog"]) for f in document["by_backlog"]] == [
+            (named, load.named, 3),
+            (other, None, 1),
+        ]
+        assert [(f["tenant"], f["key"], f["running"]) for f in document["named"]] == [
+            (named, load.named, 1)
+        ]
+        text = render_inspection(seen, prefix="rt", expiring_ms=10_000, names=names)
+        assert f"{named} ({load.named})" in "\n".join(text)
+        assert f"tenant          {named} ({load.named})" in render_task(one, names)
+        shown_named = json.dumps(document) + "\n".join(text) + "\n".join(render_task(one, names))
+        assert load.other not in shown_named
+        assert load.rater not in shown_named
+        raw = [
+            await m._runner.run_raw(
+                lua.inspect_queue(
+                    work=m.keyspace.work(p),
+                    stats=m.keyspace.stats(p),
+                    ring=m.keyspace.ring(p),
+                    parked=m.keyspace.parked(p),
+                    tag=m.keyspace.tag(p),
+                    sample=100,
+                )
+            )
+            for p in range(TENANT_PARTITIONS)
+        ]
+        unnamed = [
+            repr(seen),
+            repr(one),
+            repr(raw),
+            json.dumps(seen.to_json()),
+            json.dumps(seen.to_json(names={})),
+            json.dumps(one.to_json()),
+            *render_inspection(seen, prefix="rt", expiring_ms=10_000),
+            *render_task(one),
+        ]
+        assert [text for text in unnamed if TENANT_SECRET in text] == []
+        assert [text for text in unnamed if SECRET in text] == []
+        if seen.cluster:
+            assert len({p.node for p in seen.partitions}) == 3
+
+
+async def test_the_command_line_names_a_tenant_only_when_asked(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    url = redis_server.url
+    async with RedisTaskManager.from_url(
+        url, prefix=prefix, partitions=TENANT_PARTITIONS, limits=TENANT_LIMITS
+    ) as m:
+        load = await _tenant_load(m)
+    named, other = digest(load.named), digest(load.other)
+    common = ("--redis-url", url, "--prefix", prefix, "--partitions", str(TENANT_PARTITIONS))
+    text = await asyncio.to_thread(_cli, *common)
+    assert text.returncode == 0, text.stderr
+    assert "tenants    waiting 2 (counted per partition; 2 distinct)  parked 1  deferred 1" in (
+        text.stdout
+    )
+    assert "refused quota 1  rate 1" in text.stdout
+    assert "queued 4  backlog 4" in text.stdout
+    by_backlog = text.stdout.split("tenants by backlog (2)\n", 1)[1].splitlines()
+    assert by_backlog[1].split()[:3] == [named, "3", "1"]
+    assert by_backlog[1].split()[-1] == "yes"  # parked
+    assert by_backlog[2].split()[:3] == [other, "1", "1"]
+    as_json = await asyncio.to_thread(_cli, *common, "--json")
+    tenants = json.loads(as_json.stdout)["tenants"]
+    assert [(f["tenant"], f["key"], f["backlog"], f["running"]) for f in tenants["by_backlog"]] == [
+        (named, None, 3, 1),
+        (other, None, 1, 1),
+    ]
+    assert (tenants["waiting"], tenants["deferred"], tenants["refused"]) == (
+        2,
+        1,
+        {"quota": 1, "rate": 1},
+    )
+    task = await asyncio.to_thread(_cli, *common, load.queued[1])
+    assert f"tenant          {named}\n" in task.stdout
+    assert "queued: in its tenant's queue" in task.stdout
+    for output in (text, as_json, task):
+        assert TENANT_SECRET not in output.stdout + output.stderr
+    # Named: the key beside its digest, and in a table of its own; no other key shows.
+    asked = ("--tenant-key", load.named, "--tenant-key", "nobody-" + TENANT_SECRET)
+    named_text = await asyncio.to_thread(_cli, *common, *asked)
+    assert f"{named} ({load.named})  3" in named_text.stdout
+    assert "named tenants (2)" in named_text.stdout
+    assert f"{digest('nobody-' + TENANT_SECRET)} (nobody-{TENANT_SECRET})  0" in named_text.stdout
+    named_json = await asyncio.to_thread(_cli, *common, "--json", *asked)
+    document = json.loads(named_json.stdout)["tenants"]
+    assert [f["key"] for f in document["by_backlog"]] == [load.named, None]
+    assert [(f["key"], f["backlog"]) for f in document["named"]] == [
+        (load.named, 3),
+        ("nobody-" + TENANT_SECRET, 0),
+    ]
+    named_task = await asyncio.to_thread(_cli, *common, load.queued[1], "--json", *asked)
+    assert json.loads(named_task.stdout)["tenant_key"] == load.named
+    for output in (named_text, named_json, named_task):
+        assert load.other not in output.stdout + output.stderr
+        assert load.rater not in output.stdout + output.stderr

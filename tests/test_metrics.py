@@ -22,9 +22,12 @@ import pytest
 
 from redis_tasks import (
     BackendError,
+    CapacityError,
     InMemoryTaskManager,
     InputRequest,
     JsonRpcError,
+    Limits,
+    QuotaExceededError,
     TaskExecution,
     TaskFailed,
     TaskRequestContext,
@@ -32,12 +35,13 @@ from redis_tasks import (
     TaskUpdateContext,
     Worker,
 )
+from redis_tasks._telemetry.backlog import WorkerGauges
 from redis_tasks._telemetry.http import HttpServer, Response
 from redis_tasks._telemetry.instruments import INSTRUMENTS
 from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._worker.health import Health
 
-from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, wait_until
+from .helpers import ALICE, BOB, ELICIT, ELICIT_ANSWER, ORIGIN, wait_until
 
 sdk_metrics = pytest.importorskip("opentelemetry.sdk.metrics")
 sdk_export = pytest.importorskip("opentelemetry.sdk.metrics.export")
@@ -148,6 +152,8 @@ async def test_a_worker_records_every_instrument_with_bounded_attributes(reader:
         backlog = points["redis_tasks_backlog"]
         assert sorted(a["partition"] for a, _ in backlog) == [0, 1]
         assert sum(v for _, v in backlog) == 0
+        waiting = points["redis_tasks_tenants_waiting"]
+        assert sorted((a["partition"], v) for a, v in waiting) == [(0, 0), (1, 0)]
         assert sum(v for _, v in points["redis_tasks_pending"]) == 1  # the held task
         await manager.request_cancellation(TaskRequestContext(ALICE, held))
 
@@ -169,7 +175,9 @@ async def test_a_worker_records_every_instrument_with_bounded_attributes(reader:
     assert total(points, "redis_tasks_tasks_failed") == 1
     assert total(points, "redis_tasks_tasks_cancelled") == 1
     settled = {a["outcome"]: n for a, n in points["redis_tasks_claims_settled"]}
-    assert settled == {"cancelled": 1, "poisoned": 0, "expired": 0, "terminal": 0}
+    assert settled == {"cancelled": 1, "poisoned": 0, "expired": 0, "terminal": 0, "deferred": 0}
+    refused = {a["reason"]: n for a, n in points["redis_tasks_creates_refused"]}
+    assert refused == {"quota": 0, "rate": 0, "full": 0}
     assert total(points, "redis_tasks_input_rounds") == 1
     assert total(points, "redis_tasks_redis_errors") == 1
     assert total(points, "redis_tasks_pickup_latency") == 7
@@ -199,6 +207,48 @@ async def test_asking_the_same_round_again_is_no_new_round(reader: Any) -> None:
     await execution.report("back to work")
     await execution.answered_so_far({"b": second})  # asked again after working
     assert total(collect(reader), "redis_tasks_input_rounds") == 3
+
+
+async def test_refusals_by_reason_and_tenants_waiting_carry_no_tenant(reader: Any) -> None:
+    """The process that creates counts each refusal by its reason; a worker's gauges
+    report the tenants waiting per partition, and the backlog with the tasks queued."""
+    secret = "tenant-s3cr3t"
+    manager = InMemoryTaskManager(partitions=1)
+    # Two tenants wait: the first task went straight to the stream, three are queued.
+    for who, tenant in ((ALICE, secret), (ALICE, secret), (BOB, None), (BOB, None)):
+        await manager.create_task(who, ORIGIN, tenant=tenant)
+    limits = Limits(max_open_tasks_per_tenant=1, tenant_create_rate=0.01, tenant_create_burst=1)
+    limited = InMemoryTaskManager(partitions=1, limits=limits)
+    await limited.create_task(ALICE, ORIGIN, tenant=secret)
+    with pytest.raises(QuotaExceededError):
+        await limited.create_task(ALICE, ORIGIN, tenant=secret)  # its second open task
+    await limited.cancel_task((await limited.create_task(ALICE, ORIGIN)).task_id)
+    with pytest.raises(QuotaExceededError):
+        await limited.create_task(ALICE, ORIGIN)  # the second create within 100 s
+    small = InMemoryTaskManager(max_tasks=1)
+    await small.create_task(ALICE, ORIGIN, tenant=secret)
+    with pytest.raises(CapacityError) as full:
+        await small.create_task(ALICE, ORIGIN, tenant=secret)
+    assert full.value.reason == "full"
+    gauges = WorkerGauges(manager.work_queue, [0], running=lambda: 0, every=0.0)
+    unwatch = METRICS.watch(gauges)
+    try:
+        await gauges.refresh()
+        METRICS.claim_settled("deferred")  # as the worker counts a claim deferred by a cap
+        points = collect(reader)
+    finally:
+        unwatch()
+    refused = {a["reason"]: n for a, n in points["redis_tasks_creates_refused"]}
+    assert refused == {"quota": 1, "rate": 1, "full": 1}
+    assert total(points, "redis_tasks_tasks_created") == 7
+    assert points["redis_tasks_tenants_waiting"] == [({"partition": 0}, 2)]
+    assert points["redis_tasks_backlog"] == [({"partition": 0}, 4)]
+    assert total(points, "redis_tasks_claims_settled", outcome="deferred") == 1
+    allowed = {spec.name: set(spec.attributes) for spec in INSTRUMENTS}
+    for name, found in points.items():
+        for attributes, _ in found:
+            assert set(attributes) <= allowed[name], name
+            assert secret not in repr(attributes)
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -177,10 +177,14 @@ async def test_a_worker_process_serves_metrics_and_health(
         "redis_tasks_tasks_reclaimed_total",
         "redis_tasks_lease_losses_total",
         "redis_tasks_redis_errors_total",
+        "redis_tasks_creates_refused_total",  # refusals count where create_task is called
+        "redis_tasks_claims_settled_total{outcome=deferred}",  # no tenant has a cap here
     ):
         assert moved(before, after, quiet) == 0, quiet
+    assert "redis_tasks_claims_settled_total{outcome=deferred}" in after
     assert after["redis_tasks_tasks_running"] == 0
     assert after["redis_tasks_backlog"] == 0
+    assert after["redis_tasks_tenants_waiting"] == 0
     text = (await get(metrics_port, "/metrics"))[1]
     assert 'partition="0"' in text
     assert "redis_tasks_pending{" in text

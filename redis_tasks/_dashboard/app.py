@@ -8,7 +8,8 @@ polls ``/api/state`` and draws the charts itself; it has no third-party code and
 loads nothing from elsewhere (a closed network is the norm where Redis runs).
 
 Read-only by construction: GET routes only, no task data in anything served (an
-:class:`~redis_tasks._inspection.Inspection` holds none), a strict content
+:class:`~redis_tasks._inspection.Inspection` holds none; tenants are their digests,
+and the dashboard names none), a strict content
 security policy, and a ``Host`` check so that a page of another site cannot
 read the figures through DNS rebinding. Redis down is shown, not fatal: the
 sampler keeps trying with backoff and the page says since when it failed.

@@ -26,8 +26,9 @@ from redis_tasks._inspection import (
     ended_counts,
     stats_counts,
 )
+from redis_tasks._inspection_tenants import PartitionTenants
 from redis_tasks._json import unpack
-from redis_tasks._stats import CREATED_FIELD
+from redis_tasks._stats import CREATED_FIELD, TERMINAL_FIELDS
 
 from . import scripts as lua
 
@@ -36,8 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_SAMPLE", "inspect_partitions", "inspect_task"]
 
-#: The most pending entries (and consumers) one partition's inspection reports: it
-#: bounds the script's time on the server (two lookups per entry).
+#: The most pending entries (and consumers, and waiting tenants) one partition's
+#: inspection reports: it bounds the script's time on the server (two lookups per
+#: entry, three per tenant).
 MAX_SAMPLE: Final = 10_000
 
 
@@ -62,10 +64,11 @@ def _age(entry_id: Any, now: int) -> int | None:
 
 def _leases(partition: int, flat: Sequence[Any], now: int) -> tuple[LeaseView, ...]:
     leases = []
-    for i in range(0, len(flat) - 9, 10):
+    for i in range(0, len(flat) - 10, 11):
         (_, consumer, idle, deliveries, task_id, status, owner, deadline, fence, attempts) = flat[
             i : i + 10
         ]
+        tenant = flat[i + 10]
         status_text = _text(status) or None
         deadline_ms = _int(deadline)
         leases.append(
@@ -81,6 +84,7 @@ def _leases(partition: int, flat: Sequence[Any], now: int) -> tuple[LeaseView, .
                 attempt=_int(attempts) or 0,
                 # A hand-back leaves ld at 0: no lease, not one that ran out in 1970.
                 remaining_ms=deadline_ms - now if deadline_ms else None,
+                tenant=_text(tenant) or None,
             )
         )
     return tuple(leases)
@@ -98,12 +102,20 @@ async def _partition(manager: RedisTaskManager, partition: int, sample: int) -> 
     work = keys.work(partition)
     reply = await manager._runner.run(
         lua.inspect_queue(
-            work=work, stats=keys.stats(partition), tag=keys.tag(partition), sample=sample
+            work=work,
+            stats=keys.stats(partition),
+            ring=keys.ring(partition),
+            parked=keys.parked(partition),
+            tag=keys.tag(partition),
+            sample=sample,
         )
     )
-    (_, now, length, pending, waiting, oldest, consumers, leases, stats) = reply
+    (_, now, length, pending, waiting, oldest, consumers, leases, stats, tenants, queues) = reply
     counts = stats_counts(stats)
     lease_views = _leases(partition, leases, now)
+    tenant_view = PartitionTenants.from_reply(counts, tenants, queues, int(now))
+    # The oldest waiting task is an entry no worker read, or a tenant queue's head.
+    ages = [a for a in (_age(waiting, now), tenant_view.oldest_ms) if a is not None]
     return PartitionView(
         partition=partition,
         node=manager._topology.node_for(work).name,
@@ -111,13 +123,14 @@ async def _partition(manager: RedisTaskManager, partition: int, sample: int) -> 
         entries=int(length),
         pending=int(pending),
         created=counts.get(CREATED_FIELD, 0),
-        oldest_waiting_ms=_age(waiting, now),
+        oldest_waiting_ms=max(ages) if ages else None,
         oldest_pending_ms=_age(oldest, now),
         consumers=_consumers(consumers),
         leases=lease_views,
         sampled=int(pending) > len(lease_views),
         ended=ended_counts(counts),
         pickup=PickupHistogram.from_stats(counts),
+        tenants=tenant_view,
     )
 
 
@@ -158,7 +171,10 @@ async def inspect_task(manager: RedisTaskManager, task_id: str) -> TaskInspectio
         raise error_for(reply[0])
     _, now, record, requests, state, consumer, idle, deliveries = reply
     status, created, updated, expires, poll, fence, attempts, owner, deadline = record[:9]
-    cancel, entry, error = record[9:12]
+    cancel, entry, error, tenant = record[9:13]
+    entry_state = _text(state) or None
+    if entry_state is None and not _text(entry) and _text(status) not in TERMINAL_FIELDS:
+        entry_state = "queued"  # a live task with no work entry waits in its tenant's queue
     poll_ms = _int(poll)
     deadline_ms = _int(deadline)
     return TaskInspection(
@@ -178,8 +194,9 @@ async def inspect_task(manager: RedisTaskManager, task_id: str) -> TaskInspectio
         input_requests=int(requests),
         error_code=_error_code(error),
         entry_id=_text(entry) or None,
-        entry_state=_text(state) or None,
+        entry_state=entry_state,
         entry_consumer=_text(consumer) or None,
         entry_idle_ms=_int(idle),
         entry_deliveries=_int(deliveries),
+        tenant=_text(tenant) or None,
     )

@@ -340,8 +340,8 @@ def requeue(*, task: str, work: str, task_id: str, entry_id: str) -> Call:
 
 
 @_binding
-def inspect_queue(*, work: str, stats: str, tag: str, sample: int) -> Call:
-    return scripts["inspect_queue"], (work, stats), (tag, sample)
+def inspect_queue(*, work: str, stats: str, ring: str, parked: str, tag: str, sample: int) -> Call:
+    return scripts["inspect_queue"], (work, stats, ring, parked), (tag, sample)
 
 
 @_binding

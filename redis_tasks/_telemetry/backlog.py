@@ -1,7 +1,11 @@
 """A worker's gauges: handlers running, and a cheap, demand-driven sample of queue depth.
 
-Depth is two O(1) counters per partition (``XLEN`` and the ``XPENDING``
-summary, one round trip), asked at most once per :data:`SAMPLE_EVERY` seconds,
+Depth is a few O(1) counters per partition (``XLEN``, the ``XPENDING`` summary,
+the stats' ``queued`` and the sizes of the ring and the parked set, one round
+trip: :meth:`~redis_tasks._work_queue.WorkQueue.depth`), reported as the backlog
+(:attr:`~redis_tasks._work_queue.QueueDepth.backlog`: entries not delivered and
+tasks in tenant queues), the pending entries and the tenants waiting (never which
+ones). It is asked at most once per :data:`SAMPLE_EVERY` seconds,
 and only while someone reads the gauges: an exporter's collection marks the
 sample wanted, the worker's loop takes it, and the Prometheus endpoint brings it
 up to date before it renders. A fleet of workers nobody scrapes asks nothing.

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from redis_tasks._work_queue import QueueDepth
 
-__all__ = ["INSTRUMENTS", "SECONDS_BUCKETS", "Instrument", "Recorder"]
+__all__ = ["INSTRUMENTS", "REFUSALS", "SECONDS_BUCKETS", "SETTLING", "Instrument", "Recorder"]
 
 #: Histogram buckets in seconds, from a sub-millisecond pickup to an hour-long task
 #: (OpenTelemetry's default buckets are meant for milliseconds).
@@ -51,6 +51,14 @@ class Instrument:
 INSTRUMENTS: Final = (
     Instrument("redis_tasks_tasks_created", "counter", "{task}", (), "Tasks created"),
     Instrument(
+        "redis_tasks_creates_refused",
+        "counter",
+        "{task}",
+        ("reason",),
+        "Creates refused with nothing stored: a tenant's open-task quota, its create rate, "
+        "or no room in Redis (quota, rate, full)",
+    ),
+    Instrument(
         "redis_tasks_tasks_claimed",
         "counter",
         "{task}",
@@ -72,8 +80,8 @@ INSTRUMENTS: Final = (
         "counter",
         "{task}",
         ("outcome",),
-        "Claims that settled the task instead of running it: "
-        "cancelled, poisoned, expired or terminal",
+        "Claims that settled the task instead of running it: cancelled, poisoned, "
+        "expired, terminal, or deferred (its tenant at its concurrency cap)",
     ),
     Instrument(
         "redis_tasks_lease_losses",
@@ -123,9 +131,16 @@ INSTRUMENTS: Final = (
     Instrument(
         "redis_tasks_backlog",
         "gauge",
-        "{entry}",
+        "{task}",
         ("partition",),
-        "Work entries no worker has read yet",
+        "Tasks no worker has read yet: work entries not delivered and tasks in tenant queues",
+    ),
+    Instrument(
+        "redis_tasks_tenants_waiting",
+        "gauge",
+        "{tenant}",
+        ("partition",),
+        "Tenants with tasks waiting in their queues (counted in each partition they wait in)",
     ),
     Instrument(
         "redis_tasks_pending",
@@ -138,7 +153,9 @@ INSTRUMENTS: Final = (
 
 
 #: Claim outcomes that settle a task, each reported from the start (0 until it happens).
-SETTLING: Final = ("cancelled", "poisoned", "expired", "terminal")
+SETTLING: Final = ("cancelled", "poisoned", "expired", "terminal", "deferred")
+#: Why a create was refused (CapacityError.reason), each reported from the start.
+REFUSALS: Final = ("quota", "rate", "full")
 _ENDINGS: Final = ("completed", "failed", "cancelled")
 
 _Callback = Callable[["CallbackOptions"], Iterable["Observation"]]
@@ -157,6 +174,7 @@ class Recorder:
         from opentelemetry.metrics import Observation
 
         self.created = 0
+        self.refused = dict.fromkeys(REFUSALS, 0)
         self.ended = dict.fromkeys(_ENDINGS, 0)
         self.claims: dict[int, int] = {}
         self.reclaims: dict[int, int] = {}
@@ -180,6 +198,7 @@ class Recorder:
 
         callbacks: dict[str, _Callback] = {
             "redis_tasks_tasks_created": total(lambda: self.created),
+            "redis_tasks_creates_refused": by("reason", lambda: self.refused),
             "redis_tasks_tasks_claimed": by("partition", lambda: self.claims),
             "redis_tasks_tasks_reclaimed": by("partition", lambda: self.reclaims),
             "redis_tasks_claims_settled": by("outcome", lambda: self.settled),
@@ -188,6 +207,7 @@ class Recorder:
             "redis_tasks_redis_errors": total(lambda: self.redis_errors),
             "redis_tasks_tasks_running": total(running),
             "redis_tasks_backlog": depth("backlog"),
+            "redis_tasks_tenants_waiting": depth("tenants"),
             "redis_tasks_pending": depth("pending"),
         }
         for ending in _ENDINGS:
@@ -219,6 +239,11 @@ class Recorder:
     def task_created(self) -> None:
         """See :attr:`~.metrics.Metrics.task_created`."""
         self.created += 1
+
+    def create_refused(self, reason: str) -> None:
+        """See :attr:`~.metrics.Metrics.create_refused`."""
+        if reason in self.refused:
+            self.refused[reason] += 1
 
     def task_ended(self, status: str) -> None:
         """See :attr:`~.metrics.Metrics.task_ended`."""

@@ -14,9 +14,9 @@ rather than module functions, so :meth:`Metrics.enable` can rebind them all at
 once (to an explicit meter provider, in the CLI and in tests) while every caller
 keeps the reference it took at import.
 
-Attributes are bounded on purpose: a partition number or an outcome from a
-closed set, never a task ID, origin, argument, payload, result or message. The
-instruments themselves are in :mod:`.instruments`.
+Attributes are bounded on purpose: a partition number, or an outcome or reason
+from a closed set; never a task ID, origin, argument, payload, result, message or
+tenant (its key or digest). The instruments themselves are in :mod:`.instruments`.
 """
 
 from __future__ import annotations
@@ -56,13 +56,16 @@ class Metrics(HookSet):
 
     #: A task was created (``create_task`` returned).
     task_created: Callable[[], None]
+    #: ``create_task`` raised CapacityError: ``reason`` is quota, rate or full.
+    create_refused: Callable[[str], None]
     #: A terminal transition succeeded: ``status`` is completed, failed or cancelled.
     task_ended: Callable[[str], None]
     #: A claim of ``partition``'s entry gave this worker the lease.
     claimed: Callable[[int], None]
     #: ``count`` entries of ``partition`` were taken over from other consumers.
     reclaimed: Callable[[int, int], None]
-    #: A claim settled the task (``outcome``: cancelled, poisoned, expired, terminal).
+    #: A claim settled the task instead of running it (``outcome``: cancelled,
+    #: poisoned, expired, terminal, or deferred by its tenant's concurrency cap).
     claim_settled: Callable[[str], None]
     #: A lease this worker held was lost.
     lease_lost: Callable[[], None]
@@ -79,6 +82,7 @@ class Metrics(HookSet):
 
     HOOKS = (
         "task_created",
+        "create_refused",
         "task_ended",
         "claimed",
         "reclaimed",

@@ -112,8 +112,9 @@ function render(state) {
   set("pickup", last ? duration(last.pickup_p50_ms) + " / " + duration(last.pickup_p99_ms) : "-");
   rows("partitions", ins.partitions, (p) => [
     [String(p.partition)], [p.node], [number(p.entries)], [number(p.backlog)], [number(p.pending)],
-    [duration(p.oldest_waiting_ms)], [number(p.created)],
-    [number(Object.values(p.ended).reduce((a, b) => a + b, 0))], [duration(p.pickup.p50_ms)],
+    [number(p.tenants.queued)], [number(p.tenants.waiting)], [duration(p.oldest_waiting_ms)],
+    [number(p.created)], [number(Object.values(p.ended).reduce((a, b) => a + b, 0))],
+    [duration(p.pickup.p50_ms)],
   ]);
   rows("consumers", ins.consumers.slice(0, 20), (c) => [[c.name, "id"], [number(c.pending)], [duration(c.idle_ms)]]);
   const leases = ins.partitions.flatMap((p) => p.leases)
@@ -121,6 +122,19 @@ function render(state) {
     .sort((a, b) => a.remaining_ms - b.remaining_ms).slice(0, 10);
   rows("leases", leases, (l) => [[l.task_id, "id"], [l.status || "expired"], [l.lease_owner || "-"],
     [String(l.attempt)], [duration(l.remaining_ms)]]);
+  const tenants = ins.tenants;
+  set("tenants-waiting", number(tenants.waiting));
+  set("queued", number(tenants.queued));
+  set("tenants-parked", number(tenants.parked));
+  set("deferred", number(tenants.deferred));
+  set("refused-quota", number(tenants.refused.quota));
+  set("refused-rate", number(tenants.refused.rate));
+  set("tenants-scope", "(" + number(tenants.distinct) + " distinct; waiting counts each partition"
+    + (tenants.sampled ? "; sampled)" : ")"));
+  rows("tenants-backlog", tenants.by_backlog, (t) => [[t.tenant, "id"], [number(t.backlog)],
+    [number(t.running)], [duration(t.oldest_waiting_ms)], [t.parked ? "yes" : "-"]]);
+  rows("tenants-running", tenants.by_running, (t) => [[t.tenant, "id"], [number(t.running)],
+    [number(t.backlog)]]);
   chart("chart-throughput", [["created_per_s", "created"], ["ended_per_s", "ended"]]);
   chart("chart-backlog", [["backlog", "backlog"], ["pending", "pending"]]);
   chart("chart-pickup", [["pickup_p50_ms", "p50"], ["pickup_p99_ms", "p99"]]);
