@@ -162,7 +162,9 @@ MCP_TINY = ["--mcp-servers", "2", "--mcp-workers", "1", "--mcp-clients", "4", "-
 TINY_ARGS = ["--tasks", "200", "--rounds", "1", "--pickups", "3", "--workers", "1",
              "--lifecycle-tasks", "40", "--clients", "4", "--pollers", "4", "--find-ops", "100",
              "--notifies", "3", "--limit-requests", "300", "--memory-tasks", "200", *MCP_TINY,
-             "--json", "-", "--quiet"]  # fmt: skip
+             "--fair-tasks", "60", "--fair-concurrency", "4", "--fair-handler-ms", "5",
+             "--fair-late", "2", "--fair-tenants", "5", "--fair-tenant-tasks", "4",
+             "--fair-weighted-tasks", "8", "--json", "-", "--quiet"]  # fmt: skip
 
 
 def test_every_scenario_runs_against_a_cluster_node_s_url(redis_cluster: RedisCluster) -> None:
@@ -179,7 +181,7 @@ def test_every_scenario_runs_against_a_cluster_node_s_url(redis_cluster: RedisCl
     assert ours["drain"]["1"]["rate"] > 0
     assert len(ours["drain"]["1"]["redis_us_per_job_by_primary"]) == 3
     assert ours["pickup"]["samples"] == 3
-    for scenario in ("lifecycle", "find", "notify", "limit", "memory"):
+    for scenario in ("lifecycle", "find", "notify", "limit", "memory", "fairness"):
         assert results[scenario], scenario
     assert ours["memory"]["bytes_per_job"] > 0
     assert results["mcp"]["completed"] == 40
@@ -411,8 +413,54 @@ def test_the_table_and_the_plot(tmp_path: Path) -> None:
 
 def test_the_scenarios_are_the_documented_ones() -> None:
     assert SCENARIOS == (
-        "limit", "drain", "pickup", "lifecycle", "find", "notify", "memory", "mcp",
+        "limit", "drain", "pickup", "lifecycle", "find", "notify", "memory", "mcp", "fairness",
     )  # fmt: skip
+
+
+#: Small enough for a few seconds, yet A's flood (N x D / C = 1 s) still runs when B's
+#: tasks come (from 0.2 s after it began).
+FAIR_TINY = ["--fair-tasks", "200", "--fair-concurrency", "4", "--fair-handler-ms", "20",
+             "--fair-late", "3", "--fair-tenants", "10", "--fair-tenant-tasks", "10",
+             "--fair-weighted-tasks", "20"]  # fmt: skip
+
+
+def test_fairness_puts_the_late_tenant_ahead_of_the_flood(redis_server: RedisServer) -> None:
+    url = redis_server.url
+    before = bench_keys(url)
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "fairness", "--redis-url", url,
+         *FAIR_TINY, "--rounds", "1", "--json", "-", "--quiet"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    fairness = results["fairness"]
+    fair, fifo = fairness["noisy"]["fair"], fairness["noisy"]["fifo"]
+    for row in (fair, fifo):
+        assert row["b_samples"] == 3
+        assert 0 < row["b_p50"] <= row["b_p99"] <= row["b_max"]
+        assert row["fifo_expectation_ms"] == 200 * 20 // 4
+        assert row["a_drain_ms"] > 0
+    # By order, not by time: with fair dispatch B's tasks start before A's backlog
+    # drains, and fewer of A's tasks start while one of B's waits than when every
+    # task waits its turn (about 4 of them against a hundred or more).
+    assert fair["b_before_a_last"]
+    assert fair["a_ahead_max"] < fifo["a_ahead_max"]
+    assert fair["b_p99"] < fifo["b_p99"]
+    tenants = fairness["tenants"]
+    assert tenants["window"] == 10
+    assert 0 < tenants["jain"] <= 1
+    weights = fairness["weights"]
+    assert weights["window"] == 20
+    assert sum(weights["shares"].values()) == pytest.approx(1)
+    targets = results["ratios"]["targets"]
+    assert targets["fairness_b_p99_at_most_2d_plus_50ms"]["bound_ms"] == 90
+    assert "fairness_jain_at_least_0.95" in targets
+    assert "fairness_weights_75_25_within_5_points" in targets
+    assert "fair dispatch:" in table(results)
+    assert bench_keys(url) == before
+    assert url not in done.stdout
+    assert "user:" not in done.stdout  # no partition key, no tenant
 
 
 def test_the_side_channel_script_s_ks_test() -> None:

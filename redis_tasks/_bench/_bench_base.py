@@ -41,6 +41,20 @@ class Settings:
     find_ops: int = 50_000
     notifies: int = 200
     limit_requests: int = 100_000
+    #: fairness: tenant A's flood (N), the worker's concurrency (C), the handler's
+    #: sleep in ms (D), tenant B's tasks created during the flood (K).
+    fair_tasks: int = 2_000
+    fair_concurrency: int = 16
+    fair_handler_ms: int = 50
+    fair_late: int = 20
+    #: fairness: tenants and tasks each for the fairness index; tasks of each of
+    #: the two weighted tenants.
+    fair_tenants: int = 100
+    fair_tenant_tasks: int = 100
+    fair_weighted_tasks: int = 400
+    #: fairness: create the many tenants' tasks interleaved (task i of every tenant,
+    #: then task i + 1) instead of tenant after tenant.
+    fair_interleaved: bool = False
 
 
 def _ms(seconds: float) -> float:

@@ -67,6 +67,14 @@ def run_bench(args: argparse.Namespace) -> int:
         find_ops=args.find_ops,
         notifies=args.notifies,
         limit_requests=args.limit_requests,
+        fair_tasks=args.fair_tasks,
+        fair_concurrency=args.fair_concurrency,
+        fair_handler_ms=args.fair_handler_ms,
+        fair_late=args.fair_late,
+        fair_tenants=args.fair_tenants,
+        fair_tenant_tasks=args.fair_tenant_tasks,
+        fair_weighted_tasks=args.fair_weighted_tasks,
+        fair_interleaved=args.fair_interleaved,
     )
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
     if unknown:

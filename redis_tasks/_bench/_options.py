@@ -14,7 +14,9 @@ from redis_tasks._bench._systems import PEERS
 __all__ = ["SCENARIOS", "add_bench_command"]
 
 #: Every scenario, in the order a run takes them.
-SCENARIOS: Final = ("limit", "drain", "pickup", "lifecycle", "find", "notify", "memory", "mcp")
+SCENARIOS: Final = (
+    "limit", "drain", "pickup", "lifecycle", "find", "notify", "memory", "mcp", "fairness",
+)  # fmt: skip
 
 
 def add_bench_command(commands: Any) -> None:
@@ -91,6 +93,7 @@ def add_bench_command(commands: Any) -> None:
     sizes.add_argument("--notifies", type=positive, default=defaults.notifies)
     sizes.add_argument("--limit-requests", type=positive, default=defaults.limit_requests)
     add_mcp_options(bench)
+    _add_fairness_options(bench, defaults)
     peers = bench.add_argument_group("peers (drain and pickup, side by side)")
     peers.add_argument(
         "--peers",
@@ -120,3 +123,65 @@ def add_bench_command(commands: Any) -> None:
     out.add_argument("--json", type=Path, default=None, help="write the results here ('-': stdout)")
     out.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_fairness_options(bench: Any, defaults: Settings) -> None:
+    """The ``fairness`` scenario's sizes (redis-tasks only: no peer has tenants)."""
+    fair = bench.add_argument_group(
+        "fairness scenario (tenants sharing one redis-tasks worker process; runs with fair "
+        "dispatch and again first come, first served)"
+    )
+    fair.add_argument(
+        "--fair-tasks",
+        type=positive,
+        default=defaults.fair_tasks,
+        help="N: tasks tenant A floods at once (default: %(default)s)",
+    )
+    fair.add_argument(
+        "--fair-concurrency",
+        type=positive,
+        default=defaults.fair_concurrency,
+        help="C: the worker's concurrency (default: %(default)s)",
+    )
+    fair.add_argument(
+        "--fair-handler-ms",
+        type=positive,
+        default=defaults.fair_handler_ms,
+        help="D: how long each task's handler sleeps, in ms (default: %(default)s)",
+    )
+    fair.add_argument(
+        "--fair-late",
+        type=positive,
+        default=defaults.fair_late,
+        help="K: tasks tenant B creates during the flood, from 0.2 s after it began, one "
+        "every 100 ms; reported: B's create-to-start p50/p99/max beside N x D / C "
+        "(default: %(default)s)",
+    )
+    fair.add_argument(
+        "--fair-tenants",
+        type=positive,
+        default=defaults.fair_tenants,
+        help="tenants that each create --fair-tenant-tasks, tenant after tenant, before the "
+        "worker starts; reported: Jain's fairness index of the starts per tenant over the "
+        "first tenth of them (default: %(default)s)",
+    )
+    fair.add_argument(
+        "--fair-tenant-tasks",
+        type=positive,
+        default=defaults.fair_tenant_tasks,
+        help="tasks of each of those tenants (default: %(default)s)",
+    )
+    fair.add_argument(
+        "--fair-interleaved",
+        action="store_true",
+        help="create those tenants' tasks interleaved (task i of every tenant, then task i + 1) "
+        "instead of tenant after tenant",
+    )
+    fair.add_argument(
+        "--fair-weighted-tasks",
+        type=positive,
+        default=defaults.fair_weighted_tasks,
+        help="tasks of each of two tenants of weight 3 and 1, interleaved, before the worker "
+        "starts; reported: each one's share of the first half of the starts "
+        "(default: %(default)s)",
+    )

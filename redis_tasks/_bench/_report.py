@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Final
 
+from ._fair_figures import fairness_lines, fairness_targets
 from ._mcp_figures import mcp_lines
 
 __all__ = ["compare", "plot", "ratios", "table"]
@@ -97,6 +98,7 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
             "fraction": round(share, 3),
             "met": share >= 0.25,
         }
+    out["targets"].update(fairness_targets(results.get("fairness")))
     return out
 
 
@@ -247,6 +249,8 @@ def _table(results: dict[str, Any]) -> str:
         lines += mcp_lines(results["mcp"])
     for row in results.get("mcp_peers", {}).values():
         lines += mcp_lines(row)
+    if "fairness" in results:
+        lines += fairness_lines(results["fairness"])
     verdicts = results.get("ratios", {})
     for name, row in verdicts.get("per_peer", {}).items():
         parts = [f"{key} {value}x" for key, value in row.items()]

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Awaitable, Callable
 from typing import IO, Any, Final
 
+from redis_tasks._bench._fairness import fairness_rounds
 from redis_tasks._bench._mcp_load import mcp_runs
 from redis_tasks._bench._mcp_settings import McpSettings
 from redis_tasks._bench._probe import Probe
@@ -96,6 +97,9 @@ async def run(
     if "mcp" in scenarios:
         for name, bench in benches.items():
             runs[name].update(await mcp_runs(bench.url, mcp or McpSettings(), bench.progress, log))
+    if "fairness" in scenarios:
+        for name, figures in (await fairness_rounds(benches)).items():
+            runs[name]["fairness"] = figures
     for run in runs.values():
         run["systems"] = {k: v for k, v in run["systems"].items() if v}
         run["ratios"] = ratios(run)

@@ -5,21 +5,22 @@ peer) through its adapter processes, so every queue is measured by the same
 code. ``lifecycle``, ``find`` and ``notify`` measure redis-tasks operations that
 peers do not have, from this process. ``limit`` measures Redis itself with
 ``redis-benchmark`` running our scripts, the ceiling the other figures are
-fractions of.
+fractions of. ``fairness`` measures tenants sharing a worker (no peer has tenants).
 
-The scenarios live in :mod:`._system_scenarios` (any system) and
-:mod:`._our_scenarios` (redis-tasks only), on :mod:`._bench_base`;
+The scenarios live in :mod:`._system_scenarios` (any system),
+:mod:`._our_scenarios` and :mod:`._fairness` (redis-tasks only), on :mod:`._bench_base`;
 :class:`Bench` has them all.
 """
 
 from __future__ import annotations
 
 from ._bench_base import Settings
+from ._fairness import FairnessScenarios
 from ._our_scenarios import OurScenarios, sized_origin
 from ._system_scenarios import SystemScenarios, pickup_figures
 
 __all__ = ["Bench", "Settings", "pickup_figures", "sized_origin"]
 
 
-class Bench(SystemScenarios, OurScenarios):
+class Bench(SystemScenarios, OurScenarios, FairnessScenarios):
     """Runs scenarios against ``url``; adapter stderr goes to ``log``."""

@@ -1,0 +1,138 @@
+"""The ``fairness`` scenario's figures: from its rounds, its targets, and its table lines."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Final
+
+from ._bench_base import Settings
+from ._progress import percentile
+
+__all__ = ["fairness_figures", "fairness_lines", "fairness_targets"]
+
+#: Issue 23's bounds: B's p99 at most 2 x D + 50 ms, Jain's index at least 0.95, the
+#: weight-3 tenant's share 75 % within 5 points.
+_B_SLACK_MS: Final = 50
+_JAIN: Final = 0.95
+_HEAVY_SHARE: Final = 0.75
+_SHARE_POINTS: Final = 0.05
+_MODE_NAMES: Final = {"fair": "fair dispatch", "fifo": "first come, first served"}
+
+
+def _median_round(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The round whose ``key`` is the median (its other figures belong with it)."""
+    return sorted(rows, key=lambda row: row[key])[len(rows) // 2]
+
+
+def _noisy(rows: list[dict[str, Any]], settings: Settings) -> dict[str, Any]:
+    """B's latencies pooled over the rounds; A's drain and the flood's creation, medians."""
+    b_ms = [value for row in rows for value in row["b_ms"]]
+    create_ms = [value for row in rows for value in row["b_create_ms"]]
+    return {
+        "b_p50": round(percentile(b_ms, 0.5), 1),
+        "b_p99": round(percentile(b_ms, 0.99), 1),
+        "b_max": round(max(b_ms), 1),
+        "b_samples": len(b_ms),
+        "b_create_p99": round(percentile(create_ms, 0.99), 1),
+        "a_ahead_p50": round(percentile([float(n) for row in rows for n in row["a_ahead"]], 0.5)),
+        "a_ahead_max": max(n for row in rows for n in row["a_ahead"]),
+        "a_drain_ms": round(statistics.median(row["a_drain_ms"] for row in rows)),
+        "a_drain_rounds": [round(row["a_drain_ms"]) for row in rows],
+        "flood_created_ms": round(statistics.median(row["flood_created_ms"] for row in rows)),
+        "b_before_a_last": all(row["b_before_a_last"] for row in rows),
+        "fifo_expectation_ms": round(
+            settings.fair_tasks * settings.fair_handler_ms / settings.fair_concurrency
+        ),
+    }
+
+
+def fairness_figures(parts: dict[str, list[dict[str, Any]]], settings: Settings) -> dict[str, Any]:
+    """One topology's ``fairness`` figures from its rounds (``parts``: the noisy
+    neighbour's modes, ``tenants`` and ``weights``, each a list of rounds)."""
+    out: dict[str, Any] = {
+        "concurrency": settings.fair_concurrency,
+        "handler_ms": settings.fair_handler_ms,
+        "tasks": settings.fair_tasks,
+        "late": settings.fair_late,
+        "rounds": len(parts["fair"]),
+        "noisy": {mode: _noisy(parts[mode], settings) for mode in _MODE_NAMES},
+    }
+    tenants = _median_round(parts["tenants"], "jain")
+    out["tenants"] = {
+        "tenants": settings.fair_tenants,
+        "tasks_each": settings.fair_tenant_tasks,
+        "created": f"{'interleaved' if settings.fair_interleaved else 'tenant after tenant'}, "
+        "before the worker started",
+        "window": tenants["window"],
+        "jain": round(tenants["jain"], 3),
+        "jain_rounds": [round(row["jain"], 3) for row in parts["tenants"]],
+        "starts_min": tenants["starts_min"],
+        "starts_max": tenants["starts_max"],
+    }
+    weights = _median_round(parts["weights"], "heavy")
+    out["weights"] = {
+        "tasks_each": settings.fair_weighted_tasks,
+        "window": weights["window"],
+        "shares": {weight: round(share, 3) for weight, share in weights["shares"].items()},
+        "heavy_rounds": [round(row["heavy"], 3) for row in parts["weights"]],
+    }
+    return out
+
+
+def fairness_targets(fairness: dict[str, Any] | None) -> dict[str, Any]:
+    """Issue 23's targets, met or not: B's p99 with fair dispatch, Jain's index, weights."""
+    if not fairness:
+        return {}
+    bound = 2 * fairness["handler_ms"] + _B_SLACK_MS
+    b_p99 = fairness["noisy"]["fair"]["b_p99"]
+    jain = fairness["tenants"]["jain"]
+    heavy = max(fairness["weights"]["shares"].items(), key=lambda item: int(item[0]))[1]
+    return {
+        "fairness_b_p99_at_most_2d_plus_50ms": {
+            "b_p99_ms": b_p99,
+            "bound_ms": bound,
+            "met": b_p99 <= bound,
+        },
+        "fairness_jain_at_least_0.95": {"jain": jain, "met": jain >= _JAIN},
+        "fairness_weights_75_25_within_5_points": {
+            "heavy_share": heavy,
+            "met": abs(heavy - _HEAVY_SHARE) <= _SHARE_POINTS + 1e-9,
+        },
+    }
+
+
+def fairness_lines(fairness: dict[str, Any]) -> list[str]:
+    """The ``fairness`` figures as lines of the printed table."""
+    lines = [
+        f"fairness: 1 worker process at concurrency {fairness['concurrency']}, handler "
+        f"{fairness['handler_ms']} ms; tenant A floods {fairness['tasks']} tasks, tenant B "
+        f"creates {fairness['late']} during the flood, one every 100 ms "
+        f"({fairness['rounds']} round{'s' if fairness['rounds'] > 1 else ''})"
+    ]
+    for mode, name in _MODE_NAMES.items():
+        row = fairness["noisy"][mode]
+        lines.append(
+            f"  {name + ':':26}B create-to-start p50 {row['b_p50']} / p99 {row['b_p99']} / "
+            f"max {row['b_max']} ms; A's tasks started while one of B's waited: p50 "
+            f"{row['a_ahead_p50']}, max {row['a_ahead_max']}; A drained in "
+            f"{row['a_drain_ms']} ms"
+        )
+    fair, fifo = fairness["noisy"]["fair"], fairness["noisy"]["fifo"]
+    lines.append(
+        f"  (first come, first served expects N x D / C = {fifo['fifo_expectation_ms']} ms; "
+        f"the flood was in place after {fair['flood_created_ms']} / {fifo['flood_created_ms']} "
+        f"ms; B's create calls p99 {fair['b_create_p99']} / {fifo['b_create_p99']} ms)"
+    )
+    tenants = fairness["tenants"]
+    lines.append(
+        f"  {tenants['tenants']} tenants x {tenants['tasks_each']} tasks ({tenants['created']}): "
+        f"Jain's index over the first {tenants['window']} starts {tenants['jain']} (starts per "
+        f"tenant {tenants['starts_min']} to {tenants['starts_max']})"
+    )
+    weights = fairness["weights"]
+    shares = " / ".join(f"{float(share) * 100:.1f} %" for share in weights["shares"].values())
+    lines.append(
+        f"  weights {':'.join(weights['shares'])}, {weights['tasks_each']} tasks each: shares of "
+        f"the first {weights['window']} starts {shares}"
+    )
+    return lines

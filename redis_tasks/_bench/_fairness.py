@@ -1,0 +1,353 @@
+"""The ``fairness`` scenario: tenants sharing one worker (redis-tasks only; no peer has tenants).
+
+Each measurement takes a fresh key prefix and one ``redis-tasks worker`` process
+at concurrency C running :mod:`._fair_handler`, which records when each task
+starts and then sleeps D ms. This process creates the tasks and stamps them with
+``time.monotonic()``, the clock the handler's starts are in.
+
+*Noisy neighbour* (:meth:`FairnessScenarios.fair_noisy`): with the worker idle
+and reading, tenant A (partition key ``user:flood``) creates N tasks, 500 in
+flight at a time; 0.2 s after the flood began, tenant B (``user:late``) creates
+K tasks, one every 100 ms, from a manager of its own (its creates do not queue
+behind A's for a connection). B's create-to-start latency (from just before its
+create call to its handler's start) beside first come, first served's
+expectation N x D / C; how many of A's tasks started while a B task waited (the
+order, whatever the machine's speed); and A's drain time (from the flood's start
+to its last task's start). Run with fair dispatch (the default) and again with
+``fair_dispatch=False`` on the creating managers (every task straight into the
+work stream, as before tenants existed), side by side.
+
+*Many tenants* (:meth:`FairnessScenarios.fair_tenants`): T tenants (``user:t<j>``)
+create M tasks each before the worker starts, tenant after tenant (the harder
+order: first come, first served would run the first tenants' tasks only;
+``--fair-interleaved`` creates task i of every tenant, then task i + 1). The
+backlog stands when the worker comes, so the index measures the order of
+dispatch, not how fast this process creates (a worker running meanwhile would
+rightly give the first tenants everything while they were alone). As in any
+idle partition, the first task created in each goes straight into its work
+stream: tenant after tenant, the first tenant gets one start more per
+partition. Jain's fairness index of the starts per tenant over the first tenth
+of them (1,000 of 10,000 at the defaults).
+
+*Weights* (:meth:`FairnessScenarios.fair_weights`): two tenants of weight 3 and 1
+create W tasks each, interleaved, before the worker starts; each one's share of
+the first half of the starts (75 / 25 expected).
+
+:func:`fairness_rounds` runs them all for every round, alternating the
+measurements and the topologies; :mod:`._fair_figures` turns the rounds into the
+reported figures and judges the targets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from redis_tasks._models import RequestContext
+from redis_tasks._redis.manager import RedisTaskManager
+
+from ._adapter import ORIGIN, delete_prefix
+from ._bench_base import BenchBase
+from ._fair_figures import fairness_figures
+from ._fair_handler import STARTS_ENV
+from ._probe import Probe
+from ._systems import AdapterError
+
+__all__ = ["MODES", "PARTS", "WEIGHTS", "FairnessScenarios", "fairness_rounds"]
+
+#: Fair dispatch, and first come, first served (``fair_dispatch=False``).
+MODES: Final = ("fair", "fifo")
+#: The measurements of a round, in the order a round takes them.
+PARTS: Final = (*MODES, "tenants", "weights")
+#: The weighted measurement's two tenants' weights.
+WEIGHTS: Final = (3, 1)
+_HANDLER: Final = "redis_tasks._bench._fair_handler:handler"
+_ENDPOINT: Final = "/mcp"
+_CHUNK: Final = 500  # creates in flight at once: the flood is in place fast
+_LATE_AFTER: Final = 0.2  # seconds from the flood's start to B's first create
+_LATE_EVERY: Final = 0.1  # seconds between B's creates
+_STALL: Final = 60.0  # seconds with no new start before the scenario gives up
+_READY: Final = 120.0  # seconds for the worker to start reading (imports are slow)
+_STOP_GRACE: Final = 15.0
+_POLL: Final = 0.02  # seconds between reads of the starts file
+
+
+class _Starts:
+    """The worker's start lines (:mod:`._fair_handler`), read from its file as they come:
+    each task's first start, in the order they started."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._offset = 0
+        self.first: dict[str, float] = {}
+        self.order: list[str] = []
+
+    def read(self) -> None:
+        """Take in the lines written since the last read (whole lines only)."""
+        with self._path.open("rb") as file:
+            file.seek(self._offset)
+            data = file.read()
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        for line in data[:end].decode().splitlines():
+            label, _, started = line.partition(" ")
+            if label not in self.first:  # a task run twice counts at its first start
+                self.first[label] = float(started)
+                self.order.append(label)
+
+
+def _group(label: str) -> str:
+    """The tenant part of a task's label (``t17.3`` -> ``t17``)."""
+    return label.partition(".")[0]
+
+
+async def _create_all(
+    manager: RedisTaskManager, jobs: Sequence[tuple[RequestContext, int, str]]
+) -> None:
+    """Create a task per ``(who, weight, payload)``, up to :data:`_CHUNK` in flight."""
+    for start in range(0, len(jobs), _CHUNK):
+        await asyncio.gather(
+            *(
+                manager.create_task(who, ORIGIN, payload=payload.encode(), weight=weight)
+                for who, weight, payload in jobs[start : start + _CHUNK]
+            )
+        )
+
+
+class FairnessScenarios(BenchBase):
+    """``fairness``: the noisy neighbour, many tenants, and weights (see the module)."""
+
+    async def fair_part(self, part: str, label: str) -> dict[str, Any]:
+        """One round of one measurement of :data:`PARTS`."""
+        if part in MODES:
+            return await self.fair_noisy(part, label)
+        if part == "tenants":
+            return await self.fair_tenants(label)
+        if part == "weights":
+            return await self.fair_weights(label)
+        raise ValueError(f"unknown fairness measurement {part!r}")
+
+    @contextlib.asynccontextmanager
+    async def _fair_worker(
+        self, queue: str, starts: Path
+    ) -> AsyncIterator[asyncio.subprocess.Process]:
+        """A ``redis-tasks worker`` process running :mod:`._fair_handler` on ``queue``,
+        stopped gracefully (SIGTERM) after."""
+        argv = [sys.executable, "-m", "redis_tasks", "worker", _HANDLER, "--prefix", queue,
+                "--concurrency", str(self.settings.fair_concurrency),
+                # No line per task, as the other scenarios' workers; running handlers
+                # end within D ms of the stop.
+                "--log-level", "warning", "--name", "bench-fairness", "--grace", "10"]  # fmt: skip
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=self.log,
+            # The URL goes by $REDIS_URL, never on a command line (it may hold a password).
+            env={**os.environ, "REDIS_URL": self.url, STARTS_ENV: str(starts)},
+            # Its own process group: a Ctrl-C of the harness does not stop it before
+            # the harness does, in order (the worker first, then the keys go).
+            start_new_session=True,
+        )
+        try:
+            yield process
+        finally:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
+                try:
+                    async with asyncio.timeout(_STOP_GRACE):
+                        await process.wait()
+                except TimeoutError:
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+                    await process.wait()
+
+    @staticmethod
+    def _check(process: asyncio.subprocess.Process) -> None:
+        if process.returncode is not None:
+            raise AdapterError(
+                f"the fairness worker exited ({process.returncode}); see the bench log"
+            )
+
+    async def _reading(
+        self, probe: Probe, mark: list[int], process: asyncio.subprocess.Process, readers: int
+    ) -> None:
+        """Until the worker blocks a stream read on every partition: it is idle and ready."""
+        deadline = time.monotonic() + _READY
+        while await probe.blocked_clients("xreadgroup", mark) < readers:
+            self._check(process)
+            if time.monotonic() > deadline:
+                raise AdapterError(f"the fairness worker was not reading within {_READY} s")
+            await asyncio.sleep(_POLL)  # poll interval of this condition wait
+
+    async def _wait_starts(
+        self, starts: _Starts, process: asyncio.subprocess.Process, count: int, label: str
+    ) -> None:
+        """Until ``count`` tasks have started; gives up after :data:`_STALL` s with none."""
+        seen, moved = 0, time.monotonic()
+        while True:
+            starts.read()
+            done = len(starts.order)
+            self.progress.update(label, min(done, count), count)
+            if done >= count:
+                return
+            self._check(process)
+            now = time.monotonic()
+            if done > seen:
+                seen, moved = done, now
+            elif now - moved > _STALL:
+                raise AdapterError(f"{label}: no task started for {_STALL:.0f} s")
+            await asyncio.sleep(_POLL)  # poll interval of this condition wait
+
+    async def fair_noisy(self, mode: str, label: str) -> dict[str, Any]:
+        """One noisy-neighbour run, fair dispatch or first come, first served (``mode``
+        is one of :data:`MODES`): B's create-to-start latencies, A's drain."""
+        settings = self.settings
+        n, k, ms = settings.fair_tasks, settings.fair_late, settings.fair_handler_ms
+        fair = mode == "fair"
+        queue = self.new_queue()
+        flooder = RequestContext(_ENDPOINT, "user:flood")
+        late = RequestContext(_ENDPOINT, "user:late")
+        stamps: dict[str, float] = {}
+
+        async def create_late(i: int, began: float, manager: RedisTaskManager) -> float:
+            await asyncio.sleep(max(0.0, began + _LATE_AFTER + i * _LATE_EVERY - time.monotonic()))
+            stamp = stamps[f"b.{i}"] = time.monotonic()
+            await manager.create_task(late, ORIGIN, payload=f"b.{i} {ms}".encode())
+            return (time.monotonic() - stamp) * 1000
+
+        with tempfile.TemporaryDirectory(prefix="redis-tasks-fair-") as scratch:
+            path = Path(scratch) / "starts"
+            path.touch()
+            starts = _Starts(path)
+            async with (
+                Probe(self.url) as probe,
+                RedisTaskManager.from_url(self.url, prefix=queue, fair_dispatch=fair) as flood,
+                RedisTaskManager.from_url(self.url, prefix=queue, fair_dispatch=fair) as lone,
+            ):
+                try:
+                    mark = await probe.newest_clients()
+                    async with self._fair_worker(queue, path) as worker:
+                        await self._reading(probe, mark, worker, flood.partitions)
+                        began = time.monotonic()
+                        late_creates = asyncio.gather(
+                            *(create_late(i, began, lone) for i in range(k))
+                        )
+                        try:
+                            await _create_all(
+                                flood, [(flooder, 1, f"a.{i} {ms}") for i in range(n)]
+                            )
+                            flooded = time.monotonic() - began
+                        finally:
+                            create_ms = await late_creates
+                        await self._wait_starts(starts, worker, n + k, label)
+                finally:
+                    await delete_prefix(flood)
+        a_starts = sorted(t for name, t in starts.first.items() if name.startswith("a."))
+        b_starts = [starts.first[f"b.{i}"] for i in range(k)]
+        b_stamps = [stamps[f"b.{i}"] for i in range(k)]
+        return {
+            "b_ms": [
+                (start - stamp) * 1000 for start, stamp in zip(b_starts, b_stamps, strict=True)
+            ],
+            "b_create_ms": list(create_ms),
+            # Order, not time: how many of A's tasks started while a B task waited.
+            "a_ahead": [
+                bisect.bisect_left(a_starts, start) - bisect.bisect_right(a_starts, stamp)
+                for start, stamp in zip(b_starts, b_stamps, strict=True)
+            ],
+            "a_drain_ms": (a_starts[-1] - began) * 1000,
+            "flood_created_ms": flooded * 1000,
+            "b_before_a_last": max(b_starts) < a_starts[-1],
+        }
+
+    async def _backlog_run(
+        self, label: str, jobs: list[tuple[RequestContext, int, str]], count: int
+    ) -> list[str]:
+        """``jobs`` created with no worker running, then a worker started: the labels
+        of the first ``count`` tasks it started, in order."""
+        queue = self.new_queue()
+        with tempfile.TemporaryDirectory(prefix="redis-tasks-fair-") as scratch:
+            path = Path(scratch) / "starts"
+            path.touch()
+            starts = _Starts(path)
+            async with RedisTaskManager.from_url(self.url, prefix=queue) as manager:
+                try:
+                    for start in range(0, len(jobs), _CHUNK):
+                        await _create_all(manager, jobs[start : start + _CHUNK])
+                        done = min(len(jobs), start + _CHUNK)
+                        self.progress.update(f"{label} create", done, len(jobs))
+                    async with self._fair_worker(queue, path) as worker:
+                        await self._wait_starts(starts, worker, count, label)
+                finally:
+                    await delete_prefix(manager)
+        return starts.order[:count]
+
+    async def fair_tenants(self, label: str) -> dict[str, Any]:
+        """Many tenants, created tenant after tenant (or interleaved, when the settings
+        say): Jain's index of the starts per tenant over the first tenth of them."""
+        settings = self.settings
+        tenants, each, ms = (
+            settings.fair_tenants,
+            settings.fair_tenant_tasks,
+            settings.fair_handler_ms,
+        )
+        pairs = (
+            [(j, i) for i in range(each) for j in range(tenants)]
+            if settings.fair_interleaved
+            else [(j, i) for j in range(tenants) for i in range(each)]
+        )
+        jobs = [(RequestContext(_ENDPOINT, f"user:t{j}"), 1, f"t{j}.{i} {ms}") for j, i in pairs]
+        window = max(1, len(jobs) // 10)
+        order = await self._backlog_run(label, jobs, window)
+        counts = Counter(_group(name) for name in order)
+        starts = [counts.get(f"t{j}", 0) for j in range(tenants)]
+        squares = sum(value * value for value in starts)
+        return {
+            "jain": sum(starts) ** 2 / (tenants * squares) if squares else 0.0,
+            "window": window,
+            "starts_min": min(starts),
+            "starts_max": max(starts),
+        }
+
+    async def fair_weights(self, label: str) -> dict[str, Any]:
+        """Two tenants of :data:`WEIGHTS`, W tasks each, interleaved: each one's share of
+        the first half of the starts."""
+        settings = self.settings
+        each, ms = settings.fair_weighted_tasks, settings.fair_handler_ms
+        tenants = [
+            (RequestContext(_ENDPOINT, f"user:w{weight}"), weight, f"w{weight}")
+            for weight in WEIGHTS
+        ]
+        jobs = [
+            (who, weight, f"{tag}.{i} {ms}") for i in range(each) for who, weight, tag in tenants
+        ]
+        window = len(jobs) // 2
+        counts = Counter(_group(name) for name in await self._backlog_run(label, jobs, window))
+        shares = {str(weight): counts.get(tag, 0) / window for _, weight, tag in tenants}
+        return {"window": window, "shares": shares, "heavy": shares[str(max(WEIGHTS))]}
+
+
+async def fairness_rounds(benches: Mapping[str, FairnessScenarios]) -> dict[str, dict[str, Any]]:
+    """Every round of the ``fairness`` scenario on every topology of ``benches``, the
+    measurements and topologies alternating so drift on a shared machine hits all
+    alike; per topology the figures (:func:`~._fair_figures.fairness_figures`)."""
+    some = next(iter(benches.values()))
+    samples: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in benches}
+    for round_ in range(some.settings.rounds):
+        for part in PARTS:
+            for name, bench in benches.items():
+                row = await bench.fair_part(part, f"fairness {part} #{round_ + 1}")
+                samples[name].setdefault(part, []).append(row)
+    return {name: fairness_figures(parts, some.settings) for name, parts in samples.items()}
