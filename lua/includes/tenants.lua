@@ -16,23 +16,24 @@
 -- Includes: common, keys
 
 -- Where `tenant` lands when it joins the ring of partition `partition` (its
--- number, as text): in [0, `stride`) past the partition's virtual time. Tenants
--- joining together are served in an order that differs from partition to
--- partition (one order in every ring would serve a tenant in every partition
--- before the next tenant anywhere). A polynomial hash of partition and tenant,
--- mixed by squaring modulo a prime below 2^26, so every product stays exact in a
--- double (sha1hex is not in every server a script meets). redis_tasks/_tenancy.py's
--- jitter() is its twin.
+-- number, as text): in [0, `stride`) past the partition's virtual time. A hash of
+-- the tenant (polynomial, then mixed by squaring modulo a prime below 2^26, so
+-- every product stays exact in a double; sha1hex is not in every server a script
+-- meets) gives it a place in [0, 1), which each partition turns by the golden
+-- ratio: tenants that join together are served in a different order in each
+-- partition, and each tenant is early in about as many partitions as late (one
+-- order everywhere would serve a tenant in every partition before the next
+-- anywhere; independent orders would still favour some by chance).
+-- redis_tasks/_tenancy.py's jitter() is its twin.
 local function jitter(tenant, partition, stride)
-  local seed = partition .. '/' .. tenant
   local h = 0
-  for i = 1, #seed do
-    h = (h * 31 + string.byte(seed, i)) % JITTER_PRIME
+  for i = 1, #tenant do
+    h = (h * 31 + string.byte(tenant, i)) % JITTER_PRIME
   end
   for _ = 1, 3 do
     h = (h * h + JITTER_SALT) % JITTER_PRIME
   end
-  return h % stride
+  return math.floor(((h / JITTER_PRIME + tonumber(partition) * GOLDEN) % 1) * stride)
 end
 
 -- A tenant's weight and concurrency cap from its settings ("<weight> <cap>";

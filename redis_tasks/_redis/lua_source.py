@@ -34,7 +34,7 @@ from redis_tasks._stats import (
     REFUSED_FIELDS,
 )
 from redis_tasks._status import TERMINAL_STATUSES, TaskStatus
-from redis_tasks._tenancy import JITTER_PRIME, JITTER_SALT, STRIDE_UNIT, VTIME_FIELD
+from redis_tasks._tenancy import GOLDEN, JITTER_PRIME, JITTER_SALT, STRIDE_UNIT, VTIME_FIELD
 
 from .keys import (
     ANSWERS_SUFFIX,
@@ -182,6 +182,7 @@ CONSTANTS: Final[dict[str, str]] = {
     "STRIDE_UNIT": str(STRIDE_UNIT),
     "JITTER_PRIME": str(JITTER_PRIME),
     "JITTER_SALT": str(JITTER_SALT),
+    "GOLDEN": repr(GOLDEN),
     "VTIME_FIELD": lua_string(VTIME_FIELD),
     # How Redis writes a +inf score in a reply (a task kept forever in an open set).
     "SCORE_INF": lua_string("inf"),
