@@ -13,7 +13,7 @@
   ring, parked set, tenants hash) are named here from the task key's tag and the
   record's tenant, in the task's slot, as claim_next names a task's keys.
 
-  Includes: keys, claim
+  Includes: common, keys, claim
 
   KEYS:
     1 task           the task record hash
@@ -60,7 +60,7 @@ local event_opts = ARGV[7]
 
 local pickups = {}
 local reply = claim_entry(KEYS, task_id, entry_id, consumer, lease_ms, max_attempts,
-  poison_error, event_opts, pickups)
+  poison_error, event_opts, pickups, now_ms())
 record_pickups(KEYS[8], pickups)
 local backlog = redis.call('EXISTS', tag_of(KEYS[1], task_id) .. KEY_RING)
 return {RC_OK, backlog, reply}

@@ -53,6 +53,8 @@ local wake = ARGV[8] == '1'
 
 local out = {RC_OK}
 local pickups = {}
+-- One reading of the clock for the whole batch: its claims and its dispatch.
+local now = now_ms()
 
 -- Read up to `wanted` new entries and claim each; how many tasks it met (doorbells
 -- are dropped and not counted) and whether the stream ran out of new entries.
@@ -83,7 +85,7 @@ local function read_and_claim(wanted)
         reply = {RC_NOT_FOUND}
       else
         reply = claim_entry(task_keys(tag, task_id, work_key, events_key, stats_key), task_id,
-          entry_id, consumer, lease_ms, max_attempts, poison_error, event_opts, pickups)
+          entry_id, consumer, lease_ms, max_attempts, poison_error, event_opts, pickups, now)
       end
       table.insert(out, entry_id)
       table.insert(out, task_id)
@@ -104,7 +106,6 @@ end
 if drained then
   -- Nothing new is left in the stream: the rest of the batch comes from the
   -- tenants' queues, in their round-robin order.
-  local now = now_ms()
   if wanted > 0 then
     local added = dispatch(tag, work_key, stats_key, wanted, now)
     if added > 0 then

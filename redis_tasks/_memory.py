@@ -202,8 +202,8 @@ class InMemoryTaskManager(TaskManagerBase):
             tenants = self._queue.partition(partition).tenants
             if open_counted:
                 tenants.drop_open(tenant.decode(), task_id)
-            if cap:
-                tenants.release_slot(tenant.decode(), task_id)
+            if cap and tenants.release_slot(tenant.decode(), task_id):
+                self._queue.append(partition, "")  # the doorbell
         self._emit(task_id)
 
     # -- the contract's hooks (input valid and encoded: see redis_tasks._base) ---------

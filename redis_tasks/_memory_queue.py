@@ -464,8 +464,12 @@ class InMemoryWorkQueue:
             fields["ld"] = b"0"
             fields.pop("lo", None)
             tenant = fields.get("tn")
-            if tenant is not None and "tc" in fields:
-                self.partition(partition).tenants.release_slot(tenant.decode(), task_id)
+            if (
+                tenant is not None
+                and "tc" in fields
+                and self.partition(partition).tenants.release_slot(tenant.decode(), task_id)
+            ):
+                self.append(partition, "")  # the doorbell
 
     async def requeue(self, entry: WorkEntry) -> None:
         """Mirror of ``requeue.lua``: a delivered, unclaimed entry goes to the tail."""

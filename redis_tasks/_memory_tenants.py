@@ -79,19 +79,22 @@ class Tenants:
         self.ring.pop(tenant, None)
         self.parked[tenant] = int(min(scores.values(), default=now))
 
-    def unpark(self, tenant: str) -> None:
-        """Mirror of ``unpark``: back into the ring, if parked."""
-        if self.parked.pop(tenant, None) is not None:
-            self.join_ring(tenant, settings_of(self.settings.get(tenant))[0])
+    def unpark(self, tenant: str) -> bool:
+        """Mirror of ``unpark``: back into the ring, if parked; whether it was."""
+        if self.parked.pop(tenant, None) is None:
+            return False
+        self.join_ring(tenant, settings_of(self.settings.get(tenant))[0])
+        return True
 
-    def release_slot(self, tenant: str, task_id: str) -> None:
-        """Mirror of ``release_tenant_slot``: the task no longer runs."""
+    def release_slot(self, tenant: str, task_id: str) -> bool:
+        """Mirror of ``release_tenant_slot``: the task no longer runs; whether that
+        unparked the tenant (the caller rings the doorbell)."""
         scores = self.running.get(tenant)
         if scores is not None:
             scores.pop(task_id, None)
             if not scores:
                 del self.running[tenant]
-        self.unpark(tenant)
+        return self.unpark(tenant)
 
     def hold_slot(self, tenant: str, task_id: str, deadline: int, now: int) -> None:
         """The claim's ``ZREMRANGEBYSCORE`` and ``ZADD`` on the tenant's run set."""

@@ -27,7 +27,9 @@ from redis_tasks import (
     QuotaExceededError,
     RedisTaskManager,
     RequestContext,
+    TaskExecution,
     ValidationError,
+    Worker,
 )
 from redis_tasks._lease import Claim
 from redis_tasks._redis.lua_source import assemble
@@ -444,3 +446,40 @@ async def test_the_jitter_of_the_scripts_is_the_pythons(redis_server: RedisServe
                 assert got == jitter(tenant, partition, stride(weight))
     finally:
         await client.aclose()
+
+
+async def test_a_worker_starts_a_late_tenants_tasks_before_a_floods_backlog_drains(
+    make: Build,
+) -> None:
+    """With a worker running, tenant A's backlog of 120 tasks is being drained when
+    tenant B creates 4: B's tasks start within a few starts of their creation, long
+    before A's backlog drains (first come, first served would start them last)."""
+    async with make(partitions=4) as b:
+        m = b.manager
+        starts: list[str] = []
+        late: set[str] = set()
+        began = asyncio.Event()
+
+        async def handler(execution: TaskExecution) -> dict[str, Any]:
+            starts.append(execution.task_id)
+            if len(starts) == 10:
+                began.set()
+            await asyncio.sleep(0.002)
+            return {}
+
+        flood = [await create(m) for _ in range(120)]
+        async with Worker(m, handler, concurrency=4) as worker:
+            running = asyncio.ensure_future(worker.run())
+            await asyncio.wait_for(began.wait(), 30)
+            late.update([await create(m, BOB) for _ in range(4)])
+            created_at = len(starts)
+
+            async def all_started() -> bool:
+                return set(flood) | late <= set(starts)
+
+            await wait_until(all_started, within=60, what="every task to start")
+            await worker.stop()
+            await running
+        positions = [starts.index(t) for t in late]
+        assert max(positions) < created_at + 40, (created_at, positions)
+        assert starts.index(flood[-1]) > max(positions)

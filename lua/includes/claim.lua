@@ -48,9 +48,11 @@ end
 -- runs only while fewer than its cap of the tenant's tasks hold a live lease
 -- (the tenant's run set, in this partition: a capped tenant's tasks all live in
 -- its home partition); otherwise it is deferred back to its tenant's queue.
+-- `now` is the server's clock (now_ms()), read once per script call: a batch's
+-- claims share it (one TIME where there was one a claim).
 -- keys: {task, requests, issued, answers, journal, work, events, stats}
 local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
-                           poison_error, event_opts, pickups)
+                           poison_error, event_opts, pickups, now)
   local task_key = keys[1]
   local work_key = keys[6]
   local t = hmget(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo', 'tp',
@@ -64,7 +66,6 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     drop_entry(work_key, entry_id)
     return {RC_TERMINAL}
   end
-  local now = now_ms()
   if t[5] and tonumber(t[5]) > now then
     if t[10] == consumer and t[7] == entry_id then
       -- No attempt is recorded when the lease came from a renewal before any

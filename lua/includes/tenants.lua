@@ -87,11 +87,13 @@ local function park(tag, tenant, run_key, now)
   redis.call('ZADD', tag .. KEY_PARKED, int_text(tonumber(soonest[2]) or now), tenant)
 end
 
--- Back from the parked set into the ring, if `tenant` is parked.
+-- Back from the parked set into the ring, if `tenant` is parked; whether it was.
 local function unpark(tag, tenant)
-  if redis.call('ZREM', tag .. KEY_PARKED, tenant) == 1 then
-    join_ring(tag, tenant, tenant_settings(redis.call('HGET', tag .. KEY_TENANTS, tenant) or nil))
+  if redis.call('ZREM', tag .. KEY_PARKED, tenant) == 0 then
+    return false
   end
+  join_ring(tag, tenant, tenant_settings(redis.call('HGET', tag .. KEY_TENANTS, tenant) or nil))
+  return true
 end
 
 -- Whether the work stream holds an entry no consumer was given yet (an entry a
@@ -155,10 +157,13 @@ local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fai
 end
 
 -- A running task of a capped tenant ended or was handed back: its lease no longer
--- counts, and a parked tenant may run another.
+-- counts, and a parked tenant may run another, so a doorbell goes to the stream:
+-- a worker blocked on it wakes and dispatches that task now.
 local function release_tenant_slot(tag, tenant, task_id)
   redis.call('ZREM', tag .. KEY_RUN .. tenant, task_id)
-  unpark(tag, tenant)
+  if unpark(tag, tenant) then
+    redis.call('XADD', tag .. KEY_WORK, '*', 'd', '1')
+  end
 end
 
 -- Move up to `count` waiting tasks from the tenant queues of the partition tagged

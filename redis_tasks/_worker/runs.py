@@ -252,7 +252,10 @@ class Runs:
         """
         if run.holds_slot:
             run.holds_slot = False
-            self._slots.give()
+            if run.started:
+                self._slots.give_after(time.monotonic() - run.started)
+            else:  # no handler ran (the run ended before its start)
+                self._slots.give()
 
     async def _supervise_and_forget(self, run: Run) -> None:
         task_id = run.execution.task_id

@@ -5,56 +5,109 @@ blocked, so idle partitions hold no capacity; a slot is taken only for an entry
 in hand (or a batch about to be claimed) and given back as soon as its handler
 is done, before the outcome is written.
 
-When several partitions' readers wait for slots, each takes no more than an even
-share of those that free up (:meth:`Slots.take_share`): handlers started
-together end together, and the first reader to wake would otherwise take them
-all, batch after batch, while the other partitions (and the tenants whose tasks
-wait there) waited whole rounds.
+When handlers hold their slots long and several partitions' readers wait for
+slots, each takes no more than an even share of those that free up
+(:meth:`Slots.take_share`): handlers started together end together, and the
+first reader to wake would otherwise take them all, batch after batch, while
+the other partitions (and the tenants whose tasks wait there) waited whole
+rounds: with 16 partitions, 16 slots and 50 ms handlers, a partition's turn came
+every 800 ms instead of every 50. Smaller batches cost a claim round trip each,
+which is nothing next to such handlers; with short ones (no-op jobs) it cut a
+drain to 0.62x, and a partition's turn comes within milliseconds anyway, so short
+handlers keep whole batches.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Final
 
 from redis_tasks._cancel import cancel_and_wait
 
-__all__ = ["Background", "Slots"]
+__all__ = ["SHARE_ABOVE", "Background", "Slots"]
+
+#: Handlers that hold a slot this long on average (seconds) have free slots shared
+#: among the waiting partitions; shorter ones leave whole batches (see the module).
+SHARE_ABOVE: Final = 0.005
+#: The weight of the newest handler in the average of how long handlers hold a slot.
+_ALPHA: Final = 0.1
 
 
 class Slots:
-    """Free handler slots (see the module)."""
+    """Free handler slots, handed to waiting readers in turn (see the module).
+
+    Readers wait in line: a slot that frees up wakes the reader that has waited
+    longest, which takes what it needs in the step it wakes in (then the next is
+    woken, for what is left). A reader woken to find nothing left keeps its place
+    at the head. So every partition gets its turn, whatever the timing; an event
+    that wakes every waiter at once let a reader whose claim did not yield (the
+    in-memory queue's) get back in line first and win every round.
+    """
 
     def __init__(self, total: int) -> None:
         self.free = total
-        self._available = asyncio.Event()
-        self._available.set()
         self.closed = False
-        #: Readers blocked in :meth:`wait_free` (the others a free slot is shared with).
-        self.waiting = 0
+        self._line: deque[asyncio.Future[None]] = deque()
+        #: The reader whose turn it is (woken, not yet run), if any: one at a time.
+        self._turn: asyncio.Future[None] | None = None
+        #: How long handlers held their slot, seconds: a moving average.
+        self.hold = 0.0
+
+    @property
+    def waiting(self) -> int:
+        """Readers waiting for a slot (the others a free slot is shared with)."""
+        return len(self._line)
 
     async def wait_free(self) -> bool:
-        """Wait until a slot is free (taking none); ``False`` once closed."""
-        while self.free == 0 and not self.closed:
-            self._available.clear()
-            self.waiting += 1
-            try:
-                await self._available.wait()
-            finally:
-                self.waiting -= 1
+        """Wait for this reader's turn at a free slot (taking none); ``False`` once
+        closed. The caller takes its slots in the step this returns in; the next
+        reader's turn comes after that step."""
+        if self.closed or (self.free > 0 and not self._line and self._turn is None):
+            return not self.closed
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._line.append(waiter)
+        self._wake()
+        try:
+            while True:
+                await waiter
+                self._turn = None
+                if self.closed or self.free > 0:
+                    break
+                # Another taker (a reclaim) took the slot first: first in line still.
+                waiter = loop.create_future()
+                self._line.appendleft(waiter)
+        except BaseException:
+            if waiter in self._line:
+                self._line.remove(waiter)
+            if self._turn is waiter:  # cancelled in its turn: the turn passes on
+                self._turn = None
+                self._wake()
+            raise
+        loop.call_soon(self._wake)
         return not self.closed
 
-    def take_share(self, wanted: int) -> int:
-        """Take up to ``wanted`` free slots, but at most an even share (at least one)
-        of them among this reader and those still waiting; how many were taken."""
-        share = max(1, self.free // (self.waiting + 1))
-        return self.take_up_to(min(wanted, share))
+    def _wake(self) -> None:
+        """Give the turn to the reader first in line, if a slot is free and no other
+        reader has the turn."""
+        if self._turn is not None:
+            return
+        while self._line and (self.free > 0 or self.closed):
+            waiter = self._line.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                self._turn = waiter
+                return
 
     def close(self) -> None:
         """Wake every waiter: the worker is stopping."""
         self.closed = True
-        self._available.set()
+        while self._line:
+            waiter = self._line.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     def take_up_to(self, wanted: int) -> int:
         """Take up to ``wanted`` free slots; how many were taken."""
@@ -62,11 +115,23 @@ class Slots:
         self.free -= taken
         return taken
 
+    def take_share(self, wanted: int) -> int:
+        """Take up to ``wanted`` free slots; while handlers hold slots long, at most an
+        even share (at least one) of them among this reader and those still waiting.
+        How many were taken."""
+        if self.hold >= SHARE_ABOVE:
+            wanted = min(wanted, max(1, self.free // (self.waiting + 1)))
+        return self.take_up_to(wanted)
+
     def give(self, count: int = 1) -> None:
         """Give ``count`` slots back."""
         self.free += count
-        if self.free > 0:
-            self._available.set()
+        self._wake()
+
+    def give_after(self, held: float) -> None:
+        """Give back the slot of a handler that held it ``held`` seconds."""
+        self.hold += _ALPHA * (held - self.hold)
+        self.give()
 
 
 class Background:
