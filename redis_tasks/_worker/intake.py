@@ -69,6 +69,10 @@ class Intake:
         reader = self._queue.reader(partition, self._settings.name, self._block)
         backoff = 0.05
         backlog = True  # tasks may be waiting in the tenant queues already
+        # A batch claim that only looks whether tasks wait (at the start, after an idle
+        # read timed out empty) asks for one: a real backlog then gets whole batches,
+        # and sixteen idle loops looking at once do not hold every free slot meanwhile.
+        probe = True
         try:
             health = self._health
             while not self._stopping.is_set():
@@ -85,9 +89,11 @@ class Intake:
                     # The partition has more: read and claim a batch in one call,
                     # for slots reserved up front (the call returns at once, so the
                     # reservation holds no capacity idle).
-                    reserved = self._slots.take_share(self._settings.read_batch)
+                    wanted = 1 if probe else self._settings.read_batch
+                    reserved = self._slots.take_share(wanted)
                     if reserved == 0:
                         continue
+                    probe = False
                     backlog, backoff = await self._claim_batch(partition, reserved, backoff)
                     continue
                 # Idle: block for an entry without reserving a slot, so every
@@ -103,8 +109,9 @@ class Intake:
                     continue
                 health.read_done(partition)
                 backoff = 0.05
-                # Timed out empty: one batch claim, in case tasks wait unannounced.
+                # Timed out empty: one look, in case tasks wait unannounced.
                 backlog = len(entries) >= _IDLE_READ or not entries
+                probe = not entries
                 for entry in entries:
                     if entry.doorbell:
                         backlog = True
