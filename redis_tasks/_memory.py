@@ -181,6 +181,7 @@ class InMemoryTaskManager(TaskManagerBase):
         """Mirror of ``terminate()`` in ``lua/includes/common.lua``: the one terminal
         write of finish and claim; acknowledges and deletes the work entry ``entry``."""
         fields = record.fields
+        tenant = fields.pop("tn", None)
         open_counted, cap = fields.pop("oq", None), fields.pop("tc", None)
         for name in ("pl", "wk", "ld", "lo", "tp"):
             fields.pop(name, None)
@@ -197,7 +198,6 @@ class InMemoryTaskManager(TaskManagerBase):
         assert partition is not None  # the record was found by this ID
         if entry is not None:
             self._queue.drop_entry(partition, entry)
-        tenant = fields.get("tn")
         if tenant is not None and (open_counted or cap):
             tenants = self._queue.partition(partition).tenants
             if open_counted:

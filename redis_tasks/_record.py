@@ -82,7 +82,8 @@ RECORD_FIELDS: Final[dict[str, str]] = {
     "lo": "lease owner: the holder's consumer name (dropped when terminal; Redis)",
     "op": "the operation ID of the unfenced call that ended the task (absent: none)",
     "tp": "W3C trace context of the creating span (absent: none; dropped when terminal)",
-    "tn": "tenant: the digest of the tenant the task counts against (never its key)",
+    "tn": "tenant: the digest of the tenant the task counts against (never its key; "
+    "dropped when terminal)",
     "oq": '"1" while the task counts against its tenant\'s open-task quota (absent: no quota)',
     "tc": "its tenant's concurrency cap while the task may run (absent: none)",
 }

@@ -25,7 +25,8 @@ local function terminate(keys, task_id, entry, last_update, status, message,
   end
   -- Old pieces go before the new value lands: a shorter message must not be
   -- joined with the tail of a longer one.
-  local dropped = add_pieces(add_pieces({'pl', 'wk', 'ld', 'lo', 'tp', 'oq', 'tc'}, 'pl'), 'sm')
+  local dropped = add_pieces(add_pieces({'pl', 'wk', 'ld', 'lo', 'tp', 'tn', 'oq', 'tc'}, 'pl'),
+    'sm')
   add_pieces(dropped, 'tp')
   if not message then
     dropped[#dropped + 1] = 'sm'
