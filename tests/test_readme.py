@@ -38,14 +38,52 @@ def test_the_usage_example_runs(redis_server: RedisServer, tmp_path: Path) -> No
 
 def test_the_worker_example_is_real_code() -> None:
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert len(blocks) == 6
+    assert len(blocks) == 7
     namespace: dict[str, object] = {}
     exec(compile(blocks[1], "README.md", "exec"), namespace)  # defines the handler only
     assert callable(namespace["handler"])
     # The cluster example names a remote host: compiled, never run.
-    compile(blocks[3], "README.md", "exec")
-    assert "from_url(" in blocks[3]
-    assert "wait_replicas=1" in blocks[3]
+    (cluster,) = [b for b in blocks if "wait_replicas=1" in b]
+    compile(cluster, "README.md", "exec")
+    assert "from_url(" in cluster
+
+
+def test_the_tenants_example_runs(redis_server: RedisServer, tmp_path: Path) -> None:
+    """The tenants section's limits and create_for, on a real server: the quota refuses
+    the 101st open task of an organisation, with nothing stored, and names no tenant."""
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "LIMITS" in b]
+    script = tmp_path / "tenants.py"
+    script.write_text(
+        block
+        + textwrap.dedent(
+            f"""
+            import asyncio
+            import dataclasses
+
+            async def main() -> None:
+                limits = dataclasses.replace(LIMITS, tenant_create_rate=None,
+                                             tenant_create_burst=None)
+                async with RedisTaskManager.from_url(
+                    "{redis_server.url}", prefix="readme-tenants", limits=limits
+                ) as manager:
+                    made = [await create_for(manager, "acme", f"u{{n}}", "pro")
+                            for n in range(101)]
+                    assert all(made[:100]) and made[100] is None, made[100]
+                    other = await create_for(manager, "globex", "u1", "free")
+                    assert other is not None
+                    await manager.client.delete(
+                        *[k async for k in manager.client.scan_iter("{{readme-tenants:*")]
+                    )
+
+            asyncio.run(main())
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "quota None"
 
 
 def test_the_tracing_example_gives_a_process_the_library_s_spans(tmp_path: Path) -> None:
@@ -81,13 +119,15 @@ def test_the_mcp_example_builds_a_server_and_a_worker_handler() -> None:
     from mcp.server.mcpserver import MCPServer
 
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    (example,) = [b for b in blocks if "MCPServer(" in b]
+    (input_first,) = [b for b in blocks if "run_as_task" in b and b is not example]
     namespace: dict[str, object] = {}
-    exec(compile(blocks[4], "README.md", "exec"), namespace)  # builds; connects to nothing
+    exec(compile(example, "README.md", "exec"), namespace)  # builds; connects to nothing
     assert isinstance(namespace["server"], MCPServer)
     assert callable(namespace["handler"])
     assert callable(namespace["app"])
     # The input_first example adds its tool to that server (with its own extension).
-    exec(compile(blocks[5], "README.md", "exec"), namespace)
+    exec(compile(input_first, "README.md", "exec"), namespace)
     assert namespace["tasks"].task_support("book") is not None  # type: ignore[attr-defined]
     assert callable(namespace["book"])
 

@@ -120,8 +120,13 @@ class Intake:
                         backlog = await self._claim_read(entry) or backlog
                     else:
                         # Other partitions filled the slots while this read was
-                        # blocked: hand the entry straight back rather than hold it.
+                        # blocked: hand the entry straight back rather than hold it
+                        # (another worker's blocked read may take it at once), and
+                        # come back for it with a batch claim in this loop's turn at
+                        # a free slot. Reading again at once would find no slot again
+                        # whenever the loops in line take every slot that frees up.
                         self._background.spawn(self._requeue(entry))
+                        backlog, probe = True, False
                 if entries:
                     # Let the handler just launched take its first step before this
                     # loop sends its next read or batch claim: measured 0.09 ms off
