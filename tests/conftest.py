@@ -16,6 +16,7 @@ from typing import Any
 import fakeredis
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio import RedisCluster as ClusterClient
 
 from redis_tasks import InMemoryTaskManager, Limits, RedisTaskManager, testing
 from redis_tasks._redis.client import Client
@@ -28,6 +29,8 @@ from redis_tasks.testing import (
     start_redis_cluster,
     start_redis_server,
 )
+
+from .fleet import Fleet
 
 #: "acl" is the standalone server reached as a user holding only the README's ACL line.
 BACKENDS = ("memory", "fakeredis", "redis", "acl", "cluster")
@@ -356,3 +359,38 @@ async def redis_backend(request: pytest.FixtureRequest, prefix: str) -> AsyncIte
     """A RedisTaskManager on the standalone server and on the cluster."""
     async with real_backend(request.param, server_url(request, request.param), prefix) as b:
         yield b
+
+
+@pytest.fixture(params=SERVERS)
+def fleet_server(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """The kind ("redis" or "cluster") and URL of the server a fleet of worker
+    processes works on."""
+    kind: str = request.param
+    return kind, server_url(request, kind)
+
+
+@pytest.fixture
+def fleet(fleet_server: tuple[str, str], prefix: str) -> Iterator[Fleet]:
+    """Worker processes of the test's own (``redis-tasks worker``), stopped after it."""
+    kind, url = fleet_server
+    with tempfile.TemporaryDirectory(prefix="fleet-") as directory:
+        crew = Fleet(
+            url, prefix, f"ns-{uuid.uuid4().hex[:8]}", Path(directory), cluster=kind == "cluster"
+        )
+        try:
+            yield crew
+        finally:
+            crew.stop_all()
+
+
+@pytest.fixture
+async def control(fleet_server: tuple[str, str]) -> AsyncIterator[Any]:
+    """A plain client for the handlers' reports (BLPOP may wait long: no socket timeout)."""
+    kind, url = fleet_server
+    client: Any = (
+        ClusterClient.from_url(url, socket_timeout=None)
+        if kind == "cluster"
+        else Redis.from_url(url, socket_timeout=None)
+    )
+    yield client
+    await client.aclose()

@@ -13,17 +13,13 @@ import asyncio
 import json
 import subprocess
 import sys
-import tempfile
-import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis, RedisCluster
 
 from redis_tasks import (
     BackendError,
@@ -40,27 +36,19 @@ from redis_tasks import (
 from redis_tasks._tenancy import tenant_digest
 from redis_tasks.testing import start_redis_server
 
-from .conftest import SERVERS, server_url
 from .fleet import ROOT, Fleet, go, next_start, terminal
 from .helpers import ALICE, ORIGIN, wait_until
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=SERVERS)
-def server(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """The kind ("redis" or "cluster") and URL of the server the test works on."""
-    kind: str = request.param
-    return kind, server_url(request, kind)
-
-
 async def test_the_open_task_quota_is_exact_across_processes(
-    server: tuple[str, str], prefix: str
+    fleet_server: tuple[str, str], prefix: str
 ) -> None:
     """Two processes fire 400 creates each at once for one tenant with a quota of
     100: exactly 100 are accepted, on one Redis and on the cluster (a tenant with a
     quota lives in its home partition, where one script sees all its tasks)."""
-    kind, url = server
+    kind, url = fleet_server
     command = [sys.executable, "-m", "tests._quota_flood", url, prefix, "400", "100"]
     processes = [
         await asyncio.create_subprocess_exec(
@@ -81,40 +69,14 @@ async def test_the_open_task_quota_is_exact_across_processes(
             await manager.create_task(ALICE, ORIGIN, tenant="org:flood")
 
 
-@pytest.fixture
-def fleet(server: tuple[str, str], prefix: str) -> Iterator[Fleet]:
-    kind, url = server
-    with tempfile.TemporaryDirectory(prefix="fleet-") as directory:
-        crew = Fleet(
-            url, prefix, f"ns-{uuid.uuid4().hex[:8]}", Path(directory), cluster=kind == "cluster"
-        )
-        try:
-            yield crew
-        finally:
-            crew.stop_all()
-
-
-@pytest.fixture
-async def control(server: tuple[str, str]) -> AsyncIterator[Any]:
-    """A plain client for the handlers' reports (BLPOP may wait long: no socket timeout)."""
-    kind, url = server
-    client: Any = (
-        RedisCluster.from_url(url, socket_timeout=None)
-        if kind == "cluster"
-        else Redis.from_url(url, socket_timeout=None)
-    )
-    yield client
-    await client.aclose()
-
-
 async def test_the_concurrency_cap_holds_across_worker_processes(
-    server: tuple[str, str], prefix: str, fleet: Fleet, control: Any
+    fleet_server: tuple[str, str], prefix: str, fleet: Fleet, control: Any
 ) -> None:
     """Three worker processes with a free slot each, one tenant capped at two running
     tasks: two run, the third worker gets none of the six waiting (the tenant is
     parked), and each task that ends lets exactly one more start."""
     limits = Limits(max_running_tasks_per_tenant=2)
-    async with RedisTaskManager.from_url(server[1], prefix=prefix, limits=limits) as manager:
+    async with RedisTaskManager.from_url(fleet_server[1], prefix=prefix, limits=limits) as manager:
         for _ in range(3):
             fleet.start("--concurrency", "1")
         await fleet.wait_started()

@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -93,6 +94,15 @@ async def next_one(m: WorkerBackend, consumer: str = "w1") -> tuple[WorkEntry, C
         0, consumer=consumer, count=1, lease=LONG, max_attempts=5
     )
     return claimed[0] if claimed else None
+
+
+async def admits(m: WorkerBackend, who: RequestContext) -> bool:
+    """Whether a create of ``who``'s is admitted now (one is then stored)."""
+    try:
+        await create(m, who)
+    except QuotaExceededError:
+        return False
+    return True
 
 
 async def served(m: WorkerBackend, n: int) -> list[str]:
@@ -236,15 +246,7 @@ async def test_a_task_that_expires_frees_its_place_in_the_quota(make: Build) -> 
         with pytest.raises(QuotaExceededError):
             await create(m, ALICE)
         clock.offset += 1.0  # the in-memory clock; Redis expires it on its own
-
-        async def admitted() -> bool:
-            try:
-                await create(m, ALICE)
-            except QuotaExceededError:
-                return False
-            return True
-
-        await wait_until(admitted, within=5, what="the expired task's place")
+        await wait_until(partial(admits, m, ALICE), within=5, what="the expired task's place")
 
 
 # -- the create rate ------------------------------------------------------------------------
@@ -267,15 +269,7 @@ async def test_the_create_rate_refuses_a_burst_beyond_its_size_with_retry_after(
         assert timedelta(0) < wait <= timedelta(milliseconds=250)
         assert _with_stats_of(before, await b.dump()) == before
         await create(m, BOB)  # another tenant has its own bucket
-
-        async def admitted() -> bool:
-            try:
-                await create(m, ALICE)
-            except QuotaExceededError:
-                return False
-            return True
-
-        await wait_until(admitted, within=5, what="the next create to fit the rate")
+        await wait_until(partial(admits, m, ALICE), within=5, what="the create rate's room")
 
 
 # -- the concurrency cap ---------------------------------------------------------------------

@@ -9,15 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import Redis
 
 from redis_tasks import (
     JsonRpcError,
@@ -29,7 +28,6 @@ from redis_tasks import (
 )
 from redis_tasks.testing import start_redis_server
 
-from .conftest import SERVERS, server_url
 from .fleet import (
     Fleet,
     all_completed_once,
@@ -44,43 +42,10 @@ from .helpers import ALICE, ELICIT_ANSWER, ROOTS_ANSWER, reaches, wait_until
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=SERVERS)
-def server(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """The kind ("redis" or "cluster") and URL of the server the fleet works on."""
-    kind: str = request.param
-    return kind, server_url(request, kind)
-
-
 @pytest.fixture
-def fleet(server: tuple[str, str], prefix: str) -> Iterator[Fleet]:
-    kind, url = server
-    with tempfile.TemporaryDirectory(prefix="fleet-") as directory:
-        crew = Fleet(
-            url, prefix, f"ns-{uuid.uuid4().hex[:8]}", Path(directory), cluster=kind == "cluster"
-        )
-        try:
-            yield crew
-        finally:
-            crew.stop_all()
-
-
-@pytest.fixture
-async def manager(server: tuple[str, str], prefix: str) -> AsyncIterator[RedisTaskManager]:
-    async with RedisTaskManager.from_url(server[1], prefix=prefix) as m:
+async def manager(fleet_server: tuple[str, str], prefix: str) -> AsyncIterator[RedisTaskManager]:
+    async with RedisTaskManager.from_url(fleet_server[1], prefix=prefix) as m:
         yield m
-
-
-@pytest.fixture
-async def control(server: tuple[str, str]) -> AsyncIterator[Any]:
-    """A plain client for the handlers' reports (BLPOP may wait long: no socket timeout)."""
-    kind, url = server
-    client: Any = (
-        RedisCluster.from_url(url, socket_timeout=None)
-        if kind == "cluster"
-        else Redis.from_url(url, socket_timeout=None)
-    )
-    yield client
-    await client.aclose()
 
 
 async def test_a_worker_killed_mid_handler_is_replaced_and_the_task_completes_once(
