@@ -29,9 +29,9 @@ from ._cli_common import (
     only_partitions,
 )
 from ._errors import BackendError, InternalError
-from ._inspect_text import render_inspection, render_task
 from ._inspection import Inspection, Rates
-from ._inspection_tenants import named_tenants
+from ._inspection.tenants import named_tenants
+from ._inspection.text import render_inspection, render_task
 from ._loop import run
 from ._redis.manager import RedisTaskManager
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from ._telemetry.metrics import METRICS
-
 __all__ = [
     "BackendError",
     "CapacityError",
@@ -127,13 +125,11 @@ class InternalError(RedisTasksError):
 
 
 class BackendError(InternalError):
-    """Redis failed, timed out or could not be reached."""
+    """Redis failed, timed out or could not be reached.
 
-    def __init__(self, *args: object) -> None:
-        super().__init__(*args)
-        # Counted where it is made: every one is raised where it is made, and this
-        # one place sees them all (client errors, cluster discovery, replication).
-        METRICS.redis_error()
+    Counted (``redis_tasks_redis_errors``) where a failure is mapped to one, not
+    here: this tree imports nothing of the library, so every module may use it.
+    """
 
 
 class ReplicationError(BackendError):

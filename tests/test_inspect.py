@@ -40,7 +40,6 @@ from redis_tasks import (
     TaskUpdateContext,
     Worker,
 )
-from redis_tasks._inspect_text import render_inspection, render_task
 from redis_tasks._inspection import (
     PICKUP_BOUNDS_MS,
     PICKUP_FIELDS,
@@ -48,6 +47,7 @@ from redis_tasks._inspection import (
     PickupHistogram,
     pickup_bucket,
 )
+from redis_tasks._inspection.text import render_inspection, render_task
 from redis_tasks._redis import scripts as lua
 from redis_tasks._tenancy import home_partition, tenant_digest
 from redis_tasks.testing import RedisServer

@@ -18,7 +18,7 @@ import asyncio
 import inspect
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeVar
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, parse_url
@@ -27,8 +27,18 @@ from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.retry import Retry
 
 from redis_tasks._errors import BackendError, CapacityError, RedisTasksError
+from redis_tasks._telemetry.metrics import METRICS
 
-__all__ = ["CLIENT_ERRORS", "Client", "ConnectionSettings", "backend_errors", "is_cluster"]
+__all__ = [
+    "CLIENT_ERRORS",
+    "Client",
+    "ConnectionSettings",
+    "backend_errors",
+    "counted",
+    "is_cluster",
+]
+
+_BackendErrorT = TypeVar("_BackendErrorT", bound=BackendError)
 
 #: Either kind of redis-py asyncio client.
 Client: TypeAlias = Redis | RedisCluster
@@ -117,6 +127,14 @@ class ConnectionSettings:
         return self.connection_class(host=host, port=port, **self.connection)
 
 
+def counted(error: _BackendErrorT) -> _BackendErrorT:
+    """``error``, counted as a Redis error (``redis_tasks_redis_errors``): every
+    :class:`BackendError` the Redis backend raises is made through this, at the
+    place a failure is mapped to it (the exception tree imports no metrics)."""
+    METRICS.redis_error()
+    return error
+
+
 class _BackendErrors:
     """See :data:`backend_errors`. A class, not ``contextlib.contextmanager``: it
     wraps every script call, and one shared instance allocates nothing per call."""
@@ -133,12 +151,12 @@ class _BackendErrors:
         if exc is None or isinstance(exc, RedisTasksError) or not isinstance(exc, Exception):
             return  # nothing, ours already, or a cancellation: it goes on as it is
         if isinstance(exc, TimeoutError):
-            raise BackendError("Redis call timed out") from exc
+            raise counted(BackendError("Redis call timed out")) from exc
         if isinstance(exc, OutOfMemoryError):
             # A script's first write refused under maxmemory (noeviction): it wrote
             # nothing. Full, not down: the caller may tell its client so.
             raise CapacityError("Redis is out of memory (maxmemory): nothing was stored") from exc
-        raise BackendError("Redis call failed") from exc
+        raise counted(BackendError("Redis call failed")) from exc
 
 
 #: ``with backend_errors:`` is the one mapping of client failures to the exception
@@ -156,5 +174,5 @@ async def is_cluster(client: Redis, seconds: float) -> bool:
     except ResponseError:
         return False  # a server without INFO (an embedded fake) is no cluster
     except CLIENT_ERRORS as exc:
-        raise BackendError("could not reach Redis") from exc
+        raise counted(BackendError("could not reach Redis")) from exc
     return bool(info.get("cluster_enabled"))

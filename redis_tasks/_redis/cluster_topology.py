@@ -17,7 +17,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis_tasks._cancel import cancel_and_wait
 from redis_tasks._errors import BackendError
 
-from .client import ConnectionSettings, is_cluster
+from .client import ConnectionSettings, counted, is_cluster
 from .topology import Node, SlotUncoveredError, StandaloneTopology, Topology
 
 __all__ = ["ClusterTopology", "connect"]
@@ -98,7 +98,7 @@ class ClusterTopology(Topology):
             async with asyncio.timeout(self.timeout * 2):
                 await self.refresh()
         except TimeoutError as exc:
-            raise BackendError("could not reach the Redis Cluster") from exc
+            raise counted(BackendError("could not reach the Redis Cluster")) from exc
 
     async def refresh(self) -> None:
         """Ask the known primaries, then the seeds, for the slot map; take the first answer."""
@@ -119,7 +119,7 @@ class ClusterTopology(Topology):
                 continue
             self._apply(rows, host)
             return
-        raise BackendError("no cluster node answered CLUSTER SLOTS") from last
+        raise counted(BackendError("no cluster node answered CLUSTER SLOTS")) from last
 
     async def _refresh_quietly(self) -> None:
         try:

@@ -4,14 +4,15 @@
 Each partition is read by one read-only script call on the node that owns it,
 all partitions at once; a cluster answers per primary, each on its own clock.
 What the scripts leave out (origin, payload, answers, result, status message)
-never reaches this process, so nothing here can leak it.
+never reaches this process, so nothing here can leak it. The manager passes its
+script runner and key space: nothing here needs more of it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import InternalError
@@ -26,14 +27,13 @@ from redis_tasks._inspection import (
     ended_counts,
     stats_counts,
 )
-from redis_tasks._inspection_tenants import PartitionTenants
+from redis_tasks._inspection.tenants import PartitionTenants
 from redis_tasks._json import unpack
 from redis_tasks._stats import CREATED_FIELD, TERMINAL_FIELDS
 
 from . import scripts as lua
-
-if TYPE_CHECKING:
-    from .manager import RedisTaskManager
+from .keys import KeySpace
+from .runner import ScriptRunner
 
 __all__ = ["MAX_SAMPLE", "inspect_partitions", "inspect_task"]
 
@@ -97,10 +97,11 @@ def _consumers(flat: Sequence[Any]) -> tuple[ConsumerView, ...]:
     )
 
 
-async def _partition(manager: RedisTaskManager, partition: int, sample: int) -> PartitionView:
-    keys = manager.keyspace
+async def _partition(
+    runner: ScriptRunner, keys: KeySpace, partition: int, sample: int
+) -> PartitionView:
     work = keys.work(partition)
-    reply = await manager._runner.run(
+    reply = await runner.run(
         lua.inspect_queue(
             work=work,
             stats=keys.stats(partition),
@@ -118,7 +119,7 @@ async def _partition(manager: RedisTaskManager, partition: int, sample: int) -> 
     ages = [a for a in (_age(waiting, now), tenant_view.oldest_ms) if a is not None]
     return PartitionView(
         partition=partition,
-        node=manager._topology.node_for(work).name,
+        node=runner.topology.node_for(work).name,
         server_ms=int(now),
         entries=int(length),
         pending=int(pending),
@@ -135,14 +136,14 @@ async def _partition(manager: RedisTaskManager, partition: int, sample: int) -> 
 
 
 async def inspect_partitions(
-    manager: RedisTaskManager, partitions: Iterable[int] | None = None, *, sample: int = 256
+    runner: ScriptRunner, keys: KeySpace, partitions: Iterable[int], *, sample: int = 256
 ) -> Inspection:
-    """Every partition of ``partitions`` (default: the manager's), read at once."""
+    """Every partition of ``partitions``, read at once."""
     if not isinstance(sample, int) or isinstance(sample, bool) or not 0 <= sample <= MAX_SAMPLE:
         raise ValueError(f"sample must be an int from 0 to {MAX_SAMPLE}")
-    chosen = range(manager.partitions) if partitions is None else sorted(set(partitions))
-    views = await asyncio.gather(*(_partition(manager, p, sample) for p in chosen))
-    return Inspection(tuple(views), cluster=manager.is_cluster, sample=sample)
+    chosen = sorted(set(partitions))
+    views = await asyncio.gather(*(_partition(runner, keys, p, sample) for p in chosen))
+    return Inspection(tuple(views), cluster=runner.topology.is_cluster, sample=sample)
 
 
 def _error_code(packed: Any) -> int | None:
@@ -156,14 +157,14 @@ def _error_code(packed: Any) -> int | None:
     return code if isinstance(code, int) else None
 
 
-async def inspect_task(manager: RedisTaskManager, task_id: str) -> TaskInspection | None:
+async def inspect_task(runner: ScriptRunner, keys: KeySpace, task_id: str) -> TaskInspection | None:
     """One task's bookkeeping, or ``None`` when it is unknown, expired or malformed."""
     partition = parse_task_id(task_id)
     if partition is None:
         return None
-    keys = manager.keyspace.task(partition, task_id)
-    reply = await manager._runner.run_raw(
-        lua.inspect_task(task=keys.task, requests=keys.requests, work=keys.work)
+    task_keys = keys.task(partition, task_id)
+    reply = await runner.run_raw(
+        lua.inspect_task(task=task_keys.task, requests=task_keys.requests, work=task_keys.work)
     )
     if reply[0] == ReturnCode.NOT_FOUND:
         return None

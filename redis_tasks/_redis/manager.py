@@ -102,7 +102,9 @@ class RedisTaskManager(RedisContract):
         self._publisher = RedisEventPublisher(
             topology, self._keys, partitions, maxlen=events_maxlen
         )
-        self._queue = RedisWorkQueue(self, self._runner, self._keys)
+        self._queue = RedisWorkQueue(
+            self._runner, self._keys, self._encoder, events=lambda: self._events
+        )
 
     @classmethod
     def from_url(
@@ -247,13 +249,14 @@ class RedisTaskManager(RedisContract):
         One read-only script call per partition (``lua/inspect_queue.lua``); no task
         data (origin, payload, answers, result) is read.
         """
-        return await inspect_partitions(self, partitions, sample=sample)
+        chosen = range(self.partitions) if partitions is None else partitions
+        return await inspect_partitions(self._runner, self._keys, chosen, sample=sample)
 
     async def inspect_task(self, task_id: str) -> TaskInspection | None:
         """One task's status, times, lease, fence, attempts and work entry, for an
         operator: no authorization is checked, and no task data is read. ``None``
         for an unknown, expired or malformed ID."""
-        return await inspect_task(self, task_id)
+        return await inspect_task(self._runner, self._keys, task_id)
 
     @property
     def work_queue(self) -> RedisWorkQueue:

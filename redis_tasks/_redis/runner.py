@@ -14,7 +14,7 @@ from redis.exceptions import NoScriptError
 from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import BackendError, InternalError, ReplicationError
 
-from .client import backend_errors
+from .client import backend_errors, counted
 from .scripts import Call
 from .topology import Node, Topology
 
@@ -82,7 +82,7 @@ class ScriptRunner:
                     # A restart, failover or SCRIPT FLUSH emptied the cache; EVAL runs
                     # the script and caches it again for the next EVALSHA.
                     command = (b"EVAL", script.source, len(keys), *keys, *args)
-            raise BackendError("the script could not be loaded")
+            raise counted(BackendError("the script could not be loaded"))
 
         # The first attempt is bounded by its batch's own deadline, which saves a
         # timer per call at tens of thousands of calls a second; retries get what
@@ -99,8 +99,10 @@ class ScriptRunner:
             # nothing: it reaches the caller as what it is, not as unconfirmed.
             wrote = isinstance(reply, list) and bool(reply) and reply[0] == ReturnCode.OK
             if wrote and acked < self.wait_replicas:
-                raise ReplicationError(
-                    f"only {acked} of {self.wait_replicas} replicas confirmed the write in time"
+                raise counted(
+                    ReplicationError(
+                        f"only {acked} of {self.wait_replicas} replicas confirmed the write in time"
+                    )
                 )
         if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
             raise InternalError("unexpected script reply")

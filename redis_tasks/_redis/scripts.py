@@ -9,22 +9,18 @@ against its parameters (:data:`SPECS` is the contract both declare), so a
 script and its callers cannot drift apart, and a call with a missing, extra or
 misnamed argument fails where it is made (for mypy too).
 
-Loading (here) checks each script's source with :mod:`.lua_source`: its header,
-the constants prepended to it, and the includes it names. Each command is so one
+Loading (:mod:`.script_loading`) checks each script's source with
+:mod:`.lua_source`: its header, the constants prepended to it, and the includes
+it names. Each command is so one
 self-contained script with one SHA, called with EVALSHA and reloaded on NOSCRIPT
 (see :mod:`.runner`, which runs them).
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TypeVar
-
-from redis_tasks._errors import InternalError
+from typing import Final, TypeVar
 
 from .lua_source import (
     CONSTANTS,
@@ -32,14 +28,10 @@ from .lua_source import (
     Spec,
     assemble,
     check_literals,
-    check_uses,
-    join_source,
     lua_dir,
-    named_includes,
-    parse_header,
     read_includes,
-    resolve,
 )
+from .script_loading import Arg, Binding, Call, Script, check_binding, load_script
 
 __all__ = [
     "CONSTANTS",
@@ -73,13 +65,8 @@ __all__ = [
     "update",
 ]
 
-Arg = str | bytes | int
 _BindingT = TypeVar("_BindingT", bound="Callable[..., Call]")
-
-#: A bound script call: the script, its KEYS and its ARGV, in the header's order.
-Call = tuple["Script", tuple[str, ...], tuple[Arg, ...]]
-_Binding = Callable[..., Call]
-_BINDINGS: dict[str, _Binding] = {}
+_BINDINGS: dict[str, Binding] = {}
 
 
 def _binding(function: _BindingT) -> _BindingT:
@@ -349,71 +336,13 @@ def inspect_task(*, task: str, requests: str, work: str) -> Call:
     return scripts["inspect_task"], (task, requests, work), ()
 
 
-def _parameters(binding: _Binding) -> list[inspect.Parameter]:
-    return list(inspect.signature(binding).parameters.values())
-
-
-def _check_signature(name: str, binding: _Binding, spec: Spec) -> None:
-    """Refuse a binding whose parameters are not the header's KEYS, ARGV and
-    trailing ARGV, by keyword only, in that order."""
-    parameters = _parameters(binding)
-    expected = [*spec.keys, *spec.argv, *([spec.variadic] if spec.variadic else [])]
-    if [p.name for p in parameters] != expected or any(
-        p.kind is not inspect.Parameter.KEYWORD_ONLY
-        or p.default is not p.empty
-        # The trailing ARGV, and only they, come as a sequence.
-        or str(p.annotation).startswith("Sequence[") != (p.name == spec.variadic)
-        for p in parameters
-    ):
-        raise InternalError(f"lua/{name}.lua header disagrees with its binding {name}()")
-
-
-def check_binding(binding: _Binding, script: Script) -> None:
-    """Refuse a binding that does not return ``script`` with each argument in its
-    place: called with every argument its own name, it must answer the header."""
-    spec = script.spec
-    arguments: dict[str, Any] = {p.name: p.name for p in _parameters(binding)}
-    if spec.variadic:
-        arguments[spec.variadic] = (f"{spec.variadic}..",)
-    trailing = (f"{spec.variadic}..",) if spec.variadic else ()
-    try:
-        call = binding(**arguments)
-    except TypeError as exc:
-        raise InternalError(f"the binding of {script.name} does not take its contract") from exc
-    if call[0] is not script or call[1:] != (spec.keys, (*spec.argv, *trailing)):
-        raise InternalError(f"the binding of {script.name} misplaces its arguments")
-
-
-@dataclass(frozen=True, slots=True)
-class Script:
-    """One loaded script: the includes it got, its full source and SHA1."""
-
-    name: str
-    spec: Spec
-    includes: tuple[str, ...]
-    source: str
-    sha: str
-
-
-def _load(directory: Path, name: str, includes: dict[str, Include]) -> Script:
-    where = f"lua/{name}.lua"
-    body = (directory / f"{name}.lua").read_text(encoding="utf-8")
-    spec, header = parse_header(name, body)
-    _check_signature(name, _BINDINGS[name], spec)
-    check_literals(where, body)
-    named = named_includes(where, header)
-    check_uses(where, body, named, includes)
-    order = resolve(named, includes)
-    source = join_source(order, body, includes)
-    sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324
-    return Script(name, spec, tuple(order), source, sha)
-
-
 def load_all(directory: Path | None = None) -> dict[str, Script]:
     """Load and check every script that has a binding, from ``directory`` (``lua_dir()``)."""
     directory = directory or lua_dir()
     includes = read_includes(directory)
-    return {name: _load(directory, name, includes) for name in _BINDINGS}
+    return {
+        name: load_script(directory, name, includes, binding) for name, binding in _BINDINGS.items()
+    }
 
 
 #: Every script, loaded and checked once at import.

@@ -8,43 +8,38 @@ of crashed workers. Claims, renewals and hand-backs are scripts (``claim``,
 change atomically with the task record.
 
 A group that the server lost (a flush, a restart without persistence) answers
-``NOGROUP``: the queue creates it again and reports an empty read, so a worker
-never has to know what a consumer group is.
+``NOGROUP``: the queue creates it again (:mod:`.work_groups`) and reports an
+empty read, so a worker never has to know what a consumer group is. The manager
+passes what the queue needs of it: the script runner, the key space, the encoder
+(fences and the poison error) and the scripts' ``events`` argument.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import BackendError, TaskNotFoundError
 from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
-from redis_tasks._record import decode_origin
+from redis_tasks._record import Encoder, decode_origin
 from redis_tasks._stats import QUEUED_FIELD
 from redis_tasks._work_queue import QueueDepth, WorkEntry
 
 from . import scripts as lua
-from .client import CLIENT_ERRORS, backend_errors
+from .client import backend_errors
 from .keys import WORK_GROUP, KeySpace, TaskKeys
 from .pipeline import pack
 from .rawio import KeptConnection, stream_entries
 from .runner import ScriptRunner
-from .topology import Node, Topology
-
-if TYPE_CHECKING:
-    from .manager import RedisTaskManager
+from .topology import Topology
+from .work_groups import ensure_groups, no_group, recreate_group
 
 __all__ = ["RedisWorkQueue"]
-
-logger = logging.getLogger("redis_tasks.worker")
 
 _SETTLED: Final[dict[int, ClaimOutcome]] = {
     ReturnCode.NOT_FOUND: ClaimOutcome.EXPIRED,
@@ -80,12 +75,6 @@ def _lease_ms(lease: timedelta) -> int:
     if ms < 1:
         raise ValueError("a lease must be at least one millisecond")
     return ms
-
-
-def _no_group(exc: BaseException) -> bool:
-    """Whether ``exc`` (a :class:`BackendError`) says the stream's group is missing."""
-    cause = exc.__cause__
-    return isinstance(cause, ResponseError) and "NOGROUP" in str(cause)
 
 
 def _entry(partition: int, entry_id: bytes, fields: Any) -> WorkEntry:
@@ -128,7 +117,7 @@ class _Reader:
                     queue.topology, self._stream, command, self._within
                 )
         except BackendError as exc:
-            if not _no_group(exc):
+            if not no_group(exc):
                 raise
             await queue.recreate_group(self._partition)
             return []
@@ -140,13 +129,24 @@ class _Reader:
 
 
 class RedisWorkQueue:
-    """The work queue of a :class:`RedisTaskManager` (see the module)."""
+    """The work queue of a :class:`RedisTaskManager` (see the module).
 
-    def __init__(self, manager: RedisTaskManager, runner: ScriptRunner, keys: KeySpace) -> None:
-        self._manager = manager
+    ``events`` returns the scripts' ``event_opts`` argument as it is at each call
+    (a manager entering a cluster starts publishing hints on shard channels).
+    """
+
+    def __init__(
+        self,
+        runner: ScriptRunner,
+        keys: KeySpace,
+        encoder: Encoder,
+        events: Callable[[], str],
+    ) -> None:
         self._runner = runner
         self.keys = keys
-        self._poison_error = manager._encoder.error(INTERNAL_ERROR)
+        self._encoder = encoder
+        self._events = events
+        self._poison_error = encoder.error(INTERNAL_ERROR)
 
     @property
     def topology(self) -> Topology:
@@ -169,55 +169,20 @@ class RedisWorkQueue:
         return _Reader(self, partition, consumer, block)
 
     async def ensure_groups(self, partitions: Iterable[int], *, load_scripts: bool = False) -> None:
-        """Create the ``workers`` group on each partition's work stream if it is missing.
-
-        Reading from offset 0, so entries added before the group existed (or after
-        a server lost it) are still delivered. ``load_scripts`` also loads every
-        script on every primary.
-        """
-        topology = self.topology
-        # One pipeline per node, on one connection: sixteen calls in parallel opened
-        # sixteen connections at every start, and over TLS on a loaded host their
-        # handshakes ran past the connect timeout.
-        try:
-            groups = topology.by_node((self.keys.work(p) for p in partitions), str)
-        except CLIENT_ERRORS as exc:
-            raise BackendError("could not prepare the work streams on Redis") from exc
-        if load_scripts:  # scripts go to every primary, with streams or without
-            serving = {node.name for node, _ in groups}
-            groups += [(node, []) for node in topology.primaries() if node.name not in serving]
-
-        async def prepare(node: Node, streams: list[str]) -> list[Any]:
-            pipe = node.client.pipeline(transaction=False)
-            if load_scripts:
-                for script in lua.scripts.values():
-                    pipe.script_load(script.source)
-            for stream in streams:
-                pipe.xgroup_create(stream, WORK_GROUP, id="0", mkstream=True)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
-            return replies
-
-        try:
-            async with asyncio.timeout(self.timeout * 2):
-                replies = await asyncio.gather(
-                    *(prepare(node, streams) for node, streams in groups)
-                )
-        except CLIENT_ERRORS as exc:
-            topology.failed()
-            raise BackendError("could not prepare the work streams on Redis") from exc
-        for reply in (r for node_replies in replies for r in node_replies):
-            # BUSYGROUP: another process created the group first, as intended.
-            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
-                topology.failed()  # a MOVED here means the slot map is stale
-                raise BackendError("could not prepare the work streams on Redis") from reply
+        """Create the ``workers`` group on each partition's work stream if it is missing
+        (``load_scripts``: and load every script on every primary); see
+        :func:`.work_groups.ensure_groups`."""
+        await ensure_groups(
+            self.topology,
+            self.keys,
+            partitions,
+            call_timeout=self.timeout,
+            load_scripts=load_scripts,
+        )
 
     async def recreate_group(self, partition: int) -> None:
         """Create ``partition``'s group again after the server lost it (NOGROUP)."""
-        await self.ensure_groups([partition])
-        logger.warning(
-            "recreated a missing work group",
-            extra={"event": "group_recreated", "partition": partition},
-        )
+        await recreate_group(self.topology, self.keys, partition, self.timeout)
 
     async def claim(
         self, entry: WorkEntry, *, consumer: str, lease: timedelta, max_attempts: int
@@ -242,7 +207,7 @@ class RedisWorkQueue:
                 lease_ms=_lease_ms(lease),
                 max_attempts=max_attempts,
                 poison_error=self._poison_error,
-                event_opts=self._manager.events_arg,
+                event_opts=self._events(),
             ),
             # A worker claims one entry at a time only when it was idle (or
             # reclaims): the task's start waits on this call, so it goes at once.
@@ -278,7 +243,7 @@ class RedisWorkQueue:
                     lease_ms=_lease_ms(lease),
                     max_attempts=max_attempts,
                     poison_error=self._poison_error,
-                    event_opts=self._manager.events_arg,
+                    event_opts=self._events(),
                     wake=int(wake),
                 ),
                 # The reader waits on this call for the next tasks to start: sent at
@@ -286,7 +251,7 @@ class RedisWorkQueue:
                 batch=False,
             )
         except BackendError as exc:
-            if not _no_group(exc):
+            if not no_group(exc):
                 raise
             await self.recreate_group(partition)
             return []
@@ -411,4 +376,4 @@ class RedisWorkQueue:
         return await self.topology.execute(stream, ask)
 
     def _fence(self, fence: int) -> bytes:
-        return self._manager._encoder.fence(fence)
+        return self._encoder.fence(fence)

@@ -1,7 +1,7 @@
 """The hooks the library calls to record its metrics, bound once to OpenTelemetry or to no-ops.
 
 The library records through the OpenTelemetry metrics API when it can be
-imported (the ``redis-tasks[otel]`` extra): its instruments live on the meter
+imported (the ``redis-mcp-tasks[otel]`` extra): its instruments live on the meter
 ``redis_tasks`` of the global meter provider, so an application that sets up
 OpenTelemetry gets them with its own, and ``redis-tasks worker --metrics-port``
 sets one up with a Prometheus reader. Without the API, or with

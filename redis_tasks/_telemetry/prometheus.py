@@ -1,7 +1,7 @@
 """The OpenTelemetry SDK with a Prometheus reader, as ``redis-tasks worker`` sets it up.
 
 Imported only when metrics are asked for (``--metrics-port``, or the bench's
-metered variant): it needs the ``redis-tasks[otel]`` extra.
+metered variant): it needs the ``redis-mcp-tasks[otel]`` extra.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .metrics import METRICS
 
 __all__ = ["INSTALL_HINT", "PrometheusExport", "require_extra"]
 
-INSTALL_HINT: Final = "metrics need the otel extra: pip install 'redis-tasks[otel]'"
+INSTALL_HINT: Final = "metrics need the otel extra: pip install 'redis-mcp-tasks[otel]'"
 
 
 def require_extra() -> None:

@@ -14,7 +14,7 @@ Three kinds of span (:mod:`.spans` makes them):
   for each (its ``OpenTelemetryMiddleware``), so the extension adds the task's
   ID (and status) to that span instead of making a second one.
 
-With the OpenTelemetry API importable (the ``redis-tasks[otel]`` extra, or the
+With the OpenTelemetry API importable (the ``redis-mcp-tasks[otel]`` extra, or the
 MCP SDK, which depends on it) and not ``REDIS_TASKS_TRACES=off``, the hooks use
 the tracer ``redis_tasks`` of the global tracer provider once one is set. Until
 then a hook costs one look at the global provider and returns ``None``: no span

@@ -6,12 +6,9 @@ worker fleet. Every server process can answer for every task: all state is in th
 manager. ``tasks/result`` and ``tasks/list`` are not served (``-32601``), as
 SEP-2663 requires.
 
-Error boundary: the manager's exceptions become JSON-RPC errors here, and only
-here. Unknown, expired and unauthorized tasks give one ``-32602`` body; bad input
-gives ``-32602`` with a message naming no data; a refusal for want of room (a
-tenant's quota or create rate, a full Redis) gives ``-32003`` with ``data.reason``
-and, where known, ``data.retryAfterMs``; anything else gives ``-32603`` and a log
-line that names the exception type, never its text or any task data.
+Error boundary: every manager call goes through :func:`._boundary.guard`, the one
+place the manager's exceptions become JSON-RPC errors; the application's hooks
+(authorizer, tenant, weight, payload) are called through :mod:`._hooks`.
 
 Traces: the SDK's ``OpenTelemetryMiddleware`` makes a SERVER span for every
 request (on the fast path too, which runs the SDK's middleware); the handlers
@@ -24,31 +21,33 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
-from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from redis_tasks._errors import (
-    CapacityError,
-    RedisTasksError,
-    TaskNotFoundError,
-    ValidationError,
-)
 from redis_tasks._limits import Limits
 from redis_tasks._manager import TaskManager
 from redis_tasks._models import RequestContext, TaskRequestContext, TaskUpdateContext
 from redis_tasks._telemetry.traces import TRACES
 
 from ._auth import Authorizer, PrincipalAuthorizer
+from ._boundary import guard
 from ._escalate import _PHASE, RunAsTask
 from ._fast_path import install_fast_path
+from ._hooks import (
+    PayloadFactory,
+    TenantFactory,
+    WeightFactory,
+    authorize,
+    check_weight,
+    tenant_of,
+)
 from ._subscriptions import TaskSubscriptions
 from ._tool_call import ToolCall
 from ._wire import (
@@ -56,12 +55,10 @@ from ._wire import (
     CancelTaskParams,
     GetTaskParams,
     UpdateTaskParams,
-    capacity_exceeded,
     created_result,
     declares_extension,
     get_result,
     internal_error,
-    invalid_params,
     missing_capability,
     name_header_mismatch,
     task_not_found,
@@ -75,15 +72,6 @@ if TYPE_CHECKING:
 __all__ = ["PayloadFactory", "TaskSupport", "TasksExtension", "TenantFactory", "WeightFactory"]
 
 logger = logging.getLogger("redis_tasks.mcp")
-
-T = TypeVar("T")
-
-#: Builds the task's work payload from the call (default: empty).
-PayloadFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], bytes]
-#: Names the tenant the call's task counts against (``None``: its binding, the default).
-TenantFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], str | None]
-#: Gives the weight of the call's tenant (its share of the workers while tenants compete).
-WeightFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], int]
 
 
 class TaskSupport(enum.StrEnum):
@@ -161,13 +149,7 @@ class TasksExtension(Extension):
         self._poll_interval = poll_interval
         limits = getattr(manager, "limits", None)
         self._limits = limits if isinstance(limits, Limits) else Limits()
-        if not callable(weight) and (
-            not isinstance(weight, int)
-            or isinstance(weight, bool)
-            or not 1 <= weight <= self._limits.max_tenant_weight
-        ):
-            # A fixed weight is known now: better a startup error than every call refused.
-            raise ValueError(f"weight must be 1 to {self._limits.max_tenant_weight}")
+        check_weight(weight, self._limits)
         self._tenant = tenant
         self._weight = weight
         self._server: MCPServer[Any] | None = None
@@ -279,7 +261,7 @@ class TasksExtension(Extension):
         )
         payload = self._payload(params, ctx) if self._payload is not None else b""
         tenant, weight = self._tenant_of(params, ctx)
-        task = await self._guard(
+        task = await guard(
             lambda: self._manager.create_task(
                 request,
                 call.to_origin(self._limits),
@@ -320,7 +302,7 @@ class TasksExtension(Extension):
         self, ctx: ServerRequestContext[Any, Any], params: GetTaskParams
     ) -> dict[str, Any]:
         request = self._admit(ctx, params.task_id)
-        task = await self._guard(
+        task = await guard(
             lambda: self._manager.find_task(TaskRequestContext(request, params.task_id))
         )
         if task is None:
@@ -335,9 +317,7 @@ class TasksExtension(Extension):
     ) -> dict[str, Any]:
         request = self._admit(ctx, params.task_id)
         update = TaskUpdateContext(request, params.task_id, params.input_responses)
-        await self._guard(
-            lambda: self._manager.update_task(update), refused="Input responses refused"
-        )
+        await guard(lambda: self._manager.update_task(update), refused="Input responses refused")
         TRACES.mark_request(params.task_id, None)
         return {"resultType": "complete"}
 
@@ -345,7 +325,7 @@ class TasksExtension(Extension):
         self, ctx: ServerRequestContext[Any, Any], params: CancelTaskParams
     ) -> dict[str, Any]:
         request = self._admit(ctx, params.task_id)
-        await self._guard(
+        await guard(
             lambda: self._manager.request_cancellation(TaskRequestContext(request, params.task_id))
         )
         TRACES.mark_request(params.task_id, None)
@@ -371,43 +351,14 @@ class TasksExtension(Extension):
         return self._authorize(ctx)
 
     def _authorize(self, ctx: ServerRequestContext[Any, Any]) -> RequestContext:
-        try:
-            request = self._authorizer(ctx)
-        except MCPError:
-            raise
-        except Exception as exc:
-            logger.error("authorizer failed: %s", type(exc).__name__)
-            raise internal_error() from None
-        if not isinstance(request, RequestContext):
-            logger.error("authorizer returned %s, not a RequestContext", type(request).__name__)
-            raise internal_error()
-        return request
+        return authorize(self._authorizer, ctx)
 
     def _tenant_of(
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]
     ) -> tuple[str | None, int]:
-        """The tenant and weight the application's hooks give this call.
-
-        A hook's failure is the server's, not the client's: ``-32603``, and a log
-        line naming the exception type only (its text may hold the tenant key).
-        """
-        weight = self._weight
-        try:
-            tenant = self._tenant(params, ctx) if self._tenant is not None else None
-            if callable(weight):
-                weight = weight(params, ctx)
-        except MCPError:
-            raise
-        except Exception as exc:
-            logger.error("tenant or weight hook failed: %s", type(exc).__name__)
-            raise internal_error() from None
-        if tenant is not None and not isinstance(tenant, str):
-            logger.error("tenant hook returned %s, not a str or None", type(tenant).__name__)
-            raise internal_error()
-        if not isinstance(weight, int) or isinstance(weight, bool):
-            logger.error("weight hook returned %s, not an int", type(weight).__name__)
-            raise internal_error()
-        return tenant, weight
+        """The tenant and weight the application's hooks give this call (a hook's
+        failure is the server's: see :mod:`._hooks`)."""
+        return tenant_of(self._tenant, self._weight, params, ctx)
 
     def _valid_arguments(self, name: str, arguments: dict[str, Any]) -> bool:
         if self._server is None:
@@ -421,26 +372,6 @@ class TasksExtension(Extension):
         except Exception:
             return False
         return True
-
-    async def _guard(self, call: Callable[[], Awaitable[T]], refused: str | None = None) -> T:
-        """Run one manager call; map its failures to JSON-RPC errors, disclosing nothing."""
-        # Every manager call is bounded by the manager's own Redis timeouts.
-        try:
-            return await call()
-        except TaskNotFoundError:
-            raise task_not_found() from None
-        except ValidationError:
-            raise invalid_params(refused or "Invalid task request") from None
-        except CapacityError as exc:
-            # A quota or a rate refuses creates only; a full Redis may refuse any write
-            # (tasks/update, tasks/cancel): the same answer, so a client backs off alike.
-            raise capacity_exceeded(exc) from None
-        except RedisTasksError as exc:
-            logger.error("task manager failed: %s", type(exc).__name__)
-            raise internal_error() from None
-        except Exception as exc:
-            logger.error("task manager failed unexpectedly: %s", type(exc).__name__)
-            raise internal_error() from None
 
     def __repr__(self) -> str:
         return f"TasksExtension(tools={sorted(self._tools)!r})"

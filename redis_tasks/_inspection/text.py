@@ -1,7 +1,7 @@
 """The text ``redis-tasks inspect`` prints: the queues' totals and tables, the tenants,
 one task's bookkeeping, and the rates between two readings of ``--watch``.
 
-Plain functions from :mod:`._inspection` values to lines, so the command line
+Plain functions from :mod:`redis_tasks._inspection` values to lines, so the command line
 and its tests share them; nothing here reads Redis. Tenants are shown by digest;
 ``names`` (digest to key, what ``--tenant-key`` asks for) adds a key beside its
 digest, and only there.
@@ -13,8 +13,10 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
-from ._inspection import Inspection, PartitionView, Rates, TaskInspection
-from ._inspection_tenants import TenantFigures, TenantSummary
+from .partition import PartitionView
+from .queues import Inspection, Rates
+from .task import TaskInspection
+from .tenants import TenantFigures, TenantSummary
 
 __all__ = ["duration", "render_inspection", "render_task"]
 

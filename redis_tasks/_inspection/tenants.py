@@ -17,20 +17,19 @@ renderers; nothing else ever shows a key.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
-from ._stats import DEFERRED_FIELD, QUEUED_FIELD, REFUSED_FIELDS
-from ._status import TaskStatus
-from ._tenancy import tenant_digest
-
-if TYPE_CHECKING:
-    from ._inspection import PartitionView
+from redis_tasks._stats import DEFERRED_FIELD, QUEUED_FIELD, REFUSED_FIELDS
+from redis_tasks._status import TaskStatus
+from redis_tasks._tenancy import tenant_digest
 
 __all__ = [
     "TOP_TENANTS",
     "PartitionTenants",
+    "SampledLease",
+    "SampledPartition",
     "TenantFigures",
     "TenantQueue",
     "TenantSummary",
@@ -156,11 +155,46 @@ class TenantFigures:
         }
 
 
+class SampledLease(Protocol):
+    """What the summary reads of a sampled lease (a ``LeaseView``)."""
+
+    @property
+    def tenant(self) -> str | None:
+        """The task's tenant digest."""
+        ...
+
+    @property
+    def status(self) -> str | None:
+        """The task's status (``None``: it expired)."""
+        ...
+
+
+class SampledPartition(Protocol):
+    """What the summary reads of a partition (a ``PartitionView``): its tenant
+    figures, its sampled leases, and whether it had more pending entries than those.
+    Named here, not imported, so that the partition's module may import this one."""
+
+    @property
+    def tenants(self) -> PartitionTenants:
+        """The partition's tenant figures."""
+        ...
+
+    @property
+    def leases(self) -> Sequence[SampledLease]:
+        """The sampled leases."""
+        ...
+
+    @property
+    def sampled(self) -> bool:
+        """Whether more entries were pending than the leases read."""
+        ...
+
+
 class TenantSummary:
     """The tenant figures of a whole inspection: summed over partitions, and each read
     tenant's backlog and running tasks summed by digest across them."""
 
-    def __init__(self, partitions: Iterable[PartitionView]) -> None:
+    def __init__(self, partitions: Iterable[SampledPartition]) -> None:
         views = list(partitions)
         parts = [p.tenants for p in views]
         #: Tasks in tenant queues, all partitions.

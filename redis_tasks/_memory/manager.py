@@ -3,50 +3,44 @@
 It keeps the same record the Redis backend keeps and follows the Lua scripts
 step for step (each method names the script it mirrors), so the one contract
 suite holds both to the same semantics. Its work queue
-(:class:`~redis_tasks._memory_queue.InMemoryWorkQueue`) does the same for the
-work streams, claims and leases, so a :class:`Worker` runs on it as on Redis,
-reclaim and fencing included. It keeps nothing across a restart; it is for tests,
-development and simulation.
+(:class:`~.work_queue.InMemoryWorkQueue`) does the same for the work streams,
+claims and leases, on the records the manager hands it (:mod:`.records`), so a
+:class:`Worker` runs on it as on Redis, reclaim and fencing included. It keeps
+nothing across a restart; it is for tests, development and simulation.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
-from ._base import NewTask, Outcome, TaskManagerBase
-from ._codes import ReturnCode, error_for
-from ._errors import CapacityError, TaskNotFoundError
-from ._events import InMemoryEventPublisher, TaskEventPublisher
-from ._ids import parse_task_id
-from ._limits import Limits
-from ._memory_queue import TERMINAL as _TERMINAL
-from ._memory_queue import InMemoryWorkQueue
-from ._models import (
-    Task,
+from redis_tasks._base import NewTask, Outcome, TaskManagerBase
+from redis_tasks._codes import ReturnCode, error_for
+from redis_tasks._errors import CapacityError, TaskNotFoundError
+from redis_tasks._events import InMemoryEventPublisher, TaskEventPublisher
+from redis_tasks._ids import parse_task_id
+from redis_tasks._limits import Limits
+from redis_tasks._models import Task
+from redis_tasks._record import (
+    SNAPSHOT_FIELDS,
+    EncodedAnswer,
+    EncodedRequest,
+    decode_answers,
+    decode_task,
 )
-from ._record import SNAPSHOT_FIELDS, EncodedAnswer, EncodedRequest, decode_answers, decode_task
-from ._status import TaskStatus
-from ._work_queue import WorkQueue
+from redis_tasks._status import TaskStatus
+from redis_tasks._work_queue import WorkQueue
+
+from .records import TERMINAL as _TERMINAL
+from .records import Record, TaskRecords
+from .work_queue import InMemoryWorkQueue
 
 __all__ = ["InMemoryTaskManager"]
 
 _WORKING = TaskStatus.WORKING.value.encode()
 _INPUT_REQUIRED = TaskStatus.INPUT_REQUIRED.value.encode()
-
-
-@dataclass(slots=True)
-class _Record:
-    fields: dict[str, bytes]
-    expire_at: int | None
-    requests: dict[bytes, bytes] = field(default_factory=dict)
-    issued: dict[bytes, bytes] = field(default_factory=dict)
-    answers: dict[bytes, bytes] = field(default_factory=dict)
-    journal: dict[bytes, bytes] = field(default_factory=dict)
 
 
 def _flat(pairs: Mapping[bytes, bytes]) -> list[bytes]:
@@ -77,12 +71,13 @@ class InMemoryTaskManager(TaskManagerBase):
         if max_tasks < 1:
             raise ValueError("max_tasks must be >= 1")
         self._max_tasks = max_tasks
-        self._clock = clock
-        self._tasks: dict[str, _Record] = {}
-        self._lock = threading.Lock()
         self._publisher = InMemoryEventPublisher()
-        # After the encoder and the lock: the queue encodes its poison error once.
-        self._queue = InMemoryWorkQueue(self)
+        self._records = records = TaskRecords(clock, self._publisher)
+        # The same dict and lock as the records' (tests look at _tasks directly).
+        self._tasks = records.tasks
+        self._lock = records.lock
+        # After the encoder: the queue encodes its poison error once.
+        self._queue = InMemoryWorkQueue(records, self._encoder)
 
     async def __aenter__(self) -> Self:
         """Nothing to start; provided for symmetry with the Redis backend."""
@@ -110,101 +105,22 @@ class InMemoryTaskManager(TaskManagerBase):
     def __len__(self) -> int:
         """Tasks currently retained, expired ones excluded."""
         with self._lock:
-            self._purge_expired()
+            self._records.purge_expired()
             return len(self._tasks)
 
     # -- helpers -------------------------------------------------------------------
 
-    def _now(self) -> int:
-        return int(self._clock() * 1000)
+    def _live(self, task_id: str) -> Record | None:
+        # The record as every operation sees it (tests look at the reference's state).
+        return self._records.live(task_id)
 
-    def _purge_expired(self) -> None:
-        now = self._now()
-        expired = [
-            k for k, r in self._tasks.items() if r.expire_at is not None and now > r.expire_at
-        ]
-        for task_id in expired:
-            del self._tasks[task_id]
-
-    def _live(self, task_id: str) -> _Record | None:
-        if parse_task_id(task_id) is None:
-            return None
-        record = self._tasks.get(task_id)
-        if record is not None and record.expire_at is not None and self._now() > record.expire_at:
-            # Like a Redis key past its PEXPIREAT: gone for every operation.
-            del self._tasks[task_id]
-            return None
-        return record
-
-    def _authorized(self, task_id: str, endpoint: bytes, binding: bytes) -> _Record | None:
-        record = self._live(task_id)
+    def _authorized(self, task_id: str, endpoint: bytes, binding: bytes) -> Record | None:
+        record = self._records.live(task_id)
         if record is None:
             return None
         if record.fields["ep"] != endpoint or record.fields["pk"] != binding:
             return None
         return record
-
-    def _guarded(self, task_id: str, fence: bytes) -> _Record:
-        """Mirror of ``worker_guard``: unknown, then stale fence, then terminal."""
-        record = self._live(task_id)
-        if record is None:
-            raise TaskNotFoundError()
-        if fence and fence != record.fields["fn"]:
-            raise error_for(ReturnCode.LEASE_LOST)
-        if record.fields["st"] in _TERMINAL:
-            raise error_for(ReturnCode.TERMINAL)
-        return record
-
-    def _touch(self, record: _Record, now: int) -> None:
-        previous = int(record.fields["ua"])
-        record.fields["ua"] = str(max(now, previous)).encode()
-
-    def _set_message(self, record: _Record, message: bytes | None) -> None:
-        if message is None:
-            record.fields.pop("sm", None)
-        else:
-            record.fields["sm"] = message
-
-    def _emit(self, task_id: str) -> None:
-        self._publisher.notify(task_id)
-
-    def _terminate(
-        self,
-        record: _Record,
-        task_id: str,
-        entry: str | None,
-        status: bytes,
-        message: bytes | None,
-        outcome_field: str,
-        outcome: bytes,
-    ) -> None:
-        """Mirror of ``terminate()`` in ``lua/includes/common.lua``: the one terminal
-        write of finish and claim; acknowledges and deletes the work entry ``entry``."""
-        fields = record.fields
-        tenant = fields.pop("tn", None)
-        open_counted, cap = fields.pop("oq", None), fields.pop("tc", None)
-        for name in ("pl", "wk", "ld", "lo", "tp"):
-            fields.pop(name, None)
-        fields["st"] = status
-        self._set_message(record, message)
-        if outcome_field:
-            fields[outcome_field] = outcome
-        self._touch(record, self._now())
-        record.requests.clear()
-        record.issued.clear()
-        record.answers.clear()
-        record.journal.clear()
-        partition = parse_task_id(task_id)
-        assert partition is not None  # the record was found by this ID
-        if entry is not None:
-            self._queue.drop_entry(partition, entry)
-        if tenant is not None and (open_counted or cap):
-            tenants = self._queue.partition(partition).tenants
-            if open_counted:
-                tenants.drop_open(tenant.decode(), task_id)
-            if cap and tenants.release_slot(tenant.decode(), task_id):
-                self._queue.append(partition, "")  # the doorbell
-        self._emit(task_id)
 
     # -- the contract's hooks (input valid and encoded: see redis_tasks._base) ---------
 
@@ -240,11 +156,11 @@ class InMemoryTaskManager(TaskManagerBase):
                 del record.requests[answer.key]
                 record.answers[answer.key] = answer.body
                 record.journal[answer.key] = answer.body
-            self._touch(record, self._now())
+            self._records.touch(record, self._records.now())
             if not record.requests:
                 record.fields["st"] = _WORKING
                 record.fields.pop("sm", None)
-            self._emit(task_id)
+            self._records.emit(task_id)
 
     async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
         """Mirror of ``request_cancel.lua``."""
@@ -255,18 +171,18 @@ class InMemoryTaskManager(TaskManagerBase):
             if record.fields["st"] in _TERMINAL or record.fields.get("cx") == b"1":
                 return
             record.fields["cx"] = b"1"
-            self._emit(task_id)
+            self._records.emit(task_id)
 
     async def _create(self, new: NewTask) -> int:
         """Mirror of ``create.lua``."""
         with self._lock:
             if len(self._tasks) >= self._max_tasks:
-                self._purge_expired()
+                self._records.purge_expired()
                 if len(self._tasks) >= self._max_tasks:
                     raise CapacityError(f"the manager already retains {self._max_tasks} tasks")
             partition = parse_task_id(new.task_id)
             assert partition is not None  # the base generated it
-            now = self._now()
+            now = self._records.now()
             admitted = new.admission
             tenants = self._queue.partition(partition).tenants
             tenant = admitted.tenant
@@ -274,7 +190,7 @@ class InMemoryTaskManager(TaskManagerBase):
                 raise error_for(ReturnCode.QUOTA)
             arrival = 0
             if admitted.rate_us:
-                now_us = int(self._clock() * 1_000_000)
+                now_us = int(self._records.clock() * 1_000_000)
                 arrival = tenants.arrival(tenant, now_us)
                 early = arrival - now_us - admitted.burst_us
                 if early > 0:
@@ -312,29 +228,29 @@ class InMemoryTaskManager(TaskManagerBase):
             expire_at = now + new.ttl_ms if new.ttl_ms else None
             if expire_at is not None:
                 fields["ex"] = str(expire_at).encode()
-            self._tasks[new.task_id] = _Record(fields, expire_at)
-            self._emit(new.task_id)
+            self._tasks[new.task_id] = Record(fields, expire_at)
+            self._records.emit(new.task_id)
         return now
 
     async def _set_working(self, task_id: str, fence: bytes, message: bytes | None) -> None:
         """Mirror of ``set_status.lua``."""
         with self._lock:
-            record = self._guarded(task_id, fence)
+            record = self._records.guarded(task_id, fence)
             status = record.fields["st"]
             if status == _WORKING and record.fields.get("sm") == message:
                 return
             record.fields["st"] = _WORKING
-            self._set_message(record, message)
-            self._touch(record, self._now())
+            self._records.set_message(record, message)
+            self._records.touch(record, self._records.now())
             record.requests.clear()
-            self._emit(task_id)
+            self._records.emit(task_id)
 
     async def _request_input(
         self, task_id: str, fence: bytes, message: bytes | None, requests: list[EncodedRequest]
     ) -> dict[str, Any]:
         """Mirror of ``request_input.lua``."""
         with self._lock:
-            record = self._guarded(task_id, fence)
+            record = self._records.guarded(task_id, fence)
             for request in requests:
                 issued = record.issued.get(request.key)
                 if issued is not None and issued != request.fingerprint:
@@ -355,8 +271,8 @@ class InMemoryTaskManager(TaskManagerBase):
                     record.requests.clear()
                     record.fields["st"] = _WORKING
                     record.fields.pop("sm", None)
-                    self._touch(record, self._now())
-                    self._emit(task_id)
+                    self._records.touch(record, self._records.now())
+                    self._records.emit(task_id)
             elif not (
                 status == _INPUT_REQUIRED
                 and record.fields.get("sm") == message
@@ -364,15 +280,15 @@ class InMemoryTaskManager(TaskManagerBase):
             ):
                 record.requests = pending
                 record.fields["st"] = _INPUT_REQUIRED
-                self._set_message(record, message)
-                self._touch(record, self._now())
-                self._emit(task_id)
+                self._records.set_message(record, message)
+                self._records.touch(record, self._records.now())
+                self._records.emit(task_id)
         return decode_answers(_flat(answers))
 
     async def _take_answers(self, task_id: str, fence: bytes) -> dict[str, Any]:
         """Mirror of ``take_answers.lua``."""
         with self._lock:
-            record = self._guarded(task_id, fence)
+            record = self._records.guarded(task_id, fence)
             taken, record.answers = record.answers, {}
         return decode_answers(_flat(taken))
 
@@ -381,7 +297,7 @@ class InMemoryTaskManager(TaskManagerBase):
         status = outcome.status.value.encode()
         field = outcome.result_field.decode()
         with self._lock:
-            record = self._live(task_id)
+            record = self._records.live(task_id)
             if record is not None and record.fields["st"] in _TERMINAL:
                 stored = record.fields.get("op")
                 if outcome.operation:
@@ -395,9 +311,9 @@ class InMemoryTaskManager(TaskManagerBase):
                     and (not field or record.fields.get(field) == outcome.value)
                 ):
                     return  # the lease holder's same transition again
-            record = self._guarded(task_id, outcome.fence)
+            record = self._records.guarded(task_id, outcome.fence)
             entry = record.fields.get("wk")
-            self._terminate(
+            self._queue.terminate(
                 record,
                 task_id,
                 None if entry is None else entry.decode(),
@@ -412,7 +328,7 @@ class InMemoryTaskManager(TaskManagerBase):
     async def _cancel_requested(self, task_id: str, fence: bytes) -> bool:
         """Mirror of ``cancel_requested.lua``."""
         with self._lock:
-            record = self._live(task_id)
+            record = self._records.live(task_id)
             if record is None:
                 raise TaskNotFoundError()
             if fence and fence != record.fields["fn"]:

@@ -3,11 +3,12 @@
 What the Redis backend keeps under a partition's tag for fair dispatch and the
 per-tenant limits (the ring, the parked set, the tenants hash, each tenant's
 queue, run set, open set and create rate), kept here in dicts with the same
-semantics, so the in-memory work queue (:mod:`._memory_queue`) and manager
-(:mod:`._memory`) follow the scripts step for step. Sorted sets order by
-``(score, member)`` as Redis does; the sets scored by a deadline or an expiry
-count only members above "now", as ``ZCOUNT (now +inf`` does, and drop the rest
-when touched (Redis expires those keys instead: either way nothing counts them).
+semantics, so the in-memory work queue (:mod:`.work_queue`, :mod:`.claim`,
+:mod:`.dispatch`) and manager (:mod:`.manager`) follow the scripts step for step.
+Sorted sets order by ``(score, member)`` as Redis does; the sets scored by a
+deadline or an expiry count only members above "now", as ``ZCOUNT (now +inf``
+does, and drop the rest when touched (Redis expires those keys instead: either
+way nothing counts them).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from ._tenancy import jitter, stride
+from redis_tasks._tenancy import jitter, stride
 
 __all__ = ["Tenants", "settings_of"]
 

@@ -1,0 +1,56 @@
+"""One task's bookkeeping, as ``inspect --task`` shows it (``inspect_task``'s reply)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["TaskInspection"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInspection:
+    """One task's bookkeeping, as an operator needs it to tell what happens to it.
+
+    Times are ms on the server's clock. ``entry_state`` is ``"waiting"`` (no
+    worker read it yet), ``"delivered"`` (pending with ``entry_consumer``),
+    ``"queued"`` (in its tenant's queue, no entry yet) or ``None`` (no work entry:
+    the task ended, or it is gone); ``tenant`` is its tenant's digest. Never the
+    origin, payload, answers, result or status message; ``error_code`` is a failed
+    task's JSON-RPC code only.
+    """
+
+    task_id: str
+    partition: int
+    server_ms: int
+    status: str
+    created_ms: int
+    updated_ms: int
+    expires_ms: int | None
+    poll_interval_ms: int | None
+    fence: int
+    attempts: int
+    lease_owner: str | None
+    lease_deadline_ms: int | None
+    cancellation_requested: bool
+    input_requests: int
+    error_code: int | None
+    entry_id: str | None
+    entry_state: str | None
+    entry_consumer: str | None
+    entry_idle_ms: int | None
+    entry_deliveries: int | None
+    tenant: str | None = None
+
+    @property
+    def lease_remaining_ms(self) -> int | None:
+        """Milliseconds left on the lease (negative: it ran out); ``None`` without one."""
+        if self.lease_deadline_ms is None:
+            return None
+        return self.lease_deadline_ms - self.server_ms
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field, and the lease's remaining time."""
+        out = asdict(self)
+        out["lease_remaining_ms"] = self.lease_remaining_ms
+        return out

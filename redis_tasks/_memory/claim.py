@@ -1,0 +1,120 @@
+"""A claim of one work entry in memory: the twin of ``lua/includes/claim.lua``.
+
+What ``claim``, ``claim_next`` and the reclaim path share: the task's record
+decides whether the entry runs (a fence, an attempt, a lease deadline), is settled
+(expired, terminal, cancelled, poisoned past its attempts), is left to the lease
+that holds it, or is deferred by its tenant's concurrency cap, step for step as
+``claim_entry`` and ``defer`` do, on the records and streams the work queue passes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from redis_tasks._ids import parse_task_id
+from redis_tasks._lease import Claim, ClaimOutcome
+from redis_tasks._record import decode_origin
+
+from .records import TERMINAL, Record, TaskRecords
+from .stream import Streams
+from .terminal import terminate
+
+__all__ = ["claim_entry"]
+
+_CANCELLED = b"cancelled"
+_FAILED = b"failed"
+
+
+def claim_entry(
+    records: TaskRecords,
+    streams: Streams,
+    poison_error: bytes,
+    task_id: str,
+    entry_id: str,
+    consumer: str,
+    lease_ms: int,
+    max_attempts: int,
+) -> Claim:
+    """Mirror of ``claim_entry``: what a claim of ``entry_id`` by ``consumer`` did.
+    Callers hold the lock and checked the task ID."""
+    partition = parse_task_id(task_id)
+    assert partition is not None  # the callers checked the ID
+    record = records.live(task_id)
+    if record is None:
+        streams.drop_entry(partition, entry_id)
+        return Claim(ClaimOutcome.EXPIRED)
+    fields = record.fields
+    if fields["st"] in TERMINAL:
+        streams.drop_entry(partition, entry_id)
+        return Claim(ClaimOutcome.TERMINAL)
+    now = records.now()
+    deadline = fields.get("ld")
+    if deadline is not None and int(deadline) > now:
+        if fields.get("lo") == consumer.encode() and fields.get("wk") == entry_id.encode():
+            return _run(record, int(fields["fn"]), int(fields.get("at", b"0")))
+        return Claim(ClaimOutcome.LEASE_HELD)
+    entry = fields.get("wk", entry_id.encode()).decode()
+    if fields.get("cx") == b"1":
+        terminate(records, streams, record, task_id, entry, _CANCELLED, None, "", b"")
+        return Claim(ClaimOutcome.CANCELLED)
+    attempt = int(fields.get("at", b"0")) + 1
+    if attempt > max_attempts:
+        terminate(records, streams, record, task_id, entry, _FAILED, None, "er", poison_error)
+        return Claim(ClaimOutcome.POISONED)
+    tenant, cap = fields.get("tn"), fields.get("tc")
+    tenants = streams.partition(partition).tenants
+    if cap is not None and tenant is not None:
+        name = tenant.decode()
+        mine = tenants.running.get(name, {}).get(task_id)
+        if not (mine is not None and mine > now) and tenants.live_running(name, now) >= int(cap):
+            _defer(streams, partition, record, name, cap.decode(), task_id, entry_id, now)
+            return Claim(ClaimOutcome.DEFERRED)
+    # Two workers claiming in the same millisecond get different fences.
+    tiebreak = 0
+    for byte in consumer.encode():
+        tiebreak = (tiebreak * 31 + byte) % 1024
+    fence = max(int(fields["fn"]) + 1, now * 1024 + tiebreak)
+    fields["fn"] = str(fence).encode()
+    fields["at"] = str(attempt).encode()
+    fields["lo"] = consumer.encode()
+    fields["ld"] = str(now + lease_ms).encode()
+    fields.setdefault("wk", entry_id.encode())
+    if cap is not None and tenant is not None:
+        tenants.hold_slot(tenant.decode(), task_id, now + lease_ms, now)
+    return _run(record, fence, attempt)
+
+
+def _defer(
+    streams: Streams,
+    partition: int,
+    record: Record,
+    tenant: str,
+    cap: str,
+    task_id: str,
+    entry_id: str,
+    now: int,
+) -> None:
+    """Mirror of ``defer``: back to the head of its tenant's queue, the tenant parked."""
+    streams.drop_entry(partition, entry_id)
+    entry = record.fields.pop("wk", None)
+    if entry is not None:
+        streams.drop_entry(partition, entry.decode())
+    tenants = streams.partition(partition).tenants
+    tenants.queues.setdefault(tenant, deque()).appendleft(task_id)
+    tenants.settings.setdefault(tenant, f"1 {cap}")
+    tenants.park(tenant, now)
+    tenants.queued += 1
+
+
+def _run(record: Record, fence: int, attempt: int) -> Claim:
+    """The claim that runs the task: its fence, attempt, origin, payload and trace."""
+    fields = record.fields
+    origin = decode_origin(fields["or"])
+    return Claim(
+        ClaimOutcome.RUN,
+        fence,
+        attempt,
+        origin,
+        fields.get("pl", b""),
+        fields.get("tp", b""),
+    )

@@ -1,0 +1,55 @@
+"""The one terminal write of the in-memory backend: the twin of ``lua/includes/terminal.lua``.
+
+Finishing a task (the manager's ``finish``) and settling it at a claim (cancelled,
+or poisoned past its attempts: :mod:`.claim`) end it the same way, as the scripts
+do with their one ``terminate()``.
+"""
+
+from __future__ import annotations
+
+from redis_tasks._ids import parse_task_id
+
+from .records import Record, TaskRecords
+from .stream import Streams
+
+__all__ = ["terminate"]
+
+
+def terminate(
+    records: TaskRecords,
+    streams: Streams,
+    record: Record,
+    task_id: str,
+    entry: str | None,
+    status: bytes,
+    message: bytes | None,
+    outcome_field: str,
+    outcome: bytes,
+) -> None:
+    """Mirror of ``terminate()``: the one terminal write of finish and claim;
+    acknowledges and deletes the work entry ``entry``. Callers hold the lock."""
+    fields = record.fields
+    tenant = fields.pop("tn", None)
+    open_counted, cap = fields.pop("oq", None), fields.pop("tc", None)
+    for name in ("pl", "wk", "ld", "lo", "tp"):
+        fields.pop(name, None)
+    fields["st"] = status
+    records.set_message(record, message)
+    if outcome_field:
+        fields[outcome_field] = outcome
+    records.touch(record, records.now())
+    record.requests.clear()
+    record.issued.clear()
+    record.answers.clear()
+    record.journal.clear()
+    partition = parse_task_id(task_id)
+    assert partition is not None  # the record was found by this ID
+    if entry is not None:
+        streams.drop_entry(partition, entry)
+    if tenant is not None and (open_counted or cap):
+        tenants = streams.partition(partition).tenants
+        if open_counted:
+            tenants.drop_open(tenant.decode(), task_id)
+        if cap and tenants.release_slot(tenant.decode(), task_id):
+            streams.append(partition, "")  # the doorbell
+    records.emit(task_id)

@@ -1,0 +1,361 @@
+"""``InMemoryWorkQueue``: the :class:`WorkQueue` of :class:`InMemoryTaskManager`.
+
+It keeps, per partition, what the Redis backend keeps in the partition's work
+stream and its ``workers`` consumer group (:mod:`.stream`), with the semantics the
+worker relies on (as Redis 7.0 behaves, checked against a real server):
+
+- an ordered entry log, IDs ``<ms>-<seq>`` generated like ``XADD *`` (above the
+  last ID even when the clock steps back);
+- the group's pending-entries list: entry -> consumer, delivery time, delivery
+  count, in ID order (entries are delivered in ID order, so insertion order is);
+- consumers with the time they last received or took over an entry (the
+  ``idle`` of ``XINFO CONSUMERS``; a read that returns nothing leaves it alone,
+  as Redis 7.0 does).
+
+The task records are the manager's, reached through the
+:class:`~.records.TaskRecords` it passes in: the claim (:mod:`.claim`), renewal
+and hand-back methods follow ``lua/claim.lua``, ``renew.lua``, ``release.lua``
+and ``requeue.lua`` step for step on those records, under their one lock and on
+their clock, so the fence a claim writes is the one the contract's operations
+check. Each partition's tenant queues (:class:`~.tenants.Tenants`) are filled by
+the manager's create and dispatched by :meth:`InMemoryWorkQueue.claim_next`
+(:mod:`.dispatch`), as ``enqueue`` and ``dispatch`` (``lua/includes/tenants.lua``)
+do.
+
+A reader waiting for new entries waits on an :class:`asyncio.Event` of its own
+that an append sets: no polling. Like the manager, the queue is meant for one
+event loop.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import replace
+from datetime import timedelta
+from typing import Final
+
+from redis_tasks._errors import BackendError, TaskNotFoundError
+from redis_tasks._ids import parse_task_id
+from redis_tasks._lease import INTERNAL_ERROR, Claim
+from redis_tasks._record import Encoder
+from redis_tasks._telemetry.metrics import METRICS
+from redis_tasks._work_queue import QueueDepth, WorkEntry
+
+from .claim import claim_entry
+from .dispatch import dispatch, enqueue
+from .records import TERMINAL, Record, TaskRecords
+from .stream import EntryId, Partition, Reader, id_text, parse_id, work_entry
+from .tenants import Tenants
+from .terminal import terminate
+
+__all__ = ["InMemoryWorkQueue"]
+
+#: Seconds one call may take: nothing here waits on I/O, so any bound would do.
+_TIMEOUT: Final = 5.0
+_MS: Final = timedelta(milliseconds=1)
+
+
+def _lease_ms(lease: timedelta) -> int:
+    ms = lease // _MS
+    if ms < 1:
+        raise ValueError("a lease must be at least one millisecond")
+    return ms
+
+
+class InMemoryWorkQueue:
+    """The work queue of an :class:`InMemoryTaskManager` (see the module).
+
+    ``records`` are the manager's task records (with their lock and clock);
+    ``encoder`` is the manager's, which encodes fences and the poison error.
+    """
+
+    def __init__(self, records: TaskRecords, encoder: Encoder) -> None:
+        self._records = records
+        self._encoder = encoder
+        self._partitions: dict[int, Partition] = {}
+        self._poison_error = encoder.error(INTERNAL_ERROR)
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The records' lock, which guards the records and the streams together."""
+        return self._records.lock
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one call may take."""
+        return _TIMEOUT
+
+    # -- the streams (:class:`~.stream.Streams`; callers hold the lock) ----------------
+
+    def partition(self, partition: int) -> Partition:
+        """The partition's stream and group, created on first use (like ``MKSTREAM``)."""
+        state = self._partitions.get(partition)
+        if state is None:
+            state = self._partitions[partition] = Partition(partition, Tenants(partition))
+        return state
+
+    def append(self, partition: int, task_id: str) -> str:
+        """``XADD`` on the partition's stream (see :meth:`.stream.Partition.append`)."""
+        state = self.partition(partition)
+        return state.append(task_id, self._records.now())
+
+    def drop_entry(self, partition: int, entry: str) -> None:
+        """``XACK`` and ``XDEL``: the entry is neither pending nor in the stream."""
+        entry_id = parse_id(entry)
+        state = self._partitions.get(partition)
+        if entry_id is None or state is None:
+            return
+        state.drop(entry_id)
+
+    def deliver(self, partition: int, consumer: str, count: int) -> list[WorkEntry]:
+        """``XREADGROUP GROUP workers <consumer> COUNT <count> ... >`` (not blocking)."""
+        state = self.partition(partition)
+        return state.deliver(consumer, count, self._records.now())
+
+    # -- what the manager's operations do to the streams (callers hold the lock) --------
+
+    def enqueue(
+        self, partition: int, tenant: str, settings: str, task_id: str, *, fair: bool
+    ) -> str | None:
+        """A new task's work: see :func:`.dispatch.enqueue`."""
+        return enqueue(self, partition, tenant, settings, task_id, fair=fair)
+
+    def terminate(
+        self,
+        record: Record,
+        task_id: str,
+        entry: str | None,
+        status: bytes,
+        message: bytes | None,
+        outcome_field: str,
+        outcome: bytes,
+    ) -> None:
+        """The one terminal write: see :func:`.terminal.terminate`."""
+        terminate(
+            self._records, self, record, task_id, entry, status, message, outcome_field, outcome
+        )
+
+    def _claim(
+        self, task_id: str, entry_id: str, consumer: str, lease_ms: int, max_attempts: int
+    ) -> Claim:
+        """See :func:`.claim.claim_entry` (callers hold the lock)."""
+        return claim_entry(
+            self._records,
+            self,
+            self._poison_error,
+            task_id,
+            entry_id,
+            consumer,
+            lease_ms,
+            max_attempts,
+        )
+
+    # -- the WorkQueue protocol ---------------------------------------------------------
+
+    def reader(self, partition: int, consumer: str, block: timedelta) -> Reader:
+        """A blocking reader of ``partition``'s new entries for ``consumer``."""
+        return Reader(self, partition, consumer, block)
+
+    async def ensure_groups(self, partitions: Iterable[int]) -> None:
+        """Create each partition's stream and group if missing (they never go away)."""
+        with self.lock:
+            for partition in partitions:
+                self.partition(partition)
+
+    async def claim(
+        self, entry: WorkEntry, *, consumer: str, lease: timedelta, max_attempts: int
+    ) -> Claim:
+        """Mirror of ``claim.lua`` for an entry a worker read or reclaimed."""
+        lease_ms = _lease_ms(lease)
+        # Like the Redis queue, which cannot name the task's keys without its ID.
+        if entry.task_id is None or parse_task_id(entry.task_id) is None:
+            raise TaskNotFoundError()
+        with self.lock:
+            claim = self._claim(entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts)
+            backlog = bool(self.partition(entry.partition).tenants.ring)
+        return replace(claim, backlog=backlog)
+
+    async def claim_next(
+        self,
+        partition: int,
+        *,
+        consumer: str,
+        count: int,
+        lease: timedelta,
+        max_attempts: int,
+        wake: bool = False,
+    ) -> list[tuple[WorkEntry, Claim]]:
+        """Mirror of ``claim_next.lua``: read up to ``count`` new entries and claim each,
+        then dispatch the rest of the batch from the tenant queues."""
+        lease_ms = _lease_ms(lease)
+        out: list[tuple[WorkEntry, Claim]] = []
+
+        def read_and_claim(wanted: int) -> tuple[int, bool]:
+            entries = self.deliver(partition, consumer, wanted)
+            met = 0
+            for entry in entries:
+                if entry.task_id is None:  # a doorbell (every entry here names a task)
+                    self.drop_entry(partition, entry.entry_id)
+                    continue
+                claim = self._claim(entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts)
+                out.append((entry, claim))
+                met += 1
+            return met, len(entries) < wanted
+
+        with self.lock:
+            wanted, drained = count, False
+            while wanted > 0 and not drained:
+                met, drained = read_and_claim(wanted)
+                wanted -= met
+            if drained:
+                if wanted > 0:
+                    added = dispatch(self, partition, wanted, self._records.now())
+                    if added:
+                        read_and_claim(added)
+                if wake and self.partition(partition).tenants.ring:
+                    self.append(partition, "")
+        return out
+
+    async def reclaim(
+        self, partition: int, *, consumer: str, idle: timedelta, cursor: str, count: int
+    ) -> tuple[str, list[WorkEntry]]:
+        """``XAUTOCLAIM <work> workers <consumer> <idle> <cursor> COUNT <count>``: the
+        next cursor (``0-0`` once the scan reached the end) and the entries taken over."""
+        start = parse_id(cursor)
+        if start is None:
+            # Counted as every BackendError is (the Redis backend's comes from the
+            # server's own refusal, mapped at its error boundary).
+            METRICS.redis_error()
+            raise BackendError("invalid stream ID")
+        idle_ms = idle // _MS
+        with self.lock:
+            state = self.partition(partition)
+            now = self._records.now()
+            # Redis looks at no more than ten entries per one asked for.
+            attempts, wanted = count * 10, count
+            taken: list[WorkEntry] = []
+            next_cursor: EntryId = (0, 0)
+            for entry_id in [e for e in state.pending if e >= start]:
+                if attempts == 0 or wanted == 0:
+                    next_cursor = entry_id
+                    break
+                attempts -= 1
+                task_id = state.entries.get(entry_id)
+                if task_id is None:
+                    # Deleted from the stream: the pending entry goes, and counts.
+                    del state.pending[entry_id]
+                    wanted -= 1
+                    continue
+                pending = state.pending[entry_id]
+                if idle_ms and now - pending.delivered_ms < idle_ms:
+                    continue
+                pending.consumer, pending.delivered_ms = consumer, now
+                pending.deliveries += 1
+                taken.append(work_entry(partition, entry_id, task_id))
+                wanted -= 1
+            if taken:
+                state.consumers[consumer] = now
+        return id_text(next_cursor), taken
+
+    async def renew(self, task_id: str, *, fence: int, consumer: str, lease: timedelta) -> bool:
+        """Mirror of ``renew.lua``; whether cancellation was requested."""
+        lease_ms = _lease_ms(lease)
+        encoded = self._encoder.fence(fence)
+        with self.lock:
+            record = self._records.guarded(task_id, encoded)
+            now = self._records.now()
+            fields = record.fields
+            fields["ld"] = str(now + lease_ms).encode()
+            fields["lo"] = consumer.encode()
+            entry = fields.get("wk")
+            partition = parse_task_id(task_id)
+            assert partition is not None  # guarded() found the record by this ID
+            state = self.partition(partition)
+            if entry is not None:
+                state.take_over(entry.decode(), consumer, now)
+            tenant = fields.get("tn")
+            if tenant is not None and "tc" in fields:
+                state.tenants.hold_slot(tenant.decode(), task_id, now + lease_ms, now)
+            return fields.get("cx") == b"1"
+
+    async def release(self, task_id: str, *, fence: int) -> None:
+        """Mirror of ``release.lua``: a fresh entry, the fence bumped, the attempt undone."""
+        encoded = self._encoder.fence(fence)
+        with self.lock:
+            record = self._records.guarded(task_id, encoded)
+            partition = parse_task_id(task_id)
+            assert partition is not None  # guarded() found the record by this ID
+            fields = record.fields
+            entry = fields.get("wk")
+            if entry is not None:
+                self.drop_entry(partition, entry.decode())
+            fields["wk"] = self.append(partition, task_id).encode()
+            attempts = max(int(fields.get("at", b"1")) - 1, 0)
+            fields["fn"] = str(int(fields["fn"]) + 1).encode()
+            fields["at"] = str(attempts).encode()
+            fields["ld"] = b"0"
+            fields.pop("lo", None)
+            tenant = fields.get("tn")
+            if (
+                tenant is not None
+                and "tc" in fields
+                and self.partition(partition).tenants.release_slot(tenant.decode(), task_id)
+            ):
+                self.append(partition, "")  # the doorbell
+
+    async def requeue(self, entry: WorkEntry) -> None:
+        """Mirror of ``requeue.lua``: a delivered, unclaimed entry goes to the tail."""
+        if entry.task_id is None:
+            await self.drop(entry)
+            return
+        task_id = entry.task_id
+        partition = parse_task_id(task_id)
+        if partition is None:
+            raise TaskNotFoundError()
+        with self.lock:
+            record = self._records.live(task_id)
+            self.drop_entry(partition, entry.entry_id)
+            if (
+                record is None
+                or record.fields["st"] in TERMINAL
+                or record.fields.get("wk") != entry.entry_id.encode()
+            ):
+                return
+            record.fields["wk"] = self.append(partition, task_id).encode()
+
+    async def drop(self, entry: WorkEntry) -> None:
+        """Acknowledge and delete an entry that will never run."""
+        with self.lock:
+            self.drop_entry(entry.partition, entry.entry_id)
+
+    async def forget_consumer(self, partition: int, consumer: str) -> None:
+        """``XGROUP DELCONSUMER`` of ``consumer`` if nothing is pending with it."""
+        with self.lock:
+            state = self.partition(partition)
+            if all(p.consumer != consumer for p in state.pending.values()):
+                state.consumers.pop(consumer, None)
+
+    async def remove_stale_consumers(self, partition: int, *, keep: str, idle: timedelta) -> None:
+        """Remove consumers other than ``keep`` with nothing pending, idle for ``idle``."""
+        idle_ms = idle // _MS
+        with self.lock:
+            state = self.partition(partition)
+            now = self._records.now()
+            busy = Counter(p.consumer for p in state.pending.values())
+            for name, seen in list(state.consumers.items()):
+                if name != keep and not busy[name] and now - seen > idle_ms:
+                    del state.consumers[name]
+
+    async def depth(self, partition: int) -> QueueDepth:
+        """``XLEN``, the ``XPENDING`` summary's count, ``queued`` and the tenants waiting."""
+        with self.lock:
+            state = self.partition(partition)
+            tenants = state.tenants
+            return QueueDepth(
+                len(state.entries),
+                len(state.pending),
+                tenants.queued,
+                len(tenants.ring) + len(tenants.parked),
+            )

@@ -1,0 +1,93 @@
+"""The application's hooks on a task-enabled call: who asks (the authorizer), which
+tenant the task counts against and with what weight, and its work payload.
+
+Each runs in the request; a hook that fails is the server's failure, not the
+client's: ``-32603`` and a log line naming the exception type only (its text may
+hold a tenant key or a credential). An ``MCPError`` a hook raises goes to the
+client as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolRequestParams
+
+from redis_tasks._limits import Limits
+from redis_tasks._models import RequestContext
+
+from ._auth import Authorizer
+from ._wire import internal_error
+
+__all__ = [
+    "PayloadFactory",
+    "TenantFactory",
+    "WeightFactory",
+    "authorize",
+    "check_weight",
+    "tenant_of",
+]
+
+logger = logging.getLogger("redis_tasks.mcp")
+
+#: Builds the task's work payload from the call (default: empty).
+PayloadFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], bytes]
+#: Names the tenant the call's task counts against (``None``: its binding, the default).
+TenantFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], str | None]
+#: Gives the weight of the call's tenant (its share of the workers while tenants compete).
+WeightFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], int]
+
+
+def check_weight(weight: int | WeightFactory, limits: Limits) -> None:
+    """Refuse a fixed ``weight`` out of ``limits`` (a hook's is checked per call)."""
+    if not callable(weight) and (
+        not isinstance(weight, int)
+        or isinstance(weight, bool)
+        or not 1 <= weight <= limits.max_tenant_weight
+    ):
+        # A fixed weight is known now: better a startup error than every call refused.
+        raise ValueError(f"weight must be 1 to {limits.max_tenant_weight}")
+
+
+def authorize(authorizer: Authorizer, ctx: ServerRequestContext[Any, Any]) -> RequestContext:
+    """The binding ``authorizer`` gives the request."""
+    try:
+        request = authorizer(ctx)
+    except MCPError:
+        raise
+    except Exception as exc:
+        logger.error("authorizer failed: %s", type(exc).__name__)
+        raise internal_error() from None
+    if not isinstance(request, RequestContext):
+        logger.error("authorizer returned %s, not a RequestContext", type(request).__name__)
+        raise internal_error()
+    return request
+
+
+def tenant_of(
+    tenant: TenantFactory | None,
+    weight: int | WeightFactory,
+    params: CallToolRequestParams,
+    ctx: ServerRequestContext[Any, Any],
+) -> tuple[str | None, int]:
+    """The tenant and weight the application's hooks give this call."""
+    try:
+        named = tenant(params, ctx) if tenant is not None else None
+        if callable(weight):
+            weight = weight(params, ctx)
+    except MCPError:
+        raise
+    except Exception as exc:
+        logger.error("tenant or weight hook failed: %s", type(exc).__name__)
+        raise internal_error() from None
+    if named is not None and not isinstance(named, str):
+        logger.error("tenant hook returned %s, not a str or None", type(named).__name__)
+        raise internal_error()
+    if not isinstance(weight, int) or isinstance(weight, bool):
+        logger.error("weight hook returned %s, not an int", type(weight).__name__)
+        raise internal_error()
+    return named, weight
