@@ -50,9 +50,8 @@ from ._models import (
 from ._origin import TaskOrigin
 from ._redis import RedisTaskManager
 from ._status import TERMINAL_STATUSES, TaskStatus
+from ._version import __version__ as __version__
 from ._worker import Worker
-
-__version__ = "0.1.0"
 
 __all__ = [
     "TERMINAL_STATUSES",

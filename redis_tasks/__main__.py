@@ -8,15 +8,23 @@ import sys
 
 __all__ = ["build_parser", "main"]
 
+# What ``redis-tasks --help`` says first: plain words (the module docstring has markup).
+_DESCRIPTION = "redis-tasks: durable task state for MCP servers, on the Redis you run."
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``redis-tasks`` argument parser, every sub-command included."""
     from ._bench._cli import add_bench_command
+    from ._cli_check import add_check_command
     from ._cli_dashboard import add_dashboard_command
     from ._cli_inspect import add_inspect_command
     from ._cli_worker import add_worker_command
+    from ._version import DISTRIBUTION, __version__
 
-    parser = argparse.ArgumentParser(prog="redis-tasks", description=__doc__)
+    parser = argparse.ArgumentParser(prog="redis-tasks", description=_DESCRIPTION)
+    parser.add_argument(
+        "--version", action="version", version=f"redis-tasks {__version__} ({DISTRIBUTION})"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run a short scripted demo of the task manager")
     demo.add_argument(
@@ -28,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspect_command(commands)
     add_dashboard_command(commands)
     add_bench_command(commands)
+    add_check_command(commands)
     return parser
 
 
@@ -48,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_dashboard(args)
     if args.command == "bench":
         return run_bench(args)
+    if args.command == "check":
+        from ._cli_check import run_check
+
+        return run_check(args)
     if args.command == "demo":
         from .demo import main as demo_main
 

@@ -7,6 +7,8 @@ import argparse
 import os
 from typing import Any
 
+from redis.asyncio.connection import parse_url
+
 from ._ids import MAX_PARTITIONS
 from ._redis.inspect import MAX_SAMPLE
 from ._redis.manager import RedisTaskManager
@@ -17,6 +19,7 @@ __all__ = [
     "check_redis_options",
     "manager_from",
     "only_partitions",
+    "url_problem",
 ]
 
 
@@ -70,10 +73,23 @@ def only_partitions(args: argparse.Namespace) -> list[int] | None:
     return chosen
 
 
+def url_problem(url: str | None) -> str | None:
+    """What is wrong with a Redis URL (one line, never the URL itself: it may hold a
+    password), or ``None``."""
+    if not url:
+        return "needs --redis-url or REDIS_URL"
+    try:
+        parse_url(url)
+    except ValueError as exc:
+        return f"--redis-url is not a Redis URL: {exc}"
+    return None
+
+
 def check_redis_options(args: argparse.Namespace) -> str | None:
     """What is wrong with the shared options (a message for the user), or ``None``."""
-    if not args.redis_url:
-        return "needs --redis-url or REDIS_URL"
+    problem = url_problem(args.redis_url)
+    if problem is not None:
+        return problem
     if not 1 <= args.partitions <= MAX_PARTITIONS:
         return f"--partitions must be 1 to {MAX_PARTITIONS}"
     if not args.timeout > 0:

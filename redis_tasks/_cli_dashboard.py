@@ -168,7 +168,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
     except ImportError:
         print(
             "redis-tasks dashboard: needs Starlette and uvicorn (pip install "
-            "'redis-tasks[dashboard]')",
+            "'redis-mcp-tasks[dashboard]')",
             file=sys.stderr,
         )
         return 2

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import inspect
 import logging
 import os
 import signal
@@ -27,23 +28,46 @@ from ._worker.worker import Worker
 if TYPE_CHECKING:
     from ._telemetry.prometheus import PrometheusExport
 
-__all__ = ["add_worker_command", "load_handler", "run_worker"]
+__all__ = ["HandlerError", "add_worker_command", "load_handler", "run_worker"]
 
 logger = logging.getLogger("redis_tasks.worker")
 
 
+class HandlerError(ValueError):
+    """The handler named on the command line cannot be used (one line: which and why)."""
+
+
 def load_handler(spec: str) -> Handler:
-    """Import ``module.path:function``; the function is the task handler."""
+    """Import ``module.path:function``; the function is the task handler.
+
+    Raises :class:`HandlerError` with one line saying which part failed and why: not
+    ``MODULE:FUNCTION``, a module that cannot be imported (its exception's type and
+    first line: a missing module, or an error in its own code), a name the module does
+    not have, or something that is not an async function.
+    """
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
-        raise SystemExit(f"handler must be MODULE:FUNCTION, got {spec!r}")
+        raise HandlerError(
+            f"the handler must be MODULE:FUNCTION (e.g. myapp.tasks:handler), got {spec!r}"
+        )
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # like `python -m`, find modules in the current dir
-    target: Any = importlib.import_module(module_name)
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:  # its own code may raise anything while it is imported
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise HandlerError(
+            f"cannot import module {module_name!r}: {type(exc).__name__}: {first}".rstrip(": ")
+        ) from None
     for part in attribute.split("."):
+        if not hasattr(target, part):
+            raise HandlerError(f"module {module_name!r} has no {attribute!r}")
         target = getattr(target, part)
-    if not callable(target):
-        raise SystemExit(f"{spec} is not callable")
+    call = getattr(target, "__call__", None)  # noqa: B004 - an async __call__ counts too
+    if not (inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(call)):
+        raise HandlerError(
+            f"{spec} is not an async function: a handler is `async def handler(execution)`"
+        )
     handler: Handler = target
     return handler
 
@@ -87,7 +111,7 @@ def add_worker_command(commands: Any) -> None:
         type=int,
         default=None,
         help="serve Prometheus metrics at /metrics on this port (0: any free port; "
-        "needs redis-tasks[otel])",
+        "needs redis-mcp-tasks[otel])",
     )
     worker.add_argument(
         "--metrics-host",
@@ -251,7 +275,11 @@ def run_worker(args: argparse.Namespace) -> int:
     except (ValueError, ImportError) as exc:
         print(f"redis-tasks worker: {exc}", file=sys.stderr)
         return 2
-    handler = load_handler(args.handler)
+    try:
+        handler = load_handler(args.handler)
+    except HandlerError as exc:
+        print(f"redis-tasks worker: {exc}", file=sys.stderr)
+        return 2
     export = None
     if args.metrics_port is not None:
         from ._telemetry.prometheus import PrometheusExport

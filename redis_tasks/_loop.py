@@ -1,6 +1,6 @@
 """Which event loop the command-line programs run: uvloop when it is installed.
 
-uvloop (``pip install 'redis-tasks[fast]'``) runs the same asyncio code on
+uvloop (``pip install 'redis-mcp-tasks[fast]'``) runs the same asyncio code on
 libuv; its loop turns and socket callbacks cost less Python, which a worker or
 server of this library spends most of its time in (benchmarks/README.md has the
 figures, with and without). The library itself never picks a loop: an

@@ -47,7 +47,7 @@ def _embedded_redis() -> Iterator[str]:
         from fakeredis import TcpFakeServer
     except ImportError:
         raise SystemExit(
-            "the embedded Redis needs the 'embedded' extra: pip install 'redis-tasks[embedded]'"
+            "the embedded Redis needs the 'embedded' extra: pip install 'redis-mcp-tasks[embedded]'"
             " (or set REDIS_URL)"
         ) from None
     port = free_port()
@@ -214,7 +214,9 @@ async def _story(
 
         from .mcp import TasksClient, cancel_task, get_task, update_task
     except ImportError:
-        raise SystemExit("the demo needs the 'mcp' extra: pip install 'redis-tasks[mcp]'") from None
+        raise SystemExit(
+            "the demo needs the 'mcp' extra: pip install 'redis-mcp-tasks[mcp]'"
+        ) from None
 
     ports, processes = _start_fleet(url, prefix, log_dir)
     finals: dict[str, str] = {}

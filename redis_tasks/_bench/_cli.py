@@ -30,6 +30,7 @@ from redis_tasks._bench._systems import (
     ours_on_uvloop,
     peer,
 )
+from redis_tasks._cli_common import url_problem
 from redis_tasks._loop import loop_name
 
 __all__ = ["SCENARIOS", "add_bench_command", "run_bench"]
@@ -81,6 +82,11 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"redis-tasks bench: unknown scenario {unknown[0]!r}", file=sys.stderr)
         return 2
     scenarios = tuple(args.scenarios) or SCENARIOS
+    if args.redis_url is not None:
+        problem = url_problem(args.redis_url)
+        if problem is not None:
+            print(f"redis-tasks bench: {problem}", file=sys.stderr)
+            return 2
     try:
         systems = _systems(args)
     except (ValueError, FileNotFoundError, ImportError) as exc:

@@ -119,7 +119,7 @@ async def mcp_scenario(
         for module in ("mcp", "uvicorn"):
             if not _importable(module):
                 raise AdapterError(
-                    f"the mcp scenario needs {module}: pip install 'redis-tasks[mcp]'"
+                    f"the mcp scenario needs {module}: pip install 'redis-mcp-tasks[mcp]'"
                 )
     prefix = f"bench-{secrets.token_hex(4)}"
     system = mcp_system(url, prefix, settings, peer)

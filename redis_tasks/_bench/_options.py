@@ -110,14 +110,14 @@ def add_bench_command(commands: Any) -> None:
     peers.add_argument(
         "--uvloop",
         action="store_true",
-        help="also run redis-tasks on uvloop (pip install 'redis-tasks[fast]'), beside the "
+        help="also run redis-tasks on uvloop (pip install 'redis-mcp-tasks[fast]'), beside the "
         "default asyncio loop",
     )
     peers.add_argument(
         "--metrics",
         action="store_true",
         help="also run redis-tasks recording its metrics (OpenTelemetry SDK and a Prometheus "
-        "reader; pip install 'redis-tasks[otel]'), beside the default",
+        "reader; pip install 'redis-mcp-tasks[otel]'), beside the default",
     )
     out = bench.add_argument_group("output")
     out.add_argument("--json", type=Path, default=None, help="write the results here ('-': stdout)")

@@ -276,7 +276,7 @@ def _systems_by_label(results: dict[str, Any]) -> dict[str, Any]:
 def plot(results: dict[str, Any], path: Path) -> None:
     """Write a PNG: drain throughput by worker count, and pickup latency percentiles.
 
-    Needs matplotlib (``pip install 'redis-tasks[bench]'``).
+    Needs matplotlib (``pip install 'redis-mcp-tasks[bench]'``).
     """
     import matplotlib
 

@@ -2,5 +2,5 @@
 
 :mod:`.app` holds the Starlette application and the sampler that reads Redis;
 :mod:`.history` the time series the charts draw; ``static/`` the page itself.
-Needs Starlette and uvicorn (``redis-tasks[dashboard]``).
+Needs Starlette and uvicorn (``redis-mcp-tasks[dashboard]``).
 """

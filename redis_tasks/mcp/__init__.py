@@ -1,6 +1,6 @@
 """The MCP Tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663) for the official SDK.
 
-Install with ``pip install 'redis-tasks[mcp]'``. On the server::
+Install with ``pip install 'redis-mcp-tasks[mcp]'``. On the server::
 
     manager = RedisTaskManager.from_url(url)
     tasks = TasksExtension(manager, tools={"report": TaskSupport.REQUIRED})

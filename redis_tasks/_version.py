@@ -1,0 +1,18 @@
+"""The version and the distribution name: the one place either is written.
+
+``pyproject.toml`` reads the version from here (hatch's ``[tool.hatch.version]``),
+``redis-tasks --version`` prints both, and install hints name the distribution.
+The import name stays ``redis_tasks``; the distribution is ``redis-mcp-tasks``
+because ``redis-tasks`` on the package index is another project (whose import
+name is also ``redis_tasks``: the two cannot be installed side by side).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["DISTRIBUTION", "__version__"]
+
+__version__ = "0.2.0"
+#: What ``pip install`` takes: ``pip install 'redis-mcp-tasks[mcp]'``.
+DISTRIBUTION: Final = "redis-mcp-tasks"
