@@ -50,6 +50,8 @@
   Events: one entry when the task ends here.
 ]]
 -- KEYS go to claim_entry() (and from there to terminate()) whole, in the order above.
+local task_key = KEYS[1]
+local stats_key = KEYS[8]
 local task_id = ARGV[1]
 local entry_id = ARGV[2]
 local consumer = ARGV[3]
@@ -61,6 +63,6 @@ local event_opts = ARGV[7]
 local pickups = {}
 local reply = claim_entry(KEYS, task_id, entry_id, consumer, lease_ms, max_attempts,
   poison_error, event_opts, pickups, now_ms())
-record_pickups(KEYS[8], pickups)
-local backlog = redis.call('EXISTS', tag_of(KEYS[1], task_id) .. KEY_RING)
+record_pickups(stats_key, pickups)
+local backlog = redis.call('EXISTS', tag_of(task_key, task_id) .. KEY_RING)
 return {RC_OK, backlog, reply}

@@ -76,7 +76,7 @@ local binding = ARGV[2]
 local origin = ARGV[3]
 local payload = ARGV[4]
 local ttl_ms = tonumber(ARGV[5])
-local ttl_text = ARGV[5]
+local ttl_ms_text = ARGV[5]
 local poll_ms = ARGV[6]
 local metadata = ARGV[7]
 local event_opts = ARGV[8]
@@ -118,7 +118,7 @@ local entry = enqueue({ring_key, tenants_key, queue_key}, work_key, stats_key, t
 -- No `ua` (it reads as `ca` until the first update) and no `fn` (it reads as
 -- 0 until the first claim): every byte of a record is kept for its retention.
 local fields = {
-  'st', ST_WORKING, 'ca', int_text(now), 'ttl', ttl_text, 'pi', poll_ms, 'bd', binding,
+  'st', ST_WORKING, 'ca', int_text(now), 'ttl', ttl_ms_text, 'pi', poll_ms, 'bd', binding,
   'tn', tenant,
 }
 if entry then

@@ -304,3 +304,51 @@ def test_a_header_that_disagrees_with_its_binding_is_refused(
     _edit(directory / file, old, new)
     with pytest.raises(InternalError, match="disagrees with its binding"):
         lua.load_all(directory)
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "complaint"),
+    [
+        # Two ARGV locals swapped: each still reads a slot, the wrong one.
+        (
+            "finish.lua",
+            "local fence = ARGV[2]\nlocal status = ARGV[3]",
+            "local fence = ARGV[3]\nlocal status = ARGV[2]",
+            "local fence reads ARGV\\[3\\], which the header names status",
+        ),
+        # Two KEYS locals swapped.
+        (
+            "create.lua",
+            "local task_key = KEYS[1]\nlocal work_key = KEYS[2]",
+            "local task_key = KEYS[2]\nlocal work_key = KEYS[1]",
+            "local task_key reads KEYS\\[2\\], which the header names work",
+        ),
+        # A converted ARGV (tonumber) and a flag (== '1') are bindings too.
+        (
+            "create.lua",
+            "local max_open = tonumber(ARGV[13])",
+            "local max_open = tonumber(ARGV[14])",
+            "local max_open reads ARGV\\[14\\], which the header names rate_us",
+        ),
+        (
+            "claim_next.lua",
+            "local wake = ARGV[8] == '1'",
+            "local wake = ARGV[7] == '1'",
+            "local wake reads ARGV\\[7\\], which the header names event_opts",
+        ),
+        # A slot the header does not have.
+        (
+            "take_answers.lua",
+            "local fence = ARGV[1]",
+            "local fence = ARGV[2]",
+            "local fence reads ARGV\\[2\\], which the header lacks",
+        ),
+    ],
+)
+def test_a_local_bound_to_the_wrong_slot_is_refused_at_load(
+    tmp_path: Path, file: str, old: str, new: str, complaint: str
+) -> None:
+    directory = _copy_of_lua(tmp_path)
+    _edit(directory / file, old, new)
+    with pytest.raises(InternalError, match=complaint):
+        lua.load_all(directory)

@@ -63,6 +63,7 @@ __all__ = [
     "assemble",
     "check_header",
     "check_literals",
+    "check_slot_locals",
     "check_uses",
     "join_source",
     "lua_dir",
@@ -214,6 +215,31 @@ _STATUSES: Final = {status.value: status_constant(status) for status in TaskStat
 def _code(source: str) -> str:
     """``source`` without comments and with every string literal emptied."""
     return _LUA_TOKENS.sub(lambda m: "''" if m.group(0)[0] in "'\"" else " ", source)
+
+
+# `local name = KEYS[n]`, `= ARGV[n]`, `= tonumber(ARGV[n])`, `= ARGV[n] == '1'`: a local
+# bound to one argument slot.
+_SLOT_LOCAL = re.compile(r"^local\s+(\w+)\s*=\s*(?:tonumber\()?(KEYS|ARGV)\[(\d+)\]", re.M)
+
+
+def check_slot_locals(where: str, source: str, spec: Spec) -> None:
+    """Refuse a local bound to a KEYS or ARGV slot whose name is not that slot's name
+    in the header (or that name and a suffix: ``task_key`` for KEYS ``task``,
+    ``ttl_ms_text`` for ARGV ``ttl_ms``): two locals swapped (``fence`` reading the
+    status, ``status`` the fence) would pass every other check."""
+    names = {"KEYS": spec.keys, "ARGV": spec.argv}
+    for match in _SLOT_LOCAL.finditer(_code(source)):
+        local, kind, index = match.group(1), match.group(2), int(match.group(3))
+        slots = names[kind]
+        if not 1 <= index <= len(slots):
+            raise InternalError(
+                f"{where}: local {local} reads {kind}[{index}], which the header lacks"
+            )
+        slot = slots[index - 1]
+        if local != slot and not local.startswith(f"{slot}_"):
+            raise InternalError(
+                f"{where}: local {local} reads {kind}[{index}], which the header names {slot}"
+            )
 
 
 def check_literals(where: str, source: str) -> None:

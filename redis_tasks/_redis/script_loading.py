@@ -24,6 +24,7 @@ from .lua_source import (
     Include,
     Spec,
     check_literals,
+    check_slot_locals,
     check_uses,
     join_source,
     named_includes,
@@ -97,6 +98,7 @@ def load_script(
     spec, header = parse_header(name, body)
     _check_signature(name, binding, spec)
     check_literals(where, body)
+    check_slot_locals(where, body, spec)
     named = named_includes(where, header)
     check_uses(where, body, named, includes)
     order = resolve(named, includes)
