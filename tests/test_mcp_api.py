@@ -1,11 +1,16 @@
 """``redis_tasks.mcp`` without servers: exports, the origin codec, the default authorizer,
-installing the fast path."""
+installing the fast path, and the SDK parts it relies on (each changed in turn must stop it)."""
 
 from __future__ import annotations
 
 import contextvars
+import importlib
 import inspect
+import re
+import tomllib
+from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +21,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.shared.dispatcher import DispatchContext as SdkDispatchContext
 from starlette.applications import Starlette
 
 import redis_tasks.mcp
@@ -27,9 +33,10 @@ from redis_tasks import (
     TaskOrigin,
     ValidationError,
 )
-from redis_tasks.mcp import PrincipalAuthorizer, TasksExtension, TaskSupport, ToolCall
-from redis_tasks.mcp._extension import _find_tool
+from redis_tasks.mcp import PrincipalAuthorizer, TasksExtension, TaskSupport, ToolCall, _sdk
+from redis_tasks.mcp._fast_exchange import DispatchContext
 from redis_tasks.mcp._fast_path import FastPath
+from redis_tasks.mcp._sdk import SdkMismatchError, find_tool
 from redis_tasks.mcp._wire import capacity_exceeded
 
 EXPORTED = [
@@ -161,7 +168,7 @@ def test_the_default_authorizer_binds_to_the_hashed_principal() -> None:
 
 
 def test_the_extension_reaches_registered_tools() -> None:
-    # The one private SDK attribute the extension relies on: pinned here.
+    # The one private SDK attribute the extension relies on (found through _sdk).
     tasks = TasksExtension(InMemoryTaskManager(), tools={"slow": TaskSupport.REQUIRED})
     server = MCPServer("t", extensions=[tasks])
 
@@ -170,10 +177,10 @@ def test_the_extension_reaches_registered_tools() -> None:
         """A task tool."""
         return n
 
-    tool = _find_tool(server, "slow")
+    tool = find_tool(server, "slow")
     assert tool is not None
     assert tool.fn_metadata.validate_arguments({"n": "3"}) == {"n": 3}
-    assert _find_tool(server, "missing") is None
+    assert find_tool(server, "missing") is None
     assert tasks.task_support("slow") is TaskSupport.REQUIRED
     assert tasks.task_support("other") is None
     assert repr(tasks) == "TasksExtension(tools=['slow'])"
@@ -216,18 +223,171 @@ class _NoTokens:
         return None
 
 
-def test_the_sdk_internals_the_fast_path_uses() -> None:
-    # Private pieces of the SDK's 2026-era transport the fast path reuses so its
-    # replies are the SDK's own bytes: pinned by the ``mcp<3`` requirement and here.
-    assert callable(_streamable_http_modern._write)
-    assert callable(_streamable_http_modern._sse_event)
-    assert callable(_streamable_http_modern._to_jsonrpc_response)
-    assert isinstance(_streamable_http_modern._SSE_PING_INTERVAL, float)
-    assert (b"content-type", b"text/event-stream") in _streamable_http_modern._SSE_HEADERS
+def test_the_sdk_is_the_one_the_fast_path_was_written_for() -> None:
+    # The pins on the SDK's private parts are _sdk's checks: none may fail on the SDK
+    # installed, and the range they were written for is the one pyproject.toml requires.
+    assert _sdk.in_range(_sdk.installed_version()), _sdk.installed_version()
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert f"mcp{_sdk.SDK_RANGE}" in pyproject["project"]["optional-dependencies"]["mcp"]
     app = MCPServer("t").streamable_http_app()
     sessions = _endpoint_app(app).session_manager
-    assert sessions._task_group is None  # set while the session manager runs
-    assert sessions._lifespan_state is None
+    assert _sdk.fast_path_problems([sessions], DispatchContext) == []
+    assert not _sdk.running(sessions)  # until the session manager runs
+    assert _sdk.lifespan_state(sessions) is None
+    assert (b"content-type", b"text/event-stream") in _sdk.sse_headers()
+    assert _sdk.ping_interval() == _streamable_http_modern._SSE_PING_INTERVAL
+
+
+@pytest.mark.parametrize(
+    ("version", "inside"),
+    [
+        ("2.3.0", True),
+        ("2.3", True),
+        ("2.17.4", True),
+        ("2.3.1rc1", True),
+        ("2.2.9", False),
+        ("3.0.0", False),
+        ("3.0.0a1", False),
+        ("10.0", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_the_sdk_range_reads_release_numbers(version: str | None, inside: bool) -> None:
+    assert _sdk.in_range(version) is inside
+
+
+async def _changed_write(reply: Any, scope: Any, send: Any) -> None:
+    """``_write`` without its ``receive``."""
+
+
+def _sync_write(reply: Any, scope: Any, receive: Any, send: Any) -> None:
+    """``_write`` no longer a coroutine function."""
+
+
+async def _serve_one_renamed(app: Any, dctx: Any, method: Any, params: Any, *, conn: Any) -> Any:
+    """``serve_one`` with a keyword renamed."""
+
+
+#: (what changes, how, what the error names): one change of each kind _sdk checks.
+SDK_CHANGES: list[tuple[str, Callable[[pytest.MonkeyPatch, Any], None], str]] = [
+    *(
+        (
+            f"{name} removed",
+            lambda mp, sessions, name=name: mp.delattr(_streamable_http_modern, name),
+            f"mcp.server._streamable_http_modern.{name} is missing",
+        )
+        for name in (
+            "_write",
+            "_sse_event",
+            "_to_jsonrpc_response",
+            "_SSE_HEADERS",
+            "_SSE_PING_INTERVAL",
+        )
+    ),
+    (
+        "_write takes other arguments",
+        lambda mp, sessions: mp.setattr(_streamable_http_modern, "_write", _changed_write),
+        "._write(reply: 'Any', scope: 'Any', send: 'Any') -> 'None' cannot be called with 4 ",
+    ),
+    (
+        "_write no longer a coroutine function",
+        lambda mp, sessions: mp.setattr(_streamable_http_modern, "_write", _sync_write),
+        "._write is no longer a coroutine function",
+    ),
+    (
+        "_sse_event no longer callable",
+        lambda mp, sessions: mp.setattr(_streamable_http_modern, "_sse_event", b"event"),
+        "._sse_event is not callable",
+    ),
+    (
+        "_SSE_PING_INTERVAL a string",
+        lambda mp, sessions: mp.setattr(_streamable_http_modern, "_SSE_PING_INTERVAL", "15"),
+        "._SSE_PING_INTERVAL is not a positive number of seconds",
+    ),
+    (
+        "_SSE_HEADERS without the content type",
+        lambda mp, sessions: mp.setattr(
+            _streamable_http_modern, "_SSE_HEADERS", [(b"cache-control", b"no-cache")]
+        ),
+        "._SSE_HEADERS is not a list of (bytes, bytes) headers naming text/event-stream",
+    ),
+    (
+        "serve_one takes other keywords",
+        lambda mp, sessions: mp.setattr(_sdk, "serve_one", _serve_one_renamed),
+        "cannot be called with 4 positional, connection=..., lifespan_state=...",
+    ),
+    (
+        "the session manager's task group renamed",
+        lambda mp, sessions: mp.delattr(sessions, "_task_group"),
+        "StreamableHTTPSessionManager has no _task_group",
+    ),
+    (
+        "the dispatch context protocol grows a member",
+        lambda mp, sessions: mp.setattr(
+            SdkDispatchContext, "close", lambda self: None, raising=False
+        ),
+        "DispatchContext has members the fast path's lacks: ['close']",
+    ),
+    (
+        "the 2026-era transport module gone",
+        lambda mp, sessions: _unimportable(mp),
+        "mcp.server._streamable_http_modern cannot be imported",
+    ),
+    (
+        "another major version",
+        lambda mp, sessions: mp.setattr(_sdk, "installed_version", lambda: "3.0.0"),
+        "mcp 3.0.0 is not mcp>=2.3,<3",
+    ),
+    (
+        "no version to read",
+        lambda mp, sessions: mp.setattr(_sdk, "installed_version", lambda: None),
+        "the installed mcp has no version to read",
+    ),
+]
+
+
+def _unimportable(mp: pytest.MonkeyPatch) -> None:
+    def refuse(name: str, package: str | None = None) -> Any:
+        raise ImportError(f"No module named {name!r}")
+
+    mp.setattr(importlib, "import_module", refuse)
+    modern, problem = _sdk._import_modern()
+    mp.setattr(_sdk, "_modern", modern)
+    mp.setattr(_sdk, "_modern_unimportable", problem)
+
+
+@pytest.mark.parametrize(
+    ("change", "names"), [(c[1], c[2]) for c in SDK_CHANGES], ids=[c[0] for c in SDK_CHANGES]
+)
+def test_a_changed_sdk_stops_the_fast_path_loudly(
+    monkeypatch: pytest.MonkeyPatch,
+    change: Callable[[pytest.MonkeyPatch, Any], None],
+    names: str,
+) -> None:
+    tasks = TasksExtension(InMemoryTaskManager())
+    app = MCPServer("t", extensions=[tasks]).streamable_http_app()
+    sdk_app = _endpoint_app(app)
+    change(monkeypatch, sdk_app.session_manager)
+    version = _sdk.installed_version() or "(version unknown)"  # as changed, if it was
+    with pytest.raises(SdkMismatchError, match=re.escape(names)) as raised:
+        tasks.asgi(app)
+    message = str(raised.value)
+    assert message.startswith(f"tasks.asgi() cannot put the fast path on mcp {version}")
+    assert "written for mcp>=2.3,<3" in message
+    assert isinstance(raised.value, RuntimeError)
+    # Nothing was installed: no fast path that passes everything on, no half of one.
+    assert _endpoint_app(app) is sdk_app
+
+
+def test_a_changed_tool_lookup_stops_the_server_at_startup(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tasks = TasksExtension(InMemoryTaskManager(), tools={"slow": TaskSupport.REQUIRED})
+    server = MCPServer("t", extensions=[tasks])
+    monkeypatch.delattr(server, "_tool_manager")
+    with pytest.raises(SdkMismatchError, match=r"MCPServer\._tool_manager is missing"):
+        tasks.bind(server)
 
 
 async def test_before_the_session_manager_runs_everything_goes_to_the_sdk() -> None:

@@ -48,6 +48,7 @@ from ._hooks import (
     check_weight,
     tenant_of,
 )
+from ._sdk import find_tool, require_tool_lookup
 from ._subscriptions import TaskSubscriptions
 from ._tool_call import ToolCall
 from ._wire import (
@@ -66,7 +67,6 @@ from ._wire import (
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.tools import Tool
     from starlette.applications import Starlette
 
 __all__ = ["PayloadFactory", "TaskSupport", "TasksExtension", "TenantFactory", "WeightFactory"]
@@ -81,12 +81,6 @@ class TaskSupport(enum.StrEnum):
     OPTIONAL = "optional"
     #: Always a task; a client without the extension gets ``-32021``.
     REQUIRED = "required"
-
-
-def _find_tool(server: MCPServer[Any], name: str) -> Tool | None:
-    # MCPServer has no public lookup of a registered tool's argument model; the
-    # private tool manager is pinned by the ``mcp<3`` requirement and a test.
-    return server._tool_manager.get_tool(name)
 
 
 class TasksExtension(Extension):
@@ -173,8 +167,11 @@ class TasksExtension(Extension):
         """Serve ``server`` (``lifespan`` does this for you).
 
         Validates task-enabled calls with ``server``'s tools and installs the
-        ``subscriptions/listen`` middleware for ``taskIds`` on it.
+        ``subscriptions/listen`` middleware for ``taskIds`` on it. Raises
+        ``SdkMismatchError`` when the SDK's private tool lookup changed (the
+        validation needs it): at startup, not on each task-enabled call.
         """
+        require_tool_lookup(server)
         self._server = server
         if self._subscriptions not in server.middleware:
             server.middleware.append(self._subscriptions)
@@ -189,7 +186,10 @@ class TasksExtension(Extension):
         machinery, byte for byte as the SDK would (its authentication, checks,
         middleware and handlers still run); every other request reaches the SDK
         unchanged. Installing it twice is harmless. Raises ``ValueError`` if
-        ``app`` has no streamable HTTP endpoint.
+        ``app`` has no streamable HTTP endpoint, and a ``RuntimeError``
+        (``SdkMismatchError``, naming the SDK's version and what changed) if the
+        installed SDK is not one the fast path was written for or a part of it
+        the fast path uses changed: it never falls back silently.
         """
         install_fast_path(app, self._always_a_task)
         return app
@@ -364,7 +364,7 @@ class TasksExtension(Extension):
         if self._server is None:
             logger.error("TasksExtension is not bound: pass lifespan=tasks.lifespan to MCPServer")
             raise internal_error()
-        tool = _find_tool(self._server, name)
+        tool = find_tool(self._server, name)
         if tool is None:
             return False
         try:

@@ -3,7 +3,8 @@
 :class:`Exchange` is an SSE-mode reply that stays JSON until a notification, or
 the SDK's keepalive interval of silence, commits it to ``text/event-stream``;
 :class:`DispatchContext` is the SDK's single-exchange dispatch context, writing
-the handler's notifications onto that reply inline.
+the handler's notifications onto that reply inline. The SDK's framing, headers and
+keepalive interval come from :mod:`._sdk`.
 """
 
 from __future__ import annotations
@@ -13,14 +14,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import anyio
-from mcp.server import _streamable_http_modern as modern
-from mcp.shared.dispatcher import CallOptions
-from mcp.shared.exceptions import NoBackChannelError
-from mcp.shared.message import MessageMetadata, ServerMessageMetadata
-from mcp.shared.transport_context import TransportContext
 from mcp_types import JSONRPCNotification, ProgressToken, RequestId
 from starlette.requests import Request
 from starlette.types import Send
+
+from . import _sdk
+from ._sdk import (
+    CallOptions,
+    MessageMetadata,
+    NoBackChannelError,
+    ServerMessageMetadata,
+    TransportContext,
+)
 
 __all__ = ["DispatchContext", "Exchange"]
 
@@ -49,8 +54,7 @@ class Exchange:
         return self._committed
 
     def _arm(self) -> None:
-        # Read at call time so the interval stays the SDK's own setting.
-        interval = modern._SSE_PING_INTERVAL
+        interval = _sdk.ping_interval()
         self._timer = asyncio.get_running_loop().call_later(interval, self._on_silence)
 
     def _on_silence(self) -> None:
@@ -71,7 +75,7 @@ class Exchange:
             if not self._committed:
                 self._committed = True
                 await self._send(
-                    {"type": "http.response.start", "status": 200, "headers": modern._SSE_HEADERS}
+                    {"type": "http.response.start", "status": 200, "headers": _sdk.sse_headers()}
                 )
             await self._send({"type": "http.response.body", "body": frame, "more_body": True})
             self._arm()
@@ -146,7 +150,7 @@ class DispatchContext:
             return
         body = dict(params) if params is not None else None
         await self._exchange.emit(
-            modern._sse_event(JSONRPCNotification(jsonrpc="2.0", method=method, params=body))
+            _sdk.sse_event(JSONRPCNotification(jsonrpc="2.0", method=method, params=body))
         )
 
     async def progress(

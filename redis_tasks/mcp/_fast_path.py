@@ -38,7 +38,8 @@ its reply goes nowhere), where the SDK's SSE mode would cancel it.
 
 The request's intake (body, replay, envelope) is in :mod:`._fast_intake`, the
 reply's writing (the SSE-mode exchange, the dispatch context) in
-:mod:`._fast_exchange`.
+:mod:`._fast_exchange`, and every part of the SDK it uses in :mod:`._sdk`, which
+checks them (and the SDK's version) before the fast path is installed.
 """
 
 from __future__ import annotations
@@ -46,21 +47,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from mcp.server import _streamable_http_modern as modern
-from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
-from mcp.server.connection import Connection
-from mcp.server.runner import serve_one
-from mcp.server.streamable_http import check_accept_headers
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
-from mcp.server.transport_security import TransportSecurityMiddleware
-from mcp.shared.inbound import (
-    MCP_PROTOCOL_VERSION_HEADER,
-    InboundLadderRejection,
-    InboundModernRoute,
-    classify_inbound_request,
-    find_duplicated_routing_header,
-)
-from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp_types import JSONRPCError, JSONRPCResponse, RequestId
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
@@ -68,9 +54,24 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
+from . import _sdk
 from ._fast_exchange import DispatchContext, Exchange
 from ._fast_intake import FAST_METHODS, FallThrough, envelope, read_body
 from ._fast_intake import replay as _replay  # "replay" is a local name below
+from ._sdk import (
+    MCP_PROTOCOL_VERSION_HEADER,
+    Connection,
+    InboundLadderRejection,
+    InboundModernRoute,
+    RequireAuthMiddleware,
+    StreamableHTTPASGIApp,
+    TransportSecurityMiddleware,
+    check_accept_headers,
+    classify_inbound_request,
+    find_duplicated_routing_header,
+    progress_token_from_params,
+    serve_one,
+)
 
 __all__ = ["FAST_METHODS", "FastPath", "install_fast_path"]
 
@@ -104,11 +105,7 @@ class FastPath:
         """Serve a 2026-era ``tasks/*`` POST, or hand the request to the SDK."""
         sessions = self._sessions
         # The SDK raises on a request before its session manager runs; so does the inner app.
-        if (
-            scope["type"] != "http"
-            or scope["method"] != "POST"
-            or getattr(sessions, "_task_group", None) is None
-        ):
+        if scope["type"] != "http" or scope["method"] != "POST" or not _sdk.running(sessions):
             await self._pass_on(scope, receive, send)
             return
         # The first MCP-Protocol-Version header routes, as in the session manager.
@@ -165,20 +162,19 @@ class FastPath:
             decoded["method"],
             params,
             connection=connection,
-            # The state the session manager entered the server's lifespan with.
-            lifespan_state=sessions._lifespan_state,
+            lifespan_state=_sdk.lifespan_state(sessions),
         )
         try:
-            reply: JSONRPCResponse | JSONRPCError = await modern._to_jsonrpc_response(
+            reply: JSONRPCResponse | JSONRPCError = await _sdk.to_jsonrpc_response(
                 request_id, served
             )
         finally:
             if exchange is not None:
                 await exchange.finish()
         if exchange is not None and exchange.committed:
-            await send({"type": "http.response.body", "body": modern._sse_event(reply)})
+            await send({"type": "http.response.body", "body": _sdk.sse_event(reply)})
             return
-        await modern._write(reply, scope, receive, send)
+        await _sdk.write(reply, scope, receive, send)
 
 
 def _no_tool(name: str) -> bool:
@@ -191,22 +187,26 @@ def install_fast_path(app: Starlette, takes_tool: Callable[[str], bool] | None =
     The endpoint is a route whose app is the SDK's ``StreamableHTTPASGIApp``,
     directly or behind ``RequireAuthMiddleware`` (then the fast path goes
     inside it, so authentication stays the SDK's). Already wrapped endpoints
-    count and stay as they are.
+    count and stay as they are. Raises :class:`._sdk.SdkMismatchError`, and
+    wraps nothing, when the installed SDK is not one the fast path was written
+    for or a part of it the fast path uses changed.
     """
-    found = 0
+    holders: list[Any] = []  # what holds each endpoint: its route, or the SDK's auth middleware
     for route in app.routes:
         if not isinstance(route, Route):
             continue
         holder: Any = route
         if isinstance(holder.app, RequireAuthMiddleware):
             holder = holder.app
-        if isinstance(holder.app, FastPath):
-            found += 1
-        elif isinstance(holder.app, StreamableHTTPASGIApp):
-            holder.app = FastPath(holder.app, takes_tool)
-            found += 1
-    if not found:
+        if isinstance(holder.app, FastPath | StreamableHTTPASGIApp):
+            holders.append(holder)
+    # Checked before anything is wrapped: the fast path serves every endpoint or none.
+    unwrapped = [h for h in holders if not isinstance(h.app, FastPath)]
+    _sdk.require_fast_path([h.app.session_manager for h in unwrapped], DispatchContext)
+    if not holders:
         raise ValueError(
             "no MCP streamable HTTP endpoint: pass what streamable_http_app() returned"
         )
-    return found
+    for holder in unwrapped:
+        holder.app = FastPath(holder.app, takes_tool)
+    return len(holders)
