@@ -76,7 +76,7 @@ class TaskExecution:
         self.attempt = attempt
         #: Set once a client asked to cancel the task.
         self.cancelled = asyncio.Event()
-        # Set by change events for this task: answers may have arrived.
+        # Set by notify_changed (a change hint for this task): answers may have arrived.
         self._changed = asyncio.Event()
         # The unanswered keys and message of the round this run asked last: asking
         # them again is a poll, not a new round (see answered_so_far).
@@ -155,7 +155,13 @@ class TaskExecution:
         if self.cancelled.is_set():
             raise asyncio.CancelledError("cancellation was requested")
 
-    def _notify_changed(self) -> None:
+    def notify_changed(self) -> None:
+        """The task changed (answers may have arrived): wake :meth:`wait_for_input` now
+        rather than at the next poll.
+
+        The worker calls this on a change hint for the task; a handler has no need to
+        (waking early only polls sooner).
+        """
         self._changed.set()
 
     def __repr__(self) -> str:

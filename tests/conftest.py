@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -18,7 +19,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio import RedisCluster as ClusterClient
 
-from redis_tasks import InMemoryTaskManager, Limits, RedisTaskManager, testing
+from redis_tasks import InMemoryTaskManager, Limits, RedisTaskManager, Worker, testing
 from redis_tasks._redis.client import Client
 from redis_tasks._redis.keys import KeySpace
 from redis_tasks.testing import (
@@ -161,6 +162,27 @@ def fake_server() -> Any:
 def prefix() -> str:
     """A key prefix no other test uses."""
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(autouse=True)
+def slots_come_back(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every worker a test ran in this process gave back each handler slot it took,
+    exactly once (the rule of ``redis_tasks._worker.slots.SlotLease``): checked on the
+    slots' own counters after the test, for each worker whose ``run`` returned."""
+    stopped: list[Worker] = []
+    run = Worker.run
+
+    @functools.wraps(run)
+    async def run_and_note(self: Worker) -> None:
+        await run(self)
+        stopped.append(self)
+
+    monkeypatch.setattr(Worker, "run", run_and_note)
+    yield
+    for worker in stopped:
+        slots = worker._slots
+        found = {"out": slots.out, "given_twice": slots.given_twice, "overdrawn": slots.overdrawn}
+        assert found == {"out": 0, "given_twice": 0, "overdrawn": 0}, f"{worker.name}'s slots"
 
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -22,6 +22,7 @@ NEUTRAL = sorted(
     [
         *PACKAGE.glob("_worker/*.py"),
         *PACKAGE.glob("_memory/*.py"),
+        *PACKAGE.glob("_record/*.py"),
         *(
             PACKAGE / name
             for name in (
@@ -30,7 +31,6 @@ NEUTRAL = sorted(
                 "_manager.py",
                 "_execution.py",
                 "_lease.py",
-                "_record.py",
                 "_events.py",
             )
         ),

@@ -46,7 +46,10 @@ terminal, then checks the promises:
 - workers and managers recover by themselves: the worker processes are alive, each ran a
   task created after the last fault healed, creates succeed again after every fault, the
   load manager's event tail delivers again after the last one, and no worker logged an
-  error.
+  error;
+- every worker stops cleanly when the run ends (SIGTERM), with each handler slot it took
+  given back exactly once: the worker checks that as it stops and logs any slot given back
+  twice, taken beyond its lease, or not back.
 
 It prints a summary and exits 1 if any promise broke; ``--json PATH`` writes every figure.
 The faults hit every client of the server: give ``--redis-url`` only for a Redis of your

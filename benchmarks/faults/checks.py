@@ -175,6 +175,11 @@ def broken_promises(f: dict[str, Any]) -> list[str]:
             "workers idle after the last fault",
         ),
         (sum(workers["log_errors"].values()), "errors in the worker logs"),
+        (
+            workers["count"] - workers["stopped_cleanly"],
+            "workers that logged no clean stop (their handler slots unchecked)",
+        ),
+        (workers["slot_bugs"], "handler slots not given back exactly once"),
         (workers["log_unparsed_lines"], "non-JSON lines in the worker logs"),
         (sum(f["faults"][k] == 0 for k in kinds), "fault kinds never injected"),
         (int(not manager["events_after_last_fault"]), "event tail silent after the last fault"),

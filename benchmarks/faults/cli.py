@@ -56,7 +56,8 @@ def summary(f: dict[str, Any]) -> Iterator[str]:
     )
     yield (
         f"workers: alive {w['alive_at_end']}, tasks after the last fault "
-        f"{w['tasks_after_last_fault']}, exit codes {w['exit_codes']}, log errors "
+        f"{w['tasks_after_last_fault']}, exit codes {w['exit_codes']}, stopped cleanly "
+        f"{w['stopped_cleanly']}, handler slot bugs {w['slot_bugs']}, log errors "
         f"{w['log_errors'] or 0}"
     )
     m = f["manager"]

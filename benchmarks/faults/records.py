@@ -15,6 +15,9 @@ from typing import Final
 KINDS: Final = ("pause_all", "kill", "pause_write", "restart", "pause_write_kill")
 #: Worker log events that record an accepted completion (as tests/fleet.py counts them).
 COMPLETED: Final = ("task_complete", "outcome_unconfirmed")
+#: Worker log events of a handler slot not given back exactly once (the rule of
+#: redis_tasks._worker.slots.SlotLease; ``slots_leaked`` is checked when a worker stops).
+SLOT_BUGS: Final = ("slot_given_twice", "slots_overdrawn", "slots_leaked")
 BACKOFF: Final = 0.05  # a client's pause after a failed call: as a real client would
 WAKE: Final = 0.05  # longest wait for an event before polling again (lifecycle's bound)
 CHUNK: Final = 500  # lookups in flight at once while checking

@@ -29,7 +29,7 @@ from .checks import (
 from .injector import Injector
 from .load import Load
 from .processes import PrivateRedis, WorkerProcess, start_worker
-from .records import KINDS, LogCounter, Settings, WorkerLogs
+from .records import KINDS, SLOT_BUGS, LogCounter, Settings, WorkerLogs
 
 
 async def _until(condition: Callable[[], bool], within: float, what: str) -> None:
@@ -169,6 +169,9 @@ async def _drive(
             "alive_at_end": alive,
             "tasks_after_last_fault": [after_last.get(w.pid, 0) for w in workers],
             "exit_codes": exits,
+            # Each worker checks its slots as it stops: only a clean stop was checked.
+            "stopped_cleanly": logs.events["worker_stopped"],
+            "slot_bugs": sum(logs.events[event] for event in SLOT_BUGS),
             "log_errors": dict(logs.errors),
             "log_unparsed_lines": logs.unparsed,
             "log_events": dict(logs.events.most_common()),

@@ -38,7 +38,7 @@ end
 -- shorter and longer values are stored whole (a record holding a value that
 -- long is a hashtable whatever we do, and pieces would only add fields to it).
 -- So a stored first piece of exactly PIECE_BYTES bytes may have more, and any
--- other length has none. (All three come from redis_tasks/_record.py.)
+-- other length has none. (All three come from redis_tasks/_record/fields.py.)
 
 -- The field names of `name`'s continuation pieces (to read, drop or replace a
 -- value that may have been stored in pieces); appended to `names`.

@@ -13,7 +13,22 @@ from collections import deque
 
 from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import Claim, ClaimOutcome
-from redis_tasks._record import decode_origin
+from redis_tasks._record import (
+    FIELD_ATTEMPTS,
+    FIELD_CANCEL_REQUESTED,
+    FIELD_ERROR,
+    FIELD_FENCE,
+    FIELD_LEASE_DEADLINE,
+    FIELD_LEASE_OWNER,
+    FIELD_ORIGIN,
+    FIELD_PAYLOAD,
+    FIELD_STATUS,
+    FIELD_TENANT,
+    FIELD_TENANT_CAP,
+    FIELD_TRACE_CONTEXT,
+    FIELD_WORK_ENTRY,
+    decode_origin,
+)
 
 from .records import TERMINAL, Record, TaskRecords
 from .stream import Streams
@@ -44,24 +59,29 @@ def claim_entry(
         streams.drop_entry(partition, entry_id)
         return Claim(ClaimOutcome.EXPIRED)
     fields = record.fields
-    if fields["st"] in TERMINAL:
+    if fields[FIELD_STATUS] in TERMINAL:
         streams.drop_entry(partition, entry_id)
         return Claim(ClaimOutcome.TERMINAL)
     now = records.now()
-    deadline = fields.get("ld")
+    deadline = fields.get(FIELD_LEASE_DEADLINE)
     if deadline is not None and int(deadline) > now:
-        if fields.get("lo") == consumer.encode() and fields.get("wk") == entry_id.encode():
-            return _run(record, int(fields["fn"]), int(fields.get("at", b"0")))
+        if (
+            fields.get(FIELD_LEASE_OWNER) == consumer.encode()
+            and fields.get(FIELD_WORK_ENTRY) == entry_id.encode()
+        ):
+            return _run(record, int(fields[FIELD_FENCE]), int(fields.get(FIELD_ATTEMPTS, b"0")))
         return Claim(ClaimOutcome.LEASE_HELD)
-    entry = fields.get("wk", entry_id.encode()).decode()
-    if fields.get("cx") == b"1":
+    entry = fields.get(FIELD_WORK_ENTRY, entry_id.encode()).decode()
+    if fields.get(FIELD_CANCEL_REQUESTED) == b"1":
         terminate(records, streams, record, task_id, entry, _CANCELLED, None, "", b"")
         return Claim(ClaimOutcome.CANCELLED)
-    attempt = int(fields.get("at", b"0")) + 1
+    attempt = int(fields.get(FIELD_ATTEMPTS, b"0")) + 1
     if attempt > max_attempts:
-        terminate(records, streams, record, task_id, entry, _FAILED, None, "er", poison_error)
+        terminate(
+            records, streams, record, task_id, entry, _FAILED, None, FIELD_ERROR, poison_error
+        )
         return Claim(ClaimOutcome.POISONED)
-    tenant, cap = fields.get("tn"), fields.get("tc")
+    tenant, cap = fields.get(FIELD_TENANT), fields.get(FIELD_TENANT_CAP)
     tenants = streams.partition(partition).tenants
     if cap is not None and tenant is not None:
         name = tenant.decode()
@@ -73,12 +93,12 @@ def claim_entry(
     tiebreak = 0
     for byte in consumer.encode():
         tiebreak = (tiebreak * 31 + byte) % 1024
-    fence = max(int(fields["fn"]) + 1, now * 1024 + tiebreak)
-    fields["fn"] = str(fence).encode()
-    fields["at"] = str(attempt).encode()
-    fields["lo"] = consumer.encode()
-    fields["ld"] = str(now + lease_ms).encode()
-    fields.setdefault("wk", entry_id.encode())
+    fence = max(int(fields[FIELD_FENCE]) + 1, now * 1024 + tiebreak)
+    fields[FIELD_FENCE] = str(fence).encode()
+    fields[FIELD_ATTEMPTS] = str(attempt).encode()
+    fields[FIELD_LEASE_OWNER] = consumer.encode()
+    fields[FIELD_LEASE_DEADLINE] = str(now + lease_ms).encode()
+    fields.setdefault(FIELD_WORK_ENTRY, entry_id.encode())
     if cap is not None and tenant is not None:
         tenants.hold_slot(tenant.decode(), task_id, now + lease_ms, now)
     return _run(record, fence, attempt)
@@ -96,7 +116,7 @@ def _defer(
 ) -> None:
     """Mirror of ``defer``: back to the head of its tenant's queue, the tenant parked."""
     streams.drop_entry(partition, entry_id)
-    entry = record.fields.pop("wk", None)
+    entry = record.fields.pop(FIELD_WORK_ENTRY, None)
     if entry is not None:
         streams.drop_entry(partition, entry.decode())
     tenants = streams.partition(partition).tenants
@@ -109,12 +129,12 @@ def _defer(
 def _run(record: Record, fence: int, attempt: int) -> Claim:
     """The claim that runs the task: its fence, attempt, origin, payload and trace."""
     fields = record.fields
-    origin = decode_origin(fields["or"])
+    origin = decode_origin(fields[FIELD_ORIGIN])
     return Claim(
         ClaimOutcome.RUN,
         fence,
         attempt,
         origin,
-        fields.get("pl", b""),
-        fields.get("tp", b""),
+        fields.get(FIELD_PAYLOAD, b""),
+        fields.get(FIELD_TRACE_CONTEXT, b""),
     )

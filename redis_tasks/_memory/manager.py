@@ -24,6 +24,26 @@ from redis_tasks._ids import parse_task_id
 from redis_tasks._limits import Limits
 from redis_tasks._models import Task
 from redis_tasks._record import (
+    FIELD_BINDING,
+    FIELD_CANCEL_REQUESTED,
+    FIELD_CREATED_AT,
+    FIELD_ENDPOINT,
+    FIELD_EXPIRES_AT,
+    FIELD_FENCE,
+    FIELD_MESSAGE,
+    FIELD_METADATA,
+    FIELD_OPEN_QUOTA,
+    FIELD_OPERATION,
+    FIELD_ORIGIN,
+    FIELD_PAYLOAD,
+    FIELD_POLL_INTERVAL,
+    FIELD_STATUS,
+    FIELD_TENANT,
+    FIELD_TENANT_CAP,
+    FIELD_TRACE_CONTEXT,
+    FIELD_TTL,
+    FIELD_UPDATED_AT,
+    FIELD_WORK_ENTRY,
     SNAPSHOT_FIELDS,
     EncodedAnswer,
     EncodedRequest,
@@ -118,7 +138,7 @@ class InMemoryTaskManager(TaskManagerBase):
         record = self._records.live(task_id)
         if record is None:
             return None
-        if record.fields["ep"] != endpoint or record.fields["pk"] != binding:
+        if record.fields[FIELD_ENDPOINT] != endpoint or record.fields[FIELD_BINDING] != binding:
             return None
         return record
 
@@ -131,7 +151,9 @@ class InMemoryTaskManager(TaskManagerBase):
             if record is None:
                 return None
             fields = [record.fields.get(name) for name in SNAPSHOT_FIELDS]
-            requests = _flat(record.requests) if record.fields["st"] == _INPUT_REQUIRED else []
+            requests = (
+                _flat(record.requests) if record.fields[FIELD_STATUS] == _INPUT_REQUIRED else []
+            )
         return decode_task(task_id, fields, requests)
 
     async def _update(
@@ -142,7 +164,7 @@ class InMemoryTaskManager(TaskManagerBase):
             record = self._authorized(task_id, endpoint, binding)
             if record is None:
                 raise TaskNotFoundError()
-            if record.fields["st"] != _INPUT_REQUIRED:
+            if record.fields[FIELD_STATUS] != _INPUT_REQUIRED:
                 return
             accepted = [
                 a
@@ -158,8 +180,8 @@ class InMemoryTaskManager(TaskManagerBase):
                 record.journal[answer.key] = answer.body
             self._records.touch(record, self._records.now())
             if not record.requests:
-                record.fields["st"] = _WORKING
-                record.fields.pop("sm", None)
+                record.fields[FIELD_STATUS] = _WORKING
+                record.fields.pop(FIELD_MESSAGE, None)
             self._records.emit(task_id)
 
     async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
@@ -168,9 +190,12 @@ class InMemoryTaskManager(TaskManagerBase):
             record = self._authorized(task_id, endpoint, binding)
             if record is None:
                 raise TaskNotFoundError()
-            if record.fields["st"] in _TERMINAL or record.fields.get("cx") == b"1":
+            if (
+                record.fields[FIELD_STATUS] in _TERMINAL
+                or record.fields.get(FIELD_CANCEL_REQUESTED) == b"1"
+            ):
                 return
-            record.fields["cx"] = b"1"
+            record.fields[FIELD_CANCEL_REQUESTED] = b"1"
             self._records.emit(task_id)
 
     async def _create(self, new: NewTask) -> int:
@@ -199,35 +224,35 @@ class InMemoryTaskManager(TaskManagerBase):
                 partition, tenant, admitted.settings, new.task_id, fair=self._fair
             )
             fields = {
-                "st": _WORKING,
-                "ca": str(now).encode(),
-                "ua": str(now).encode(),
-                "ttl": str(new.ttl_ms).encode(),
-                "pi": str(new.poll_ms).encode(),
-                "ep": new.endpoint,
-                "pk": new.binding,
-                "or": new.origin,
-                "pl": new.payload,
-                "fn": b"0",
-                "tn": tenant.encode(),
+                FIELD_STATUS: _WORKING,
+                FIELD_CREATED_AT: str(now).encode(),
+                FIELD_UPDATED_AT: str(now).encode(),
+                FIELD_TTL: str(new.ttl_ms).encode(),
+                FIELD_POLL_INTERVAL: str(new.poll_ms).encode(),
+                FIELD_ENDPOINT: new.endpoint,
+                FIELD_BINDING: new.binding,
+                FIELD_ORIGIN: new.origin,
+                FIELD_PAYLOAD: new.payload,
+                FIELD_FENCE: b"0",
+                FIELD_TENANT: tenant.encode(),
             }
             if entry is not None:
-                fields["wk"] = entry.encode()
+                fields[FIELD_WORK_ENTRY] = entry.encode()
             if admitted.max_open:
-                fields["oq"] = b"1"
+                fields[FIELD_OPEN_QUOTA] = b"1"
                 expire = now + new.ttl_ms if new.ttl_ms else None
                 tenants.add_open(tenant, new.task_id, expire, now)
             if admitted.cap:
-                fields["tc"] = str(admitted.cap).encode()
+                fields[FIELD_TENANT_CAP] = str(admitted.cap).encode()
             if admitted.rate_us:
                 tenants.arrivals[tenant] = arrival + admitted.rate_us
             if new.metadata:
-                fields["md"] = new.metadata
+                fields[FIELD_METADATA] = new.metadata
             if new.trace_context:
-                fields["tp"] = new.trace_context
+                fields[FIELD_TRACE_CONTEXT] = new.trace_context
             expire_at = now + new.ttl_ms if new.ttl_ms else None
             if expire_at is not None:
-                fields["ex"] = str(expire_at).encode()
+                fields[FIELD_EXPIRES_AT] = str(expire_at).encode()
             self._tasks[new.task_id] = Record(fields, expire_at)
             self._records.emit(new.task_id)
         return now
@@ -236,10 +261,10 @@ class InMemoryTaskManager(TaskManagerBase):
         """Mirror of ``set_status.lua``."""
         with self._lock:
             record = self._records.guarded(task_id, fence)
-            status = record.fields["st"]
-            if status == _WORKING and record.fields.get("sm") == message:
+            status = record.fields[FIELD_STATUS]
+            if status == _WORKING and record.fields.get(FIELD_MESSAGE) == message:
                 return
-            record.fields["st"] = _WORKING
+            record.fields[FIELD_STATUS] = _WORKING
             self._records.set_message(record, message)
             self._records.touch(record, self._records.now())
             record.requests.clear()
@@ -265,21 +290,21 @@ class InMemoryTaskManager(TaskManagerBase):
                     record.answers.pop(request.key, None)
                 else:
                     pending[request.key] = request.body
-            status = record.fields["st"]
+            status = record.fields[FIELD_STATUS]
             if not pending:
                 if status == _INPUT_REQUIRED:
                     record.requests.clear()
-                    record.fields["st"] = _WORKING
-                    record.fields.pop("sm", None)
+                    record.fields[FIELD_STATUS] = _WORKING
+                    record.fields.pop(FIELD_MESSAGE, None)
                     self._records.touch(record, self._records.now())
                     self._records.emit(task_id)
             elif not (
                 status == _INPUT_REQUIRED
-                and record.fields.get("sm") == message
+                and record.fields.get(FIELD_MESSAGE) == message
                 and record.requests.keys() == pending.keys()
             ):
                 record.requests = pending
-                record.fields["st"] = _INPUT_REQUIRED
+                record.fields[FIELD_STATUS] = _INPUT_REQUIRED
                 self._records.set_message(record, message)
                 self._records.touch(record, self._records.now())
                 self._records.emit(task_id)
@@ -298,21 +323,21 @@ class InMemoryTaskManager(TaskManagerBase):
         field = outcome.result_field.decode()
         with self._lock:
             record = self._records.live(task_id)
-            if record is not None and record.fields["st"] in _TERMINAL:
-                stored = record.fields.get("op")
+            if record is not None and record.fields[FIELD_STATUS] in _TERMINAL:
+                stored = record.fields.get(FIELD_OPERATION)
                 if outcome.operation:
                     if stored == outcome.operation:
                         return  # this very call again: a retry after a lost reply
                 elif (
                     stored is None
-                    and outcome.fence == record.fields["fn"]
-                    and record.fields["st"] == status
-                    and record.fields.get("sm") == outcome.message
+                    and outcome.fence == record.fields[FIELD_FENCE]
+                    and record.fields[FIELD_STATUS] == status
+                    and record.fields.get(FIELD_MESSAGE) == outcome.message
                     and (not field or record.fields.get(field) == outcome.value)
                 ):
                     return  # the lease holder's same transition again
             record = self._records.guarded(task_id, outcome.fence)
-            entry = record.fields.get("wk")
+            entry = record.fields.get(FIELD_WORK_ENTRY)
             self._queue.terminate(
                 record,
                 task_id,
@@ -323,7 +348,7 @@ class InMemoryTaskManager(TaskManagerBase):
                 outcome.value,
             )
             if outcome.operation:
-                record.fields["op"] = outcome.operation
+                record.fields[FIELD_OPERATION] = outcome.operation
 
     async def _cancel_requested(self, task_id: str, fence: bytes) -> bool:
         """Mirror of ``cancel_requested.lua``."""
@@ -331,6 +356,6 @@ class InMemoryTaskManager(TaskManagerBase):
             record = self._records.live(task_id)
             if record is None:
                 raise TaskNotFoundError()
-            if fence and fence != record.fields["fn"]:
+            if fence and fence != record.fields[FIELD_FENCE]:
                 raise error_for(ReturnCode.LEASE_LOST)
-            return record.fields.get("cx") == b"1"
+            return record.fields.get(FIELD_CANCEL_REQUESTED) == b"1"

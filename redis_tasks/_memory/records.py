@@ -21,6 +21,7 @@ from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import TaskNotFoundError
 from redis_tasks._events import InMemoryEventPublisher
 from redis_tasks._ids import parse_task_id
+from redis_tasks._record import FIELD_FENCE, FIELD_MESSAGE, FIELD_STATUS, FIELD_UPDATED_AT
 from redis_tasks._status import TERMINAL_STATUSES
 
 __all__ = ["TERMINAL", "Record", "TaskRecords"]
@@ -87,25 +88,25 @@ class TaskRecords:
         record = self.live(task_id)
         if record is None:
             raise TaskNotFoundError()
-        if fence and fence != record.fields["fn"]:
+        if fence and fence != record.fields[FIELD_FENCE]:
             raise error_for(ReturnCode.LEASE_LOST)
-        if record.fields["st"] in TERMINAL:
+        if record.fields[FIELD_STATUS] in TERMINAL:
             raise error_for(ReturnCode.TERMINAL)
         return record
 
     @staticmethod
     def touch(record: Record, now: int) -> None:
         """Move the record's update time to ``now``, never back."""
-        previous = int(record.fields["ua"])
-        record.fields["ua"] = str(max(now, previous)).encode()
+        previous = int(record.fields[FIELD_UPDATED_AT])
+        record.fields[FIELD_UPDATED_AT] = str(max(now, previous)).encode()
 
     @staticmethod
     def set_message(record: Record, message: bytes | None) -> None:
         """Set the status message, or remove it (``None``)."""
         if message is None:
-            record.fields.pop("sm", None)
+            record.fields.pop(FIELD_MESSAGE, None)
         else:
-            record.fields["sm"] = message
+            record.fields[FIELD_MESSAGE] = message
 
     def emit(self, task_id: str) -> None:
         """The task changed: hint its listeners (delivered on a later loop turn)."""

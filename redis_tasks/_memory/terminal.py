@@ -7,12 +7,34 @@ do with their one ``terminate()``.
 
 from __future__ import annotations
 
+from typing import Final
+
 from redis_tasks._ids import parse_task_id
+from redis_tasks._record import (
+    FIELD_LEASE_DEADLINE,
+    FIELD_LEASE_OWNER,
+    FIELD_OPEN_QUOTA,
+    FIELD_PAYLOAD,
+    FIELD_STATUS,
+    FIELD_TENANT,
+    FIELD_TENANT_CAP,
+    FIELD_TRACE_CONTEXT,
+    FIELD_WORK_ENTRY,
+)
 
 from .records import Record, TaskRecords
 from .stream import Streams
 
 __all__ = ["terminate"]
+
+#: What a task keeps no longer once it ended (with its tenant's fields, read first).
+_DROPPED: Final = (
+    FIELD_PAYLOAD,
+    FIELD_WORK_ENTRY,
+    FIELD_LEASE_DEADLINE,
+    FIELD_LEASE_OWNER,
+    FIELD_TRACE_CONTEXT,
+)
 
 
 def terminate(
@@ -29,11 +51,11 @@ def terminate(
     """Mirror of ``terminate()``: the one terminal write of finish and claim;
     acknowledges and deletes the work entry ``entry``. Callers hold the lock."""
     fields = record.fields
-    tenant = fields.pop("tn", None)
-    open_counted, cap = fields.pop("oq", None), fields.pop("tc", None)
-    for name in ("pl", "wk", "ld", "lo", "tp"):
+    tenant = fields.pop(FIELD_TENANT, None)
+    open_counted, cap = fields.pop(FIELD_OPEN_QUOTA, None), fields.pop(FIELD_TENANT_CAP, None)
+    for name in _DROPPED:
         fields.pop(name, None)
-    fields["st"] = status
+    fields[FIELD_STATUS] = status
     records.set_message(record, message)
     if outcome_field:
         fields[outcome_field] = outcome

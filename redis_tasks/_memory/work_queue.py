@@ -39,7 +39,18 @@ from typing import Final
 from redis_tasks._errors import BackendError, TaskNotFoundError
 from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim
-from redis_tasks._record import Encoder
+from redis_tasks._record import (
+    FIELD_ATTEMPTS,
+    FIELD_CANCEL_REQUESTED,
+    FIELD_FENCE,
+    FIELD_LEASE_DEADLINE,
+    FIELD_LEASE_OWNER,
+    FIELD_STATUS,
+    FIELD_TENANT,
+    FIELD_TENANT_CAP,
+    FIELD_WORK_ENTRY,
+    Encoder,
+)
 from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import QueueDepth, WorkEntry
 
@@ -267,18 +278,18 @@ class InMemoryWorkQueue:
             record = self._records.guarded(task_id, encoded)
             now = self._records.now()
             fields = record.fields
-            fields["ld"] = str(now + lease_ms).encode()
-            fields["lo"] = consumer.encode()
-            entry = fields.get("wk")
+            fields[FIELD_LEASE_DEADLINE] = str(now + lease_ms).encode()
+            fields[FIELD_LEASE_OWNER] = consumer.encode()
+            entry = fields.get(FIELD_WORK_ENTRY)
             partition = parse_task_id(task_id)
             assert partition is not None  # guarded() found the record by this ID
             state = self.partition(partition)
             if entry is not None:
                 state.take_over(entry.decode(), consumer, now)
-            tenant = fields.get("tn")
-            if tenant is not None and "tc" in fields:
+            tenant = fields.get(FIELD_TENANT)
+            if tenant is not None and FIELD_TENANT_CAP in fields:
                 state.tenants.hold_slot(tenant.decode(), task_id, now + lease_ms, now)
-            return fields.get("cx") == b"1"
+            return fields.get(FIELD_CANCEL_REQUESTED) == b"1"
 
     async def release(self, task_id: str, *, fence: int) -> None:
         """Mirror of ``release.lua``: a fresh entry, the fence bumped, the attempt undone."""
@@ -288,19 +299,19 @@ class InMemoryWorkQueue:
             partition = parse_task_id(task_id)
             assert partition is not None  # guarded() found the record by this ID
             fields = record.fields
-            entry = fields.get("wk")
+            entry = fields.get(FIELD_WORK_ENTRY)
             if entry is not None:
                 self.drop_entry(partition, entry.decode())
-            fields["wk"] = self.append(partition, task_id).encode()
-            attempts = max(int(fields.get("at", b"1")) - 1, 0)
-            fields["fn"] = str(int(fields["fn"]) + 1).encode()
-            fields["at"] = str(attempts).encode()
-            fields["ld"] = b"0"
-            fields.pop("lo", None)
-            tenant = fields.get("tn")
+            fields[FIELD_WORK_ENTRY] = self.append(partition, task_id).encode()
+            attempts = max(int(fields.get(FIELD_ATTEMPTS, b"1")) - 1, 0)
+            fields[FIELD_FENCE] = str(int(fields[FIELD_FENCE]) + 1).encode()
+            fields[FIELD_ATTEMPTS] = str(attempts).encode()
+            fields[FIELD_LEASE_DEADLINE] = b"0"
+            fields.pop(FIELD_LEASE_OWNER, None)
+            tenant = fields.get(FIELD_TENANT)
             if (
                 tenant is not None
-                and "tc" in fields
+                and FIELD_TENANT_CAP in fields
                 and self.partition(partition).tenants.release_slot(tenant.decode(), task_id)
             ):
                 self.append(partition, "")  # the doorbell
@@ -319,11 +330,11 @@ class InMemoryWorkQueue:
             self.drop_entry(partition, entry.entry_id)
             if (
                 record is None
-                or record.fields["st"] in TERMINAL
-                or record.fields.get("wk") != entry.entry_id.encode()
+                or record.fields[FIELD_STATUS] in TERMINAL
+                or record.fields.get(FIELD_WORK_ENTRY) != entry.entry_id.encode()
             ):
                 return
-            record.fields["wk"] = self.append(partition, task_id).encode()
+            record.fields[FIELD_WORK_ENTRY] = self.append(partition, task_id).encode()
 
     async def drop(self, entry: WorkEntry) -> None:
         """Acknowledge and delete an entry that will never run."""

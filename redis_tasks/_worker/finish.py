@@ -3,7 +3,9 @@
 A handler's outcome is worth a retry while the lease lasts: after that another
 worker may be running the task, and the fence refuses this write anyway. What
 cannot be stored (a result that is not JSON, or too big) fails the task with a
-generic error instead, so the client still learns the task ended.
+generic error instead, so the client still learns the task ended. Only Redis
+failing (:class:`BackendError`) is retried: anything unexpected, a bug above all,
+is logged once with where it was raised, and the task is left to its lease.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from typing import Any, Final
 from redis_tasks._errors import (
     BackendError,
     LeaseLostError,
-    RedisTasksError,
     ReplicationError,
     TaskNotFoundError,
     TaskTerminalError,
@@ -27,8 +28,8 @@ from redis_tasks._manager import TaskManager
 from redis_tasks._models import JsonRpcError
 from redis_tasks._telemetry.metrics import METRICS
 
-from .log import log
-from .run import Phase, Run, RunOutcome
+from .log import frames, log
+from .run_state import Phase, Run, RunOutcome
 
 __all__ = ["record_outcome"]
 
@@ -114,15 +115,18 @@ async def record_outcome(
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
             continue
-        except RedisTasksError as exc:
-            # Unexpected (an InternalError): nothing was written; the lease runs
-            # out and another worker runs the task again.
+        except Exception as exc:
+            # Unexpected: an InternalError, a full Redis, or a bug (a TypeError, say),
+            # which a retry would only repeat until the lease ran out. The task is
+            # left to its lease: unless the outcome was written after all (then it
+            # is terminal), the lease runs out and another worker runs it again.
             event = "finish_failed"
             log(
                 logging.ERROR,
                 "could not record the outcome",
                 event,
                 error=type(exc).__name__,
+                where=frames(exc),
                 **fields,
             )
         else:

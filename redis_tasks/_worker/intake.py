@@ -23,14 +23,15 @@ from datetime import timedelta
 from typing import Final
 
 from redis_tasks._errors import RedisTasksError
+from redis_tasks._lease import Claim
 from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import WorkEntry, WorkQueue
 
 from .health import Health
 from .log import log
-from .run import Settings
+from .run_state import Settings
 from .runs import Runs
-from .slots import Background, Slots
+from .slots import Background, SlotLease, Slots
 
 __all__ = ["Intake"]
 
@@ -91,7 +92,7 @@ class Intake:
                     # reservation holds no capacity idle).
                     wanted = 1 if probe else self._settings.read_batch
                     reserved = self._slots.take_share(wanted)
-                    if reserved == 0:
+                    if reserved is None:
                         continue
                     probe = False
                     backlog, backoff = await self._claim_batch(partition, reserved, backoff)
@@ -116,8 +117,8 @@ class Intake:
                     if entry.doorbell:
                         backlog = True
                         self._background.spawn(self._drop(entry))
-                    elif self._slots.take_up_to(1):
-                        backlog = await self._claim_read(entry) or backlog
+                    elif (slot := self._slots.take_up_to(1)) is not None:
+                        backlog = await self._claim_read(entry, slot) or backlog
                     else:
                         # Other partitions filled the slots while this read was
                         # blocked: hand the entry straight back rather than hold it
@@ -135,9 +136,10 @@ class Intake:
         finally:
             await reader.close()
 
-    async def _claim_read(self, entry: WorkEntry) -> bool:
-        """Claim an entry the idle read returned, from the reader itself, then start it;
-        whether tasks wait in the tenant queues (the claim saw the ring).
+    async def _claim_read(self, entry: WorkEntry, slot: SlotLease) -> bool:
+        """Claim an entry the idle read returned, from the reader itself, then start it
+        for ``slot`` (given back unless its run took it); whether tasks wait in the
+        tenant queues (the claim saw the ring).
 
         The claim goes out in the same loop turn the read's reply arrived in, not
         after a task of its own was scheduled (the event tail wakes in that turn
@@ -145,41 +147,49 @@ class Intake:
         would spend reading a batch.
         """
         if entry.task_id is None:
-            self._slots.give()
+            slot.give_back()
             self._background.spawn(self._drop(entry))
             return False
-        claim = await self._runs.claim(entry)
-        if not self._runs.start_claimed(entry, claim):
-            self._slots.give()
+        try:
+            claim = await self._runs.claim(entry)
+            self._runs.start_claimed(entry, claim, slot)
+        finally:
+            slot.give_back()
         return claim is not None and claim.backlog
 
     async def _claim_batch(
-        self, partition: int, reserved: int, backoff: float
+        self, partition: int, reserved: SlotLease, backoff: float
     ) -> tuple[bool, float]:
-        """Claim up to ``reserved`` new entries of ``partition`` and start their runs.
+        """Claim up to ``reserved.count`` new entries of ``partition`` and start their
+        runs, each with one of the slots ``reserved`` (given back: what no run took).
 
         Returns whether entries were read (the partition may have more) and the
         next read backoff.
         """
         settings = self._settings
+        claimed: list[tuple[WorkEntry, Claim]] | None = None
         try:
             claimed = await self._queue.claim_next(
                 partition,
                 consumer=settings.name,
-                count=reserved,
+                count=reserved.count,
                 lease=settings.lease,
                 max_attempts=settings.max_attempts,
                 # No slot left here: if tasks still wait, wake a worker that has some.
                 wake=self._slots.free == 0,
             )
         except RedisTasksError:
-            self._slots.give(reserved)
+            pass
+        else:
+            self._health.read_done(partition)
+            for entry, claim in claimed:
+                self._runs.start_claimed(entry, claim, reserved)
+        finally:
+            reserved.give_back()  # on every path out, before any backoff
+        if claimed is None:
             # Entries the call read before its reply was lost stay pending with
             # us and are reclaimed after a lease, like any claim that failed.
             return False, await self._backoff("read", backoff)
-        self._health.read_done(partition)
-        started = sum(self._runs.start_claimed(entry, claim) for entry, claim in claimed)
-        self._slots.give(reserved - started)
         return bool(claimed), 0.05
 
     async def reclaim_loop(self, partitions: tuple[int, ...]) -> None:
@@ -192,8 +202,8 @@ class Intake:
             await asyncio.sleep(every)
             passes += 1
             for partition in partitions:
-                wanted = self._slots.take_up_to(settings.read_batch)
-                if wanted == 0:
+                reserved = self._slots.take_up_to(settings.read_batch)
+                if reserved is None:
                     break
                 try:
                     cursor, entries = await self._queue.reclaim(
@@ -201,24 +211,25 @@ class Intake:
                         consumer=settings.name,
                         idle=settings.lease,
                         cursor=cursors[partition],
-                        count=wanted,
+                        count=reserved.count,
                     )
                 except RedisTasksError:
-                    self._slots.give(wanted)
                     continue
-                # Keep the cursor: the next pass continues where this one stopped.
-                cursors[partition] = cursor
-                if entries:
-                    METRICS.reclaimed(partition, len(entries))
-                self._slots.give(wanted - len(entries))
-                for entry in entries:
-                    if entry.task_id is None:
-                        # A doorbell, or not an entry redis-tasks wrote: drop it, or
-                        # it would be reclaimed forever.
-                        self._slots.give()
-                        self._background.spawn(self._drop(entry))
-                    else:
-                        self._runs.start_reclaimed(entry)
+                else:
+                    # Keep the cursor: the next pass continues where this one stopped.
+                    cursors[partition] = cursor
+                    if entries:
+                        METRICS.reclaimed(partition, len(entries))
+                    for entry in entries:
+                        if entry.task_id is None:
+                            # A doorbell, or not an entry redis-tasks wrote: drop it, or
+                            # it would be reclaimed forever.
+                            self._background.spawn(self._drop(entry))
+                        else:
+                            self._runs.start_reclaimed(entry, reserved.split())
+                finally:
+                    # What no run took, on every path out (a stop cancels this loop).
+                    reserved.give_back()
             if passes % 100 == 1:
                 await self._remove_stale_consumers(partitions)
 

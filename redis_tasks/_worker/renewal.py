@@ -19,7 +19,7 @@ from redis_tasks._work_queue import WorkQueue
 
 from .health import Health
 from .log import log
-from .run import Run, Settings
+from .run_state import Run, Settings
 from .runs import Runs
 from .slots import Background
 
@@ -59,7 +59,7 @@ class Renewal:
         run = self._runs.latest.get(task_id)
         if run is None or not run.renewable:
             return
-        run.execution._notify_changed()
+        run.execution.notify_changed()
         # A change may be a cancellation request: renewing now reports it.
         self._background.spawn(self.renew(run))
 

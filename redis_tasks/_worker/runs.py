@@ -3,6 +3,10 @@
 The pickup path is latency: a claimed task's handler is started in the step
 that received the claim (not one task hop later), and its slot is given back
 the moment the handler is done, before the outcome is written.
+
+A run takes its slot from the lease its caller took (:class:`~.slots.SlotLease`)
+when it is admitted, and gives it back once its handler is done, in one place
+(:meth:`Runs._supervise`), or at once if the handler could not even start.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from redis_tasks._work_queue import WorkEntry, WorkQueue
 
 from .finish import record_outcome
 from .log import frames, log
-from .run import Run, RunOutcome, Settings
-from .slots import Background, Slots
+from .run_state import Run, RunOutcome, Settings
+from .slots import Background, SlotLease
 
 __all__ = ["Runs"]
 
@@ -43,14 +47,12 @@ class Runs:
         queue: WorkQueue,
         handler: Handler,
         settings: Settings,
-        slots: Slots,
         background: Background,
     ) -> None:
         self._manager = manager
         self._queue = queue
         self._handler = handler
         self._settings = settings
-        self._slots = slots
         self._background = background
         self.active: set[Run] = set()  # every run in progress
         self.latest: dict[str, Run] = {}  # the newest run of each task
@@ -94,24 +96,24 @@ class Runs:
             if self._claiming == 0:
                 self._claims_settled.set()
 
-    def start_claimed(self, entry: WorkEntry, claim: Claim | None) -> bool:
-        """Start the run of a task claimed for a slot already taken; whether it runs."""
-        run = self._admit(entry, claim, reclaimed=False)
+    def start_claimed(self, entry: WorkEntry, claim: Claim | None, slots: SlotLease) -> None:
+        """Start the run of a task claimed for ``slots``, if it runs: the run takes one
+        of them (the caller gives back the rest)."""
+        run = self._admit(entry, claim, slots, reclaimed=False)
         if run is None:
-            return False
+            return
         self._launch(run)
-        run.supervisor = self._background.spawn(self._guarded(run, self._run_claimed(run)))
-        return True
+        run.supervisor = self._background.spawn(self._guarded(run, self._supervise_and_forget(run)))
 
-    def start_reclaimed(self, entry: WorkEntry) -> None:
-        """Claim and run a reclaimed entry; the caller already took a slot for it."""
-        self._background.spawn(self._claim_and_run(entry))
+    def start_reclaimed(self, entry: WorkEntry, slot: SlotLease) -> None:
+        """Claim and run a reclaimed entry for ``slot``, a lease of one slot the caller
+        took for it (given back here, or by the run that takes it)."""
+        self._background.spawn(self._claim_and_run(entry, slot))
 
-    async def _claim_and_run(self, entry: WorkEntry) -> None:
-        run = None
+    async def _claim_and_run(self, entry: WorkEntry, slot: SlotLease) -> None:
         try:
             claim = await self.claim(entry)
-            run = self._admit(entry, claim, reclaimed=True)
+            run = self._admit(entry, claim, slot, reclaimed=True)
             if run is None:
                 return
             self._launch(run)
@@ -120,13 +122,13 @@ class Runs:
         except Exception as exc:
             self._internal_error(entry.task_id, exc)
         finally:
-            if run is None:
-                self._slots.give()
-            else:
-                self.release_slot(run)
+            slot.give_back()  # nothing left once a run took it
 
-    def _admit(self, entry: WorkEntry, claim: Claim | None, *, reclaimed: bool) -> Run | None:
-        """A run for ``claim``, registered at once (so a shutdown sees it), or ``None``."""
+    def _admit(
+        self, entry: WorkEntry, claim: Claim | None, slots: SlotLease, *, reclaimed: bool
+    ) -> Run | None:
+        """A run for ``claim`` with one of ``slots``, registered at once (so a shutdown
+        sees it), or ``None``."""
         if claim is None:
             return None
         task_id = entry.task_id
@@ -160,6 +162,7 @@ class Runs:
             return None
         assert claim.origin is not None
         settings = self._settings
+        lease_until = time.monotonic() + settings.lease_s
         execution = TaskExecution(
             self._manager,
             task_id,
@@ -169,18 +172,21 @@ class Runs:
             fence=claim.fence,
             input_poll=settings.input_poll,
         )
-        run = Run(
-            execution,
-            entry.partition,
-            time.monotonic() + settings.lease_s,
-            entry_id=entry.entry_id,
-            reclaimed=reclaimed,
-        )
         # From the claim that gave this worker the lease (None: no tracer).
-        run.span = TRACES.run_span(
+        span = TRACES.run_span(
             task_id, entry.partition, claim.attempt, reclaimed, claim.trace_context
         )
         METRICS.claimed(entry.partition)
+        # The slot last, when nothing can fail before the run holds it.
+        run = Run(
+            execution,
+            entry.partition,
+            lease_until,
+            slots.split(),
+            entry_id=entry.entry_id,
+            reclaimed=reclaimed,
+            span=span,
+        )
         self.active.add(run)
         # A task handed back and claimed again by this worker has two runs for a
         # while; hints and lookups go to the newest.
@@ -204,11 +210,15 @@ class Runs:
         wake = run.wake = asyncio.get_running_loop().create_future()
         run.started = time.monotonic()
         span = run.span
-        handler = run.handler = (
-            asyncio.ensure_future(self._handler(execution))
-            if span is None
-            else span.spawn(self._handler(execution))
-        )
+        try:
+            handler = run.handler = (
+                asyncio.ensure_future(self._handler(execution))
+                if span is None
+                else span.spawn(self._handler(execution))
+            )
+        except BaseException:
+            run.slot.give_back()  # no handler, no supervisor: the slot comes back here
+            raise
         handler.add_done_callback(lambda _: _resolve(wake))
         if METRICS.enabled and not run.reclaimed:
             # A reclaimed entry waited out a lease as well: that is no pickup.
@@ -235,28 +245,6 @@ class Runs:
             where=frames(exc),
         )
 
-    async def _run_claimed(self, run: Run) -> None:
-        try:
-            await self._supervise_and_forget(run)
-        finally:
-            self.release_slot(run)
-
-    def release_slot(self, run: Run) -> None:
-        """Give ``run``'s handler slot back, once.
-
-        This happens as soon as the handler is done, before its outcome is
-        written: ``concurrency`` bounds handlers, and a write in flight is no
-        handler. The next task starts one round trip sooner, which is what a
-        worker waiting on latency (not CPU) needs; writes in flight stay
-        bounded, since every task needs a claim first.
-        """
-        if run.holds_slot:
-            run.holds_slot = False
-            if run.started:
-                self._slots.give_after(time.monotonic() - run.started)
-            else:  # no handler ran (the run ended before its start)
-                self._slots.give()
-
     async def _supervise_and_forget(self, run: Run) -> None:
         task_id = run.execution.task_id
         try:
@@ -269,25 +257,37 @@ class Runs:
                 run.span.end()  # once: unless _supervise ended it, an error did
 
     async def _supervise(self, run: Run) -> None:
-        handler, wake = run.handler, run.wake
-        assert handler is not None
-        assert wake is not None
-        await wake
-        if run.abandoned is not None:
-            METRICS.run_ended("abandoned", time.monotonic() - run.started)
-            handler.cancel()
-            # A handler that swallows CancelledError must not hold up shutdown: its
-            # late writes are refused by the fence anyway.
-            await asyncio.wait({handler}, timeout=self._settings.timeout)
-            if run.abandoned == "shutdown":
-                await self._hand_back(run)
-            if run.span is not None:
-                # Handed back at shutdown is no error; a lease lost is.
-                run.span.end("abandoned", "lease_lost" if run.abandoned == "lease" else None)
-            return
-        outcome, value, error = self._outcome_of(run, handler)
-        METRICS.run_ended(outcome.ended, time.monotonic() - run.started)
-        self.release_slot(run)
+        """Wait for the handler (or for the worker to abandon it), give its slot back,
+        then write its outcome.
+
+        The slot comes back as soon as the handler is done, before its outcome is
+        written: ``concurrency`` bounds handlers, and a write in flight is no
+        handler. The next task starts one round trip sooner, which is what a
+        worker waiting on latency (not CPU) needs; writes in flight stay
+        bounded, since every task needs a claim first. An abandoned handler's
+        slot comes back once it was stopped and its task handed back.
+        """
+        try:
+            handler, wake = run.handler, run.wake
+            assert handler is not None
+            assert wake is not None
+            await wake
+            if run.abandoned is not None:
+                METRICS.run_ended("abandoned", time.monotonic() - run.started)
+                handler.cancel()
+                # A handler that swallows CancelledError must not hold up shutdown: its
+                # late writes are refused by the fence anyway.
+                await asyncio.wait({handler}, timeout=self._settings.timeout)
+                if run.abandoned == "shutdown":
+                    await self._hand_back(run)
+                if run.span is not None:
+                    # Handed back at shutdown is no error; a lease lost is.
+                    run.span.end("abandoned", "lease_lost" if run.abandoned == "lease" else None)
+                return
+            outcome, value, error = self._outcome_of(run, handler)
+            METRICS.run_ended(outcome.ended, time.monotonic() - run.started)
+        finally:
+            run.slot.give_back(time.monotonic() - run.started)
         written, refused = await record_outcome(self._manager, run, outcome, value)
         if run.span is not None:
             if written is not outcome:

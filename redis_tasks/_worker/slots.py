@@ -15,18 +15,24 @@ every 800 ms instead of every 50. Smaller batches cost a claim round trip each,
 which is nothing next to such handlers; with short ones (no-op jobs) it cut a
 drain to 0.62x, and a partition's turn comes within milliseconds anyway, so short
 handlers keep whole batches.
+
+A slot is held only through a :class:`SlotLease`, where the rule of the slots lives
+and is checked: every slot taken is given back exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Coroutine
 from typing import Any, Final
 
 from redis_tasks._cancel import cancel_and_wait
 
-__all__ = ["SHARE_ABOVE", "Background", "Slots"]
+from .log import log
+
+__all__ = ["SHARE_ABOVE", "Background", "SlotLease", "Slots"]
 
 #: Handlers that hold a slot this long on average (seconds) have free slots shared
 #: among the waiting partitions; shorter ones leave whole batches (see the module).
@@ -47,6 +53,9 @@ class Slots:
     """
 
     def __init__(self, total: int) -> None:
+        #: Every slot there is (the worker's concurrency).
+        self.total = total
+        #: Slots not taken: ``total`` less those out in leases.
         self.free = total
         self.closed = False
         self._line: deque[asyncio.Future[None]] = deque()
@@ -54,6 +63,15 @@ class Slots:
         self._turn: asyncio.Future[None] | None = None
         #: How long handlers held their slot, seconds: a moving average.
         self.hold = 0.0
+        #: Bugs the leases caught (see SlotLease): give-backs of a lease already given
+        #: back (refused), and runs started beyond the slots a lease held.
+        self.given_twice = 0
+        self.overdrawn = 0
+
+    @property
+    def out(self) -> int:
+        """Slots taken and not given back yet: zero once the worker has stopped."""
+        return self.total - self.free
 
     @property
     def waiting(self) -> int:
@@ -109,29 +127,86 @@ class Slots:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def take_up_to(self, wanted: int) -> int:
-        """Take up to ``wanted`` free slots; how many were taken."""
+    def take_up_to(self, wanted: int) -> SlotLease | None:
+        """Take up to ``wanted`` free slots: their lease, or ``None`` when none is free."""
         taken = min(wanted, self.free)
+        if taken <= 0:
+            return None
         self.free -= taken
-        return taken
+        return SlotLease(self, taken)
 
-    def take_share(self, wanted: int) -> int:
+    def take_share(self, wanted: int) -> SlotLease | None:
         """Take up to ``wanted`` free slots; while handlers hold slots long, at most an
         even share (at least one) of them among this reader and those still waiting.
-        How many were taken."""
+        Their lease, or ``None`` when none is free."""
         if self.hold >= SHARE_ABOVE:
             wanted = min(wanted, max(1, self.free // (self.waiting + 1)))
         return self.take_up_to(wanted)
 
-    def give(self, count: int = 1) -> None:
-        """Give ``count`` slots back."""
+    # Only a SlotLease gives slots back: the rule is kept in one place.
+
+    def _give(self, count: int) -> None:
         self.free += count
         self._wake()
 
-    def give_after(self, held: float) -> None:
-        """Give back the slot of a handler that held it ``held`` seconds."""
-        self.hold += _ALPHA * (held - self.hold)
-        self.give()
+    def _refuse_second_give(self) -> None:
+        self.given_twice += 1
+        log(logging.ERROR, "a handler slot lease was given back twice", "slot_given_twice")
+
+    def _overdraw(self) -> None:
+        # Lent so that the count stays true: the run gives it back like any other.
+        self.free -= 1
+        self.overdrawn += 1
+        log(logging.ERROR, "a run started beyond the slots taken for it", "slots_overdrawn")
+
+
+class SlotLease:
+    """Handler slots taken from :class:`Slots` and not yet given back.
+
+    The rule of the slots lives here: every slot taken is given back exactly once.
+    A slot is held only through a lease: :meth:`Slots.take_up_to` and
+    :meth:`Slots.take_share` return one, its holder moves one slot at a time into a
+    run's own lease (:meth:`split`: a run holds its slot until its handler is done)
+    and gives back the rest, once, on every path out (:meth:`give_back`). A second
+    give-back gives nothing (capacity is never counted twice) and is counted in
+    :attr:`Slots.given_twice`; a lease lost without being given back leaves
+    :attr:`Slots.out` above zero once the worker has stopped. Both are logged as
+    errors, and the test suites fail on either.
+
+    One small object per claim: nothing next to the claim's round trip.
+    """
+
+    __slots__ = ("_pool", "_spent", "count")
+
+    def __init__(self, pool: Slots, count: int) -> None:
+        self._pool = pool
+        #: The slots this lease still holds.
+        self.count = count
+        self._spent = False
+
+    def split(self) -> SlotLease:
+        """One of this lease's slots, moved into a lease of its own (a run's)."""
+        if self.count > 0:
+            self.count -= 1
+        else:  # more runs than slots taken: a bug, counted
+            self._pool._overdraw()
+        return SlotLease(self._pool, 1)
+
+    def give_back(self, held: float | None = None) -> None:
+        """Give back the slots this lease still holds (maybe none), once.
+
+        ``held``: the seconds a run's handler held its slot, which feeds the average
+        that decides whether free slots are shared (see the module).
+        """
+        pool = self._pool
+        if self._spent:
+            pool._refuse_second_give()
+            return
+        self._spent = True
+        count, self.count = self.count, 0
+        if held is not None:
+            pool.hold += _ALPHA * (held - pool.hold)
+        pool._give(count)
 
 
 class Background:

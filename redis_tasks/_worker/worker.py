@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from datetime import timedelta
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from redis_tasks._cancel import cancel_and_wait
 from redis_tasks._execution import Handler
@@ -29,9 +29,9 @@ from redis_tasks._work_queue import WorkerBackend
 
 from .health import Health, HealthReport
 from .intake import Intake
-from .log import log
+from .log import frames, log
 from .renewal import Renewal
-from .run import Settings
+from .run_state import Settings
 from .runs import Runs
 from .slots import Background, Slots
 
@@ -95,7 +95,7 @@ class Worker:
             timeout=settings.timeout,
             lease=settings.lease_s,
         )
-        self._runs = Runs(manager, queue, handler, settings, self._slots, self._background)
+        self._runs = Runs(manager, queue, handler, settings, self._background)
         self._renewal = Renewal(queue, self._runs, settings, self._background, self._health)
         self._stopping = asyncio.Event()
         self._intake = Intake(
@@ -201,19 +201,12 @@ class Worker:
         unwatch = METRICS.watch(self._gauges)
         # Sampled only when metrics are on, and then only while something collects.
         sampling = (
-            asyncio.create_task(self._gauges.loop(), name="redis-tasks-backlog")
-            if METRICS.enabled
-            else None
+            _loop(self._gauges.loop(), "redis-tasks-backlog") if METRICS.enabled else None
         )
         self._health.started()
-        readers = [
-            asyncio.create_task(self._intake.read(p), name=f"redis-tasks-read-{p}")
-            for p in self.partitions
-        ]
-        renewing = asyncio.create_task(self._renewal.loop(), name="redis-tasks-renew")
-        reclaiming = asyncio.create_task(
-            self._intake.reclaim_loop(self.partitions), name="redis-tasks-reclaim"
-        )
+        readers = [_loop(self._intake.read(p), f"redis-tasks-read-{p}") for p in self.partitions]
+        renewing = _loop(self._renewal.loop(), "redis-tasks-renew")
+        reclaiming = _loop(self._intake.reclaim_loop(self.partitions), "redis-tasks-reclaim")
         try:
             await self._stopping.wait()
         finally:
@@ -236,6 +229,48 @@ class Worker:
             if sampling is not None:
                 await cancel_and_wait([sampling])
             unwatch()
+            self._check_slots()
             self._health.state = "stopped"
             self._stopped.set()
             log(logging.INFO, "worker stopped", "worker_stopped", worker=self.name)
+
+    def _check_slots(self) -> None:
+        """Every run has ended: every handler slot must be back (the rule of
+        :class:`~.slots.SlotLease`); one that is not was lost on some path."""
+        leaked = self._slots.out
+        if leaked:
+            log(
+                logging.ERROR,
+                "handler slots were not given back",
+                "slots_leaked",
+                worker=self.name,
+                slots=leaked,
+            )
+
+
+def _loop(coroutine: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    """One of the worker's loops as a task whose end by an exception is logged once.
+
+    A loop retries what Redis may outlast (``RedisTasksError``) itself; anything else
+    that reaches here is a bug, and a retry would meet it again: the loop ends, the
+    log names where (never the message, which may hold task data), and the health
+    check reports the read loop that no longer reads.
+    """
+    task = asyncio.create_task(coroutine, name=name)
+    task.add_done_callback(_log_failure)
+    return task
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if task.cancelled() or task.exception() is None:
+        return
+    exc = task.exception()
+    assert exc is not None
+    log(
+        logging.ERROR,
+        "a worker loop failed",
+        "loop_failed",
+        loop=task.get_name(),
+        error=type(exc).__name__,
+        where=frames(exc),
+    )

@@ -1,4 +1,5 @@
-"""One claimed task this worker runs: its settings, state and how it ended."""
+"""The state of one claimed task this worker runs (its slot, phase, lease), how it
+ended, and the worker's settings."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from typing import Any
 
 from redis_tasks._execution import TaskExecution
 from redis_tasks._telemetry.traces import RunSpan
+
+from .slots import SlotLease
 
 __all__ = ["Phase", "Run", "RunOutcome", "Settings"]
 
@@ -81,6 +84,9 @@ class Run:
     execution: TaskExecution
     partition: int
     lease_until: float  # monotonic time the lease is known to last until
+    # Its handler slot, held until the handler is done: given back by Runs._supervise
+    # (or by Runs._launch if the handler could not start).
+    slot: SlotLease
     handler: asyncio.Future[dict[str, Any]] | None = None
     supervisor: asyncio.Future[Any] | None = None
     phase: Phase = Phase.RUNNING
@@ -88,7 +94,6 @@ class Run:
     # Resolved when the handler ends or the worker abandons it, whichever is first.
     wake: asyncio.Future[None] | None = None
     renewing: bool = False  # a renewal is in flight (hints must not stack more)
-    holds_slot: bool = True  # until the handler is done (see Runs.release_slot)
     entry_id: str = "0-0"  # the work entry claimed: its ms part is when it was enqueued
     reclaimed: bool = False  # the entry was taken over from another consumer
     started: float = 0.0  # monotonic time the handler started

@@ -1,0 +1,87 @@
+"""The stored task record both backends share: its fields, encoding input, decoding.
+
+Both backends store a task as the same flat record of byte strings (a Redis hash,
+or a dict in memory), and both validate every input here before they touch
+storage, so bad input stores nothing on either backend. ``fields.py`` names the
+record's fields (``FIELD_*``, :data:`RECORD_FIELDS`: what each holds; which are
+stored in pieces); ``encoder.py`` validates and encodes input (:class:`Encoder`);
+``decode.py`` builds what a client sees from a stored record (:func:`decode_task`).
+"""
+
+from .decode import created_task, decode_answers, decode_origin, decode_requests, decode_task
+from .encoder import EncodedAnswer, EncodedRequest, Encoder
+from .fields import (
+    FIELD_ATTEMPTS,
+    FIELD_BINDING,
+    FIELD_BINDING_DIGEST,
+    FIELD_CANCEL_REQUESTED,
+    FIELD_CREATED_AT,
+    FIELD_ENDPOINT,
+    FIELD_ERROR,
+    FIELD_EXPIRES_AT,
+    FIELD_FENCE,
+    FIELD_LEASE_DEADLINE,
+    FIELD_LEASE_OWNER,
+    FIELD_MESSAGE,
+    FIELD_METADATA,
+    FIELD_OPEN_QUOTA,
+    FIELD_OPERATION,
+    FIELD_ORIGIN,
+    FIELD_PAYLOAD,
+    FIELD_POLL_INTERVAL,
+    FIELD_RESULT,
+    FIELD_STATUS,
+    FIELD_TENANT,
+    FIELD_TENANT_CAP,
+    FIELD_TRACE_CONTEXT,
+    FIELD_TTL,
+    FIELD_UPDATED_AT,
+    FIELD_WORK_ENTRY,
+    LONG_FIELDS,
+    MAX_PIECES,
+    PIECE_BYTES,
+    RECORD_FIELDS,
+    SNAPSHOT_FIELDS,
+)
+
+__all__ = [
+    "FIELD_ATTEMPTS",
+    "FIELD_BINDING",
+    "FIELD_BINDING_DIGEST",
+    "FIELD_CANCEL_REQUESTED",
+    "FIELD_CREATED_AT",
+    "FIELD_ENDPOINT",
+    "FIELD_ERROR",
+    "FIELD_EXPIRES_AT",
+    "FIELD_FENCE",
+    "FIELD_LEASE_DEADLINE",
+    "FIELD_LEASE_OWNER",
+    "FIELD_MESSAGE",
+    "FIELD_METADATA",
+    "FIELD_OPEN_QUOTA",
+    "FIELD_OPERATION",
+    "FIELD_ORIGIN",
+    "FIELD_PAYLOAD",
+    "FIELD_POLL_INTERVAL",
+    "FIELD_RESULT",
+    "FIELD_STATUS",
+    "FIELD_TENANT",
+    "FIELD_TENANT_CAP",
+    "FIELD_TRACE_CONTEXT",
+    "FIELD_TTL",
+    "FIELD_UPDATED_AT",
+    "FIELD_WORK_ENTRY",
+    "LONG_FIELDS",
+    "MAX_PIECES",
+    "PIECE_BYTES",
+    "RECORD_FIELDS",
+    "SNAPSHOT_FIELDS",
+    "EncodedAnswer",
+    "EncodedRequest",
+    "Encoder",
+    "created_task",
+    "decode_answers",
+    "decode_origin",
+    "decode_requests",
+    "decode_task",
+]
