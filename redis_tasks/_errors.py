@@ -12,13 +12,20 @@ Every exception the library raises on purpose derives from one root::
     │   └── InputKeyReusedError    an input-request key reused for a different request
     ├── CapacityError              no room: the manager or Redis is full (maxmemory)
     │   └── QuotaExceededError     a tenant's open-task quota or create rate refused it
-    └── InternalError              anything else; the message never says what caused it
-        └── BackendError           Redis failed, timed out or was unreachable
-            └── ReplicationError   written, but fewer replicas confirmed it than asked
+    ├── BackendError               Redis failed, timed out or was unreachable
+    │   └── ReplicationError       written, but fewer replicas confirmed it than asked
+    └── InternalError              what the library cannot explain (a bug, corrupt data)
+
+``BackendError`` is not an ``InternalError``: Redis being down is an outage, which a
+retry later may outlast, and an ``InternalError`` is a reply or record the library
+cannot explain, which no retry mends. Only a failure of the Redis client itself (its
+errors, socket errors, timeouts) becomes a ``BackendError``; an exception of any
+other kind from the library's own code is a bug and is raised as what it is.
 
 Messages never contain task origins, payloads, results, answers, partition keys or
-task IDs: they may reach clients and logs. The cause of an ``InternalError`` stays
-reachable through ``__cause__`` for the server's own diagnostics.
+task IDs: they may reach clients and logs. The cause of an ``InternalError`` or a
+``BackendError`` stays reachable through ``__cause__`` for the server's own
+diagnostics.
 """
 
 from __future__ import annotations
@@ -121,11 +128,14 @@ class QuotaExceededError(CapacityError):
 
 
 class InternalError(RedisTasksError):
-    """An unexpected failure; the message deliberately omits its cause."""
+    """Something the library cannot explain: a script reply or a stored record it does
+    not recognise, a script that disagrees with its contract. The message deliberately
+    omits the cause."""
 
 
-class BackendError(InternalError):
-    """Redis failed, timed out or could not be reached.
+class BackendError(RedisTasksError):
+    """Redis failed, timed out or could not be reached: trying again later may succeed.
+    The message names no cause.
 
     Counted (``redis_tasks_redis_errors``) where a failure is mapped to one, not
     here: this tree imports nothing of the library, so every module may use it.

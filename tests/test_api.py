@@ -98,5 +98,7 @@ def test_every_error_derives_from_the_root_and_the_tree_is_documented() -> None:
         assert name in doc
     assert issubclass(redis_tasks.TaskTerminalError, redis_tasks.InvalidTransitionError)
     assert issubclass(redis_tasks.LimitExceededError, redis_tasks.ValidationError)
-    assert issubclass(redis_tasks.BackendError, redis_tasks.InternalError)
+    # Redis down is an outage, not a bug: catching InternalError does not catch it.
+    assert not issubclass(redis_tasks.BackendError, redis_tasks.InternalError)
+    assert issubclass(redis_tasks.ReplicationError, redis_tasks.BackendError)
     assert issubclass(redis_tasks.QuotaExceededError, redis_tasks.CapacityError)

@@ -9,9 +9,11 @@ shard channels still gets every event, from per-partition reads.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import secrets
 import shlex
+import traceback
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -141,6 +143,39 @@ async def test_a_writer_that_does_not_publish_is_heard_from_the_streams(
                 await log.wait_for(task.task_id, 1)  # within a catch-up interval
             assert all(log.count(t.task_id) == 1 for t in silent)
             assert shard_tail(reader).reads > reads  # found by reading the streams
+
+
+async def test_a_bug_in_the_shard_tail_is_told_once_and_not_retried(
+    redis_cluster: RedisCluster,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only Redis failing is retried: a bug (a planted TypeError) stops the tail, logged
+    once with its traceback, and the manager goes on."""
+    asked = 0
+
+    async def planted_counters(*args: Any) -> Any:
+        nonlocal asked
+        asked += 1
+        raise TypeError("planted")
+
+    monkeypatch.setattr(ShardTail, "_counters", planted_counters)
+    async with RedisTaskManager.from_url(redis_cluster.url, prefix=prefix) as manager:
+        with (
+            caplog.at_level(logging.WARNING, logger="redis_tasks.events"),
+            manager.event_publisher.subscribe(lambda task_id: None),
+        ):
+            await asyncio.wait_for(manager.event_publisher.wait_ready(), 5)
+            await asyncio.sleep(0.5)  # a retry (after 50 ms, then 100...) would have come
+            task = await manager.create_task(ALICE, ORIGIN)
+            assert await manager.find_task(TaskRequestContext(ALICE, task.task_id)) == task
+    assert asked == 1
+    (record,) = [r for r in caplog.records if r.name == "redis_tasks.events"]
+    assert record.levelno == logging.ERROR
+    assert record.exc_info is not None
+    assert record.exc_info[0] is TypeError
+    assert "planted_counters" in [f.name for f in traceback.extract_tb(record.exc_info[2])]
 
 
 @pytest.mark.slow

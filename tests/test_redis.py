@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -28,6 +29,7 @@ from redis_tasks import (
 )
 from redis_tasks._models import RequestContext
 from redis_tasks._origin import TaskOrigin
+from redis_tasks._redis import events as redis_events
 from redis_tasks._redis.keys import KeySpace
 from redis_tasks._redis.lua_source import check_header, lua_dir
 from redis_tasks._redis.pipeline import AutoPipeline
@@ -312,6 +314,36 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
     # And the stats counted each once: two creates, one first claim, one completion.
     seen = await m.inspect()
     assert (seen.created, seen.statuses["completed"], seen.pickup.total) == (2, 1, 1)
+
+
+async def test_a_bug_in_the_event_tail_is_told_once_and_not_retried(
+    standalone_backend: Backend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only Redis failing is retried. A bug (a planted TypeError) stops the tail, logged
+    once with its traceback; the manager goes on, its listeners left to polling."""
+    m = standalone_backend.manager
+    reads = 0
+
+    async def planted_read(*args: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        raise TypeError("planted")
+
+    monkeypatch.setattr(redis_events._Tail, "read", planted_read)
+    with (
+        caplog.at_level(logging.WARNING, logger="redis_tasks.events"),
+        m.event_publisher.subscribe(lambda task_id: None),
+    ):
+        await asyncio.wait_for(m.event_publisher.wait_ready(), 5)
+        await asyncio.sleep(0.5)  # a retry (after 50 ms, then 100...) would have come
+        task = await m.create_task(ALICE, ORIGIN)
+        assert await m.find_task(TaskRequestContext(ALICE, task.task_id)) == task
+    assert reads == 1
+    (record,) = [r for r in caplog.records if r.name == "redis_tasks.events"]
+    assert record.levelno == logging.ERROR
+    assert record.exc_info is not None
+    assert record.exc_info[0] is TypeError
+    assert "planted_read" in [frame.name for frame in traceback.extract_tb(record.exc_info[2])]
 
 
 async def test_an_evicting_maxmemory_policy_is_warned_about_at_start(

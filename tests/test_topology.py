@@ -26,6 +26,7 @@ from redis_tasks._errors import BackendError
 from redis_tasks._redis.client import ConnectionSettings
 from redis_tasks._redis.cluster_topology import ClusterTopology
 from redis_tasks._redis.topology import Node, Topology, pause_after
+from redis_tasks._telemetry.metrics import METRICS
 
 
 class Scripted(Topology):
@@ -164,6 +165,25 @@ async def test_execute_maps_failures_to_backend_error_with_the_cause() -> None:
 
 async def _raise(exc: Exception) -> None:
     raise exc
+
+
+@pytest.mark.parametrize("bug", [TypeError("bug"), KeyError("bug")])
+async def test_a_bug_passes_the_boundary_as_what_it_is_and_is_not_counted(
+    bug: Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted: list[None] = []
+    monkeypatch.setattr(METRICS, "redis_error", lambda: counted.append(None))
+    topology = Scripted([])
+    with pytest.raises(type(bug)) as caught:
+        await topology.execute("k", lambda client: _raise(bug))
+    assert caught.value is bug
+    assert counted == []
+    # An error reply is Redis's: mapped, and counted once.
+    with pytest.raises(BackendError) as mapped:
+        await topology.execute("k", lambda client: _raise(ResponseError("WRONGTYPE")))
+    assert isinstance(mapped.value.__cause__, ResponseError)
+    assert counted == [None]
+    await topology.aclose()
 
 
 def test_the_slot_map_comes_from_cluster_slots() -> None:

@@ -35,6 +35,8 @@ from redis_tasks import (
 )
 from redis_tasks._redis.keys import WORK_GROUP
 from redis_tasks._work_queue import WorkEntry, WorkerBackend
+from redis_tasks._worker.intake import Intake
+from redis_tasks._worker.slots import Slots
 
 from .conftest import EXTRA_SERVERS, SERVERS, Backend, real_backend, server_url
 from .helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, reaches, wait_until
@@ -164,6 +166,74 @@ async def test_a_result_that_cannot_be_stored_fails_the_task(
         task = await settled(m, task_id)
     assert task.status is TaskStatus.FAILED
     assert task.error == JsonRpcError(code=-32603, message="Internal error")
+
+
+async def test_a_bug_in_the_outcome_write_is_told_once_and_left_to_the_lease(
+    worker_backend: Backend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only Redis failing is retried within the lease. A bug in the write (a planted
+    TypeError) is logged once with where it was raised; the task is left to its lease,
+    after which it runs again, and the worker goes on."""
+    m = worker_backend.manager
+    complete = m.complete_task
+    writes = 0
+
+    async def planted_write(task_id: str, result: dict[str, Any], *, fence: int) -> None:
+        nonlocal writes
+        writes += 1
+        if writes == 1:
+            raise TypeError("planted")
+        await complete(task_id, result, fence=fence)
+
+    monkeypatch.setattr(m, "complete_task", planted_write)
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        return {"content": [], "isError": False}
+
+    task_id = await create(m)
+    with caplog.at_level(logging.INFO, logger="redis_tasks"):
+        async with running(m, handler, lease=timedelta(seconds=1)):
+            task = await settled(m, task_id)
+    assert task.status is TaskStatus.COMPLETED
+    assert writes == 2  # the bug once, then the run after the lease
+    (failed,) = [r for r in caplog.records if getattr(r, "event", "") == "finish_failed"]
+    assert failed.levelno == logging.ERROR
+    assert vars(failed)["error"] == "TypeError"
+    assert "in planted_write" in vars(failed)["where"]
+
+
+async def test_a_bug_in_a_read_loop_is_told_once_and_the_other_partitions_are_served(
+    worker_backend: Backend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read loop retries Redis failing, not a bug: a TypeError planted in partition
+    0's loop ends that loop with one log line naming it and where it was raised (not
+    the message), and the other partitions' loops go on."""
+    m = worker_backend.manager
+    read = Intake.read
+
+    async def planted_read(self: Intake, partition: int) -> None:
+        if partition == 0:
+            raise TypeError("planted")
+        await read(self, partition)
+
+    monkeypatch.setattr(Intake, "read", planted_read)
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        return {"content": [], "isError": False}
+
+    task_id = await create(m)
+    while task_id.startswith("0."):  # a task partition 0's loop would have served
+        task_id = await create(m)
+    with caplog.at_level(logging.INFO, logger="redis_tasks"):
+        async with running(m, handler):
+            task = await settled(m, task_id)
+    assert task.status is TaskStatus.COMPLETED
+    (failed,) = [r for r in caplog.records if getattr(r, "event", "") == "loop_failed"]
+    assert failed.levelno == logging.ERROR
+    assert vars(failed)["loop"] == "redis-tasks-read-0"
+    assert vars(failed)["error"] == "TypeError"
+    assert "in planted_read" in vars(failed)["where"]
+    assert "planted" not in failed.getMessage()
 
 
 async def test_cancellation_is_observed_within_one_renewal_interval(
@@ -568,8 +638,10 @@ async def test_reclaiming_an_entry_whose_lease_this_worker_holds_starts_no_secon
                 partition, consumer="w-own", idle=timedelta(0), cursor="0-0", count=10
             )
             (entry,) = [e for e in entries if e.task_id == task_id]
-            assert worker._slots.take_up_to(1) == 1
-            worker._runs.start_reclaimed(entry)
+            slot = worker._slots.take_up_to(1)
+            assert slot is not None
+            assert slot.count == 1
+            worker._runs.start_reclaimed(entry, slot)
 
             async def refused() -> bool:
                 return any(getattr(r, "event", "") == "claim_held_here" for r in caplog.records)
@@ -579,3 +651,61 @@ async def test_reclaiming_an_entry_whose_lease_this_worker_holds_starts_no_secon
             task = await settled(m, task_id)
     assert task.status is TaskStatus.COMPLETED
     assert len(starts) == 1
+
+
+def _events(caplog: pytest.LogCaptureFixture, *names: str) -> list[tuple[str, Any]]:
+    found = [(getattr(r, "event", None), getattr(r, "slots", None)) for r in caplog.records]
+    return [(event, slots) for event, slots in found if event in names]
+
+
+def test_every_slot_taken_is_given_back_exactly_once(caplog: pytest.LogCaptureFixture) -> None:
+    """The rule of the slots, where it lives (SlotLease): a lease gives back what it
+    still holds once; a second give-back gives nothing and is counted, and so is a run
+    started beyond the slots taken for it (the pool lends that slot, so the count of
+    slots out stays true)."""
+    slots = Slots(3)
+    with caplog.at_level(logging.ERROR, logger="redis_tasks"):
+        batch = slots.take_up_to(5)
+        assert batch is not None
+        assert (batch.count, slots.out, slots.free) == (3, 3, 0)
+        assert slots.take_share(1) is None  # none free: no lease
+        run = batch.split()
+        assert (batch.count, run.count) == (2, 1)
+        batch.give_back()
+        assert (batch.count, slots.out) == (0, 1)
+        batch.give_back()  # twice: refused
+        assert (slots.out, slots.given_twice) == (1, 1)
+        beyond = batch.split()  # a run the batch had no slot left for
+        assert (slots.out, slots.overdrawn) == (2, 1)
+        run.give_back(held=0.02)
+        beyond.give_back()
+        assert (slots.out, slots.free) == (0, 3)
+        assert slots.hold == pytest.approx(0.002)  # a run's hold feeds the average
+    assert _events(caplog, "slot_given_twice", "slots_overdrawn") == [
+        ("slot_given_twice", None),
+        ("slots_overdrawn", None),
+    ]
+    # Balanced again: what the suites' check (conftest) asks of every worker.
+    slots.given_twice = slots.overdrawn = 0
+
+
+async def test_a_slot_never_given_back_is_reported_when_the_worker_stops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every run has ended once a worker has stopped, so every slot must be back: one
+    that is not was lost on some path, and the stop says so (the suites' check in
+    conftest fails the test as well)."""
+    m = InMemoryTaskManager(partitions=1)
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        return {"content": [], "isError": False}
+
+    task_id = await create(m)
+    with caplog.at_level(logging.INFO, logger="redis_tasks"):
+        async with running(m, handler, lease=timedelta(seconds=1)) as worker:
+            await settled(m, task_id)
+            lost = worker._slots.take_up_to(1)  # as a path that forgot its lease would
+            assert lost is not None
+    assert _events(caplog, "slots_leaked") == [("slots_leaked", 1)]
+    lost.give_back()
+    assert worker._slots.out == 0

@@ -101,10 +101,19 @@ class Sampler:
         self.readings += 1
 
     async def run(self) -> None:
-        """Read until cancelled: every ``interval``, or after a backoff while failing."""
+        """Read until cancelled: every ``interval``, or after a backoff while failing.
+
+        Any error but Redis's (which :meth:`read_once` records) is a bug, which
+        reading again would repeat: it stops the sampling, logged once with its
+        traceback, and the page keeps the last reading.
+        """
         delay = self.interval
         while True:
-            await self.read_once()
+            try:
+                await self.read_once()
+            except Exception:
+                logger.exception("dashboard sampling stopped by an unexpected error")
+                return
             delay = self.interval if self.failing_since is None else min(delay * 2, 30.0)
             await asyncio.sleep(delay)
 

@@ -23,10 +23,10 @@ from typing import Any, Final, TypeAlias, TypeVar
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, parse_url
 from redis.backoff import NoBackoff
-from redis.exceptions import OutOfMemoryError, ResponseError
+from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError, ResponseError
 from redis.retry import Retry
 
-from redis_tasks._errors import BackendError, CapacityError, RedisTasksError
+from redis_tasks._errors import BackendError, CapacityError
 from redis_tasks._telemetry.metrics import METRICS
 
 __all__ = [
@@ -43,10 +43,13 @@ _BackendErrorT = TypeVar("_BackendErrorT", bound=BackendError)
 #: Either kind of redis-py asyncio client.
 Client: TypeAlias = Redis | RedisCluster
 
-#: What a call through a client may raise: its own errors, socket errors, timeouts
-#: and errors from inside the client library. Every one of them means "this call
-#: failed"; code that talks to Redis directly catches this.
-CLIENT_ERRORS: Final = (Exception,)
+#: What a call to Redis raises when the call failed, not our code: redis-py's own
+#: errors (every error reply, connection and timeout error; the cluster client's
+#: stand outside ``RedisError``), and socket, TLS and timeout errors (``OSError``,
+#: of which ``TimeoutError`` is one: an ``asyncio.timeout`` running out). Code that
+#: talks to Redis catches only these: anything else (a ``TypeError``, a
+#: ``KeyError``) is a bug, which a retry repeats, and passes as what it is.
+CLIENT_ERRORS: Final = (RedisError, RedisClusterException, OSError)
 
 # What a connection accepts; a RedisCluster's settings hold more (its pool size,
 # response callbacks, ...), which a single connection must not be given.
@@ -148,8 +151,8 @@ class _BackendErrors:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if exc is None or isinstance(exc, RedisTasksError) or not isinstance(exc, Exception):
-            return  # nothing, ours already, or a cancellation: it goes on as it is
+        if exc is None or not isinstance(exc, CLIENT_ERRORS):
+            return  # nothing, ours already, a cancellation or a bug: it goes on as it is
         if isinstance(exc, TimeoutError):
             raise counted(BackendError("Redis call timed out")) from exc
         if isinstance(exc, OutOfMemoryError):
@@ -160,9 +163,10 @@ class _BackendErrors:
 
 
 #: ``with backend_errors:`` is the one mapping of client failures to the exception
-#: tree: a timeout or any client error becomes :class:`BackendError` (cause
-#: attached, a message naming none), except an out-of-memory refusal, which is a
-#: :class:`CapacityError`; the library's own errors pass through.
+#: tree: a timeout or any other of :data:`CLIENT_ERRORS` becomes :class:`BackendError`
+#: (cause attached, a message naming none, counted), except an out-of-memory
+#: refusal, which is a :class:`CapacityError`; the library's own errors, and any
+#: other exception (a bug), pass through as they are.
 backend_errors: Final = _BackendErrors()
 
 

@@ -8,6 +8,7 @@ failure refreshes it in the background. The retry rule every call follows is
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any, Final
 
@@ -17,10 +18,12 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis_tasks._cancel import cancel_and_wait
 from redis_tasks._errors import BackendError
 
-from .client import ConnectionSettings, counted, is_cluster
+from .client import CLIENT_ERRORS, ConnectionSettings, counted, is_cluster
 from .topology import Node, SlotUncoveredError, StandaloneTopology, Topology
 
 __all__ = ["ClusterTopology", "connect"]
+
+logger = logging.getLogger("redis_tasks")
 
 #: Slot-map refreshes start at most this often (seconds) while failures go on.
 _REFRESH_EVERY: Final = 0.1
@@ -48,6 +51,7 @@ class ClusterTopology(Topology):
         self._refreshing: asyncio.Task[None] | None = None
         self._refreshed_at = 0.0
         self._closed = False
+        self._bug_told = False  # a refresh's unexpected error was logged
 
     def _node(self, host: str, port: int) -> Node:
         name = f"{host}:{port}"
@@ -114,7 +118,7 @@ class ClusterTopology(Topology):
             host, _, port = name.rpartition(":")
             try:
                 rows = await self._ask_slots(host, int(port))
-            except Exception as exc:  # that node is down or busy: ask the next
+            except CLIENT_ERRORS as exc:  # that node is down or busy: ask the next
                 last = exc
                 continue
             self._apply(rows, host)
@@ -126,6 +130,12 @@ class ClusterTopology(Topology):
             await self.refresh()
         except BackendError:
             return  # the calls that failed retry, and fail again, which refreshes again
+        except Exception:
+            # A bug, not the cluster. Refreshes go on, since they run only when calls
+            # fail and a later map may not meet it, but it is told once, in full.
+            if not self._bug_told:
+                self._bug_told = True
+                logger.exception("refreshing the cluster's slot map failed unexpectedly")
 
     async def _ask_slots(self, host: str, port: int) -> list[Any]:
         connection = self._settings.single(host, port)

@@ -2,7 +2,8 @@
 
 Each hook of :class:`~redis_tasks._base.TaskManagerBase` (input already valid and
 encoded) is one script call that authorizes, reads or transitions, and emits the
-event, atomically; arguments are bound by name (:mod:`.scripts`). Construction,
+event, atomically; arguments are bound by name (:mod:`.scripts`). The contract is
+given the key space and the :class:`~.link.Link` its calls go through; construction,
 connections and start-up are :class:`~.manager.RedisTaskManager`'s.
 """
 
@@ -12,12 +13,13 @@ from typing import Any
 
 from redis_tasks._base import NewTask, Outcome, TaskManagerBase
 from redis_tasks._errors import TaskNotFoundError
+from redis_tasks._limits import Limits
 from redis_tasks._models import Task
 from redis_tasks._record import EncodedAnswer, EncodedRequest, decode_answers, decode_task
 
 from . import scripts as lua
 from .keys import KeySpace, TaskKeys
-from .runner import ScriptRunner
+from .link import Link
 from .scripts import Arg
 
 __all__ = ["RedisContract"]
@@ -29,12 +31,22 @@ def _message_args(message: bytes | None) -> tuple[bytes, bytes]:
 
 
 class RedisContract(TaskManagerBase):
-    """The contract's hooks on Redis; the subclass sets the runner, keys and events."""
+    """The contract's hooks on Redis: one script call each, through ``link``'s runner,
+    with ``keys``' layout and ``link``'s ``events`` argument."""
 
-    _runner: ScriptRunner
-    _keys: KeySpace
-    # The emitting scripts' `event_opts`: the stream's MAXLEN, then "p" to publish.
-    _events: str
+    def __init__(
+        self,
+        keys: KeySpace,
+        link: Link,
+        limits: Limits | None,
+        partitions: int,
+        *,
+        fair_dispatch: bool = True,
+    ) -> None:
+        super().__init__(limits, partitions, fair_dispatch=fair_dispatch)
+        self._keys = keys
+        # Read once per call, so a call's runner and events argument belong together.
+        self._link = link
 
     # -- helpers -------------------------------------------------------------------
 
@@ -56,7 +68,7 @@ class RedisContract(TaskManagerBase):
             return None
         digest = keys.binding_digest(endpoint, binding)
         try:
-            reply = await self._runner.run(
+            reply = await self._link.runner.run(
                 lua.find(
                     task=keys.task,
                     requests=keys.requests,
@@ -72,6 +84,7 @@ class RedisContract(TaskManagerBase):
         self, task_id: str, endpoint: bytes, binding: bytes, answers: list[EncodedAnswer]
     ) -> None:
         """One ``update`` script call with the answers that match some request variant."""
+        link = self._link
         keys = self._task_keys(task_id)
         if keys is None:
             raise TaskNotFoundError()
@@ -79,7 +92,7 @@ class RedisContract(TaskManagerBase):
         responses: list[Arg] = []
         for answer in answers:
             responses += (answer.key, answer.kinds, answer.body)
-        await self._runner.run(
+        await link.runner.run(
             lua.update(
                 task=keys.task,
                 requests=keys.requests,
@@ -89,34 +102,36 @@ class RedisContract(TaskManagerBase):
                 grant=keys.grant(endpoint, binding),
                 task_id=task_id,
                 binding=digest,
-                event_opts=self._events,
+                event_opts=link.events,
                 responses=responses,
             )
         )
 
     async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
         """One ``request_cancel`` script call."""
+        link = self._link
         keys = self._task_keys(task_id)
         if keys is None:
             raise TaskNotFoundError()
         digest = keys.binding_digest(endpoint, binding)
-        await self._runner.run(
+        await link.runner.run(
             lua.request_cancel(
                 task=keys.task,
                 events=keys.events,
                 grant=keys.grant(endpoint, binding),
                 task_id=task_id,
                 binding=digest,
-                event_opts=self._events,
+                event_opts=link.events,
             )
         )
 
     async def _create(self, new: NewTask) -> int:
         """One ``create`` script call: stored, enqueued and announced atomically."""
+        link = self._link
         keys = self._worker_keys(new.task_id)
         admitted = new.admission
         tenant = self._keys.tenant(keys.partition, admitted.tenant)
-        reply = await self._runner.run(
+        reply = await link.runner.run(
             lua.create(
                 task=keys.task,
                 work=keys.work,
@@ -135,7 +150,7 @@ class RedisContract(TaskManagerBase):
                 ttl_ms=new.ttl_ms,
                 poll_ms=new.poll_ms,
                 metadata=new.metadata,
-                event_opts=self._events,
+                event_opts=link.events,
                 trace_context=new.trace_context,
                 tenant=admitted.tenant,
                 settings=admitted.settings,
@@ -151,9 +166,10 @@ class RedisContract(TaskManagerBase):
 
     async def _set_working(self, task_id: str, fence: bytes, message: bytes | None) -> None:
         """One ``set_status`` script call."""
+        link = self._link
         has_message, message_arg = _message_args(message)
         keys = self._worker_keys(task_id)
-        await self._runner.run(
+        await link.runner.run(
             lua.set_status(
                 task=keys.task,
                 requests=keys.requests,
@@ -162,7 +178,7 @@ class RedisContract(TaskManagerBase):
                 fence=fence,
                 has_message=has_message,
                 message=message_arg,
-                event_opts=self._events,
+                event_opts=link.events,
             )
         )
 
@@ -170,12 +186,13 @@ class RedisContract(TaskManagerBase):
         self, task_id: str, fence: bytes, message: bytes | None, requests: list[EncodedRequest]
     ) -> dict[str, Any]:
         """One ``request_input`` script call; returns answers recorded before."""
+        link = self._link
         has_message, message_arg = _message_args(message)
         keys = self._worker_keys(task_id)
         this_round: list[Arg] = []
         for request in requests:
             this_round += (request.key, request.fingerprint, request.body)
-        reply = await self._runner.run(
+        reply = await link.runner.run(
             lua.request_input(
                 task=keys.task,
                 requests=keys.requests,
@@ -187,7 +204,7 @@ class RedisContract(TaskManagerBase):
                 fence=fence,
                 has_message=has_message,
                 message=message_arg,
-                event_opts=self._events,
+                event_opts=link.events,
                 round=this_round,
             )
         )
@@ -196,16 +213,17 @@ class RedisContract(TaskManagerBase):
     async def _take_answers(self, task_id: str, fence: bytes) -> dict[str, Any]:
         """One ``take_answers`` script call."""
         keys = self._worker_keys(task_id)
-        reply = await self._runner.run(
+        reply = await self._link.runner.run(
             lua.take_answers(task=keys.task, answers=keys.answers, fence=fence)
         )
         return decode_answers(reply[1])
 
     async def _finish(self, task_id: str, outcome: Outcome) -> None:
         """One ``finish`` script call."""
+        link = self._link
         has_message, message = _message_args(outcome.message)
         keys = self._worker_keys(task_id)
-        await self._runner.run(
+        await link.runner.run(
             lua.finish(
                 task=keys.task,
                 requests=keys.requests,
@@ -223,7 +241,7 @@ class RedisContract(TaskManagerBase):
                 outcome_field=outcome.result_field,
                 outcome=outcome.value,
                 operation=outcome.operation,
-                event_opts=self._events,
+                event_opts=link.events,
             ),
             durable=True,
         )
@@ -231,5 +249,5 @@ class RedisContract(TaskManagerBase):
     async def _cancel_requested(self, task_id: str, fence: bytes) -> bool:
         """One ``cancel_requested`` script call."""
         keys = self._worker_keys(task_id)
-        reply = await self._runner.run(lua.cancel_requested(task=keys.task, fence=fence))
+        reply = await self._link.runner.run(lua.cancel_requested(task=keys.task, fence=fence))
         return bool(reply[1])

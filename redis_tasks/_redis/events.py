@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final
 
 from redis.asyncio import Redis
@@ -17,6 +17,7 @@ from redis_tasks._ids import parse_task_id
 
 from .client import CLIENT_ERRORS
 from .keys import KeySpace
+from .link import Link
 from .pipeline import pack
 from .rawio import KeptConnection, entry_field
 from .shard_tail import ShardTail
@@ -39,27 +40,35 @@ class RedisEventPublisher(TaskEventPublisher):
     pushed on the streams' shard channels (:mod:`.shard_tail`), or, where the
     ACL refuses those, read with one blocking read per partition. :meth:`wait_ready`
     returns once the start positions are fixed, from which no event is missed
-    unless a stream's MAXLEN trimmed it first. Failures are retried with
+    unless a stream's MAXLEN trimmed it first. Redis failures are retried with
     backoff; a stream that moved to another node is followed there.
+
+    A tail that meets a bug (any exception but Redis's: see
+    :data:`.client.CLIENT_ERRORS`) stops, and says so once with its traceback. A
+    retry would meet it again (the position it failed at does not move), and
+    events are hints: this process's listeners still learn of changes by polling,
+    a worker's handlers of cancellation by renewal. :meth:`wait_ready` returns then.
+
+    ``link`` returns the manager's link as it is at each call (entering a manager
+    connects, which may find a cluster and start publishing on shard channels).
     """
 
-    def __init__(self, topology: Topology, keys: KeySpace, partitions: int, *, maxlen: int) -> None:
+    def __init__(
+        self, link: Callable[[], Link], keys: KeySpace, partitions: int, *, maxlen: int
+    ) -> None:
         super().__init__()
-        self._topology = topology
+        self._link = link
         self._keys = keys
         self._streams = [keys.events(p) for p in range(partitions)]
         self._maxlen = maxlen
         self._tails: list[asyncio.Task[None]] = []
         self._ready: asyncio.Event | None = None
         self._started = 0  # tails that have fixed their start positions
-        self._publishing = False
         self.shard_tail: ShardTail | None = None  # on a cluster, once tailing
 
-    def use(self, topology: Topology, *, publishing: bool = False) -> None:
-        """Talk to ``topology`` from now on (the manager found a cluster); ``publishing``:
-        this manager's scripts publish hints on the streams' shard channels too."""
-        self._topology = topology
-        self._publishing = publishing
+    @property
+    def _topology(self) -> Topology:
+        return self._link().topology
 
     @property
     def _block_ms(self) -> int:
@@ -73,7 +82,8 @@ class RedisEventPublisher(TaskEventPublisher):
             raise TaskNotFoundError()
         stream = self._keys.events(partition)
         fields: dict[str, str] = {"t": task_id}
-        publishing = self._publishing
+        link = self._link()
+        publishing = link.publishing
 
         async def append(client: Redis) -> None:
             entry_id = await client.xadd(
@@ -86,15 +96,18 @@ class RedisEventPublisher(TaskEventPublisher):
                 raw = entry_id if isinstance(entry_id, bytes) else str(entry_id).encode()
                 await client.spublish(stream, b"%b %b" % (raw, task_id.encode()))
 
-        await self._topology.execute(stream, append)
+        await link.topology.execute(stream, append)
 
     def _on_subscribe(self) -> None:
         if self._tails:
             return
         self._ready = asyncio.Event()
         loop = asyncio.get_running_loop()
-        if self._topology.is_cluster and self._publishing:
-            self._tails = [loop.create_task(self._run_shard(), name="redis-tasks-event-tail")]
+        link = self._link()
+        if link.topology.is_cluster and link.publishing:
+            self._tails = [
+                loop.create_task(self._guarded(self._run_shard()), name="redis-tasks-event-tail")
+            ]
         else:
             self._tails = self._stream_tails()
 
@@ -106,9 +119,23 @@ class RedisEventPublisher(TaskEventPublisher):
             [[stream] for stream in self._streams] if self._topology.is_cluster else [self._streams]
         )
         return [
-            loop.create_task(self._run(streams, len(groups)), name="redis-tasks-event-tail")
+            loop.create_task(
+                self._guarded(self._run(streams, len(groups))), name="redis-tasks-event-tail"
+            )
             for streams in groups
         ]
+
+    async def _guarded(self, tail: Coroutine[Any, Any, None]) -> None:
+        """Run ``tail``; a bug stops it, logged once with its traceback (see the class)."""
+        try:
+            await tail
+        except Exception:
+            logger.exception(
+                "task event tail stopped by an unexpected error; the changes it "
+                "followed reach this process by polling only"
+            )
+            assert self._ready is not None
+            self._ready.set()  # nobody waits for a start that will not come
 
     async def _run_shard(self) -> None:
         assert self._ready is not None
@@ -169,9 +196,8 @@ class RedisEventPublisher(TaskEventPublisher):
                         # turn (a worker's read of the new task's work entry), and
                         # they go first. Measured on an idle worker's pickup.
                         await asyncio.sleep(0)
-                except asyncio.CancelledError:
-                    raise
-                except CLIENT_ERRORS as exc:
+                except (BackendError, *CLIENT_ERRORS) as exc:
+                    # Redis failed (a BackendError: the start positions' reads).
                     cause = exc.__cause__ if isinstance(exc, BackendError) else exc
                     logger.warning("task event tail failed (%s); retrying", type(cause).__name__)
                     await asyncio.sleep(backoff)

@@ -3,15 +3,17 @@
 Every operation validates its input in Python (storing nothing when it is
 bad: :mod:`redis_tasks._base`), then makes exactly one Lua script call that
 authorizes, reads or transitions, and emits the event, atomically
-(:mod:`.contract`). This module holds the rest: construction, connections,
-start-up and shutdown, and what a manager offers beyond the contract (its
-client, its key space, its work queue).
+(:mod:`.contract`). This module holds the rest: construction (every attribute
+set once, by ``__init__`` and :meth:`~RedisTaskManager.from_url` alike),
+connecting on entering (:mod:`.link`), shutdown, and what a manager offers beyond
+the contract (its client, its key space, its work queue).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Self
 
@@ -21,14 +23,14 @@ from redis_tasks._events import TaskEventPublisher
 from redis_tasks._inspection import Inspection, TaskInspection
 from redis_tasks._limits import Limits
 
-from .client import Client, ConnectionSettings, is_cluster
+from .client import Client, ConnectionSettings
 from .cluster_topology import ClusterTopology
 from .contract import RedisContract
 from .events import RedisEventPublisher
 from .inspect import inspect_partitions, inspect_task
 from .keys import KeySpace
+from .link import Connector, Link
 from .runner import ScriptRunner
-from .setup import may_publish, warn_if_evicting
 from .topology import StandaloneTopology, Topology
 from .work_queue import RedisWorkQueue
 
@@ -72,39 +74,71 @@ class RedisTaskManager(RedisContract):
         close_client: bool = False,
         fair_dispatch: bool = True,
     ) -> None:
-        super().__init__(limits, partitions, fair_dispatch=fair_dispatch)
+        topology: Topology
+        if isinstance(client, RedisCluster):
+            topology = ClusterTopology(ConnectionSettings.from_cluster_client(client, timeout))
+        else:
+            topology = StandaloneTopology(client, timeout, owned=close_client)
+        self._setup(
+            topology,
+            prefix=prefix,
+            partitions=partitions,
+            limits=limits,
+            timeout=timeout,
+            events_maxlen=events_maxlen,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
+            close_client=close_client,
+            fair_dispatch=fair_dispatch,
+            cluster_client=client if isinstance(client, RedisCluster) else None,
+        )
+
+    def _setup(
+        self,
+        topology: Topology,
+        *,
+        prefix: str,
+        partitions: int,
+        limits: Limits | None,
+        timeout: float,
+        events_maxlen: int,
+        wait_replicas: int,
+        wait_timeout: float,
+        close_client: bool,
+        fair_dispatch: bool,
+        cluster_client: RedisCluster | None = None,
+        settings: ConnectionSettings | None = None,
+        detect: bool = False,
+        url: tuple[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Every attribute, once, on the link ``topology`` makes: what ``__init__`` and
+        :meth:`from_url` share (``settings``, ``detect`` and ``url`` are a URL's)."""
+        keys = KeySpace(prefix)
+        connector = Connector(keys, partitions, events_maxlen, settings, detect)
+        runner = ScriptRunner(topology, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
+        super().__init__(
+            keys, connector.first(topology, runner), limits, partitions, fair_dispatch=fair_dispatch
+        )
         if timeout <= 0 or events_maxlen < 1:
             raise ValueError("timeout and events_maxlen must be positive")
         if wait_replicas < 0:
             raise ValueError("wait_replicas must be >= 0")
         if wait_replicas and not 0 < wait_timeout < timeout:
             raise ValueError("wait_timeout must be positive and below timeout")
-        topology: Topology
-        if isinstance(client, RedisCluster):
-            topology = ClusterTopology(ConnectionSettings.from_cluster_client(client, timeout))
-        else:
-            topology = StandaloneTopology(client, timeout, owned=close_client)
-        self._topology: Topology = topology
-        self._cluster_client = client if isinstance(client, RedisCluster) else None
-        self._keys = KeySpace(prefix)
+        self._connector = connector
         self._timeout = timeout
-        # The scripts' `events` argument: the stream's MAXLEN, then "p" when each
-        # hint is also published on its shard channel (a cluster's tails listen there).
-        self._events = str(events_maxlen)
         self._close_client = close_client
-        # from_url: how to reach a cluster found on entering, and to build `client`.
-        self._settings: ConnectionSettings | None = None
-        self._detect = False
-        self._url: tuple[str, dict[str, Any]] | None = None
-        self._runner = ScriptRunner(
-            topology, wait_replicas=wait_replicas, wait_timeout=wait_timeout
-        )
+        # The client property's RedisCluster: the one given, else made from `url` on use.
+        self._cluster_client = cluster_client
+        self._url = url
         self._publisher = RedisEventPublisher(
-            topology, self._keys, partitions, maxlen=events_maxlen
+            self._current_link, keys, partitions, maxlen=events_maxlen
         )
-        self._queue = RedisWorkQueue(
-            self._runner, self._keys, self._encoder, events=lambda: self._events
-        )
+        self._queue = RedisWorkQueue(self._current_link, keys, self._encoder)
+
+    def _current_link(self) -> Link:
+        # What the work queue and the event publisher call for the link at each use.
+        return self._link
 
     @classmethod
     def from_url(
@@ -136,9 +170,15 @@ class RedisTaskManager(RedisContract):
         settings = ConnectionSettings.from_url(
             url, timeout=timeout, max_connections=max_connections, options=redis_options
         )
-        client = Redis.from_pool(settings.pool(*settings.seeds[0]))
-        manager = cls(
-            client,
+        topology: Topology
+        if cluster:
+            topology = ClusterTopology(settings)
+        else:
+            client = Redis.from_pool(settings.pool(*settings.seeds[0]))
+            topology = StandaloneTopology(client, timeout, owned=True)
+        manager = cls.__new__(cls)
+        manager._setup(
+            topology,
             prefix=prefix,
             partitions=partitions,
             limits=limits,
@@ -148,12 +188,10 @@ class RedisTaskManager(RedisContract):
             wait_timeout=wait_timeout,
             close_client=True,
             fair_dispatch=fair_dispatch,
+            settings=settings,
+            detect=cluster is None,
+            url=(url, {**redis_options, "max_connections": max_connections}),
         )
-        manager._settings = settings
-        manager._url = (url, {**redis_options, "max_connections": max_connections})
-        if cluster:
-            manager._use(ClusterTopology(settings))
-        manager._detect = cluster is None
         return manager
 
     @property
@@ -169,7 +207,7 @@ class RedisTaskManager(RedisContract):
         (see :mod:`redis_tasks._redis.topology`). On a cluster it is made on first use
         and closed with the manager.
         """
-        topology = self._topology
+        topology = self._link.topology
         if isinstance(topology, StandaloneTopology):
             return topology.client
         if self._cluster_client is None:
@@ -186,12 +224,12 @@ class RedisTaskManager(RedisContract):
     def primary_clients(self) -> list[Redis]:
         """A redis-py client per primary (the one server on standalone), for
         per-node commands of your own (``INFO``, ``SCAN``); the library's pools."""
-        return [node.client for node in self._topology.primaries()]
+        return [node.client for node in self._link.topology.primaries()]
 
     @property
     def is_cluster(self) -> bool:
         """Whether this manager talks to a Redis Cluster."""
-        return self._topology.is_cluster
+        return self._link.topology.is_cluster
 
     @property
     def keyspace(self) -> KeySpace:
@@ -204,33 +242,30 @@ class RedisTaskManager(RedisContract):
         return self._timeout
 
     async def __aenter__(self) -> Self:
-        """Detect a cluster if asked to, load the scripts, create the work groups."""
-        if self._detect:
-            self._detect = False
-            topology = self._topology
-            assert isinstance(topology, StandaloneTopology)
-            assert self._settings is not None
-            if await is_cluster(topology.client, self._timeout):
-                self._use(ClusterTopology(self._settings))
-                await topology.aclose()
-        await self._topology.start()
-        await self.ensure_work_groups(range(self._partitions), load_scripts=True)
-        await warn_if_evicting(self._topology)
-        if self._topology.is_cluster:
-            await self._start_publishing()
+        """Connect (:meth:`.link.Connector.connect`): detect a cluster if asked to, load
+        the scripts, create the work groups; the link it makes serves from now on."""
+        self._link = await self._connector.connect(self._link)
         return self
 
-    async def _start_publishing(self) -> None:
-        """On a cluster, publish every event hint on its stream's shard channel too
-        (see :mod:`.shard_tail`), once ``SPUBLISH`` is known to be allowed."""
-        if await may_publish(self._topology, self._keys.events(0)):
-            self._events = f"{self._events.removesuffix('p')}p"
-            self._publisher.use(self._topology, publishing=True)
+    # The link's parts by their old names, which tests and diagnostics read.
 
-    def _use(self, topology: Topology) -> None:
-        self._topology = topology
-        self._runner.topology = topology
-        self._publisher.use(topology)
+    @property
+    def _topology(self) -> Topology:
+        return self._link.topology
+
+    @property
+    def _runner(self) -> ScriptRunner:
+        return self._link.runner
+
+    @property
+    def _events(self) -> str:
+        return self._link.events
+
+    @_events.setter
+    def _events(self, value: str) -> None:
+        # For tests that stand in for a writer of an older version (one whose scripts
+        # do not publish): the link is replaced whole, as connecting replaces it.
+        self._link = replace(self._link, events=value)
 
     async def ensure_work_groups(
         self, partitions: Iterable[int], *, load_scripts: bool = False
@@ -250,13 +285,13 @@ class RedisTaskManager(RedisContract):
         data (origin, payload, answers, result) is read.
         """
         chosen = range(self.partitions) if partitions is None else partitions
-        return await inspect_partitions(self._runner, self._keys, chosen, sample=sample)
+        return await inspect_partitions(self._link.runner, self._keys, chosen, sample=sample)
 
     async def inspect_task(self, task_id: str) -> TaskInspection | None:
         """One task's status, times, lease, fence, attempts and work entry, for an
         operator: no authorization is checked, and no task data is read. ``None``
         for an unknown, expired or malformed ID."""
-        return await inspect_task(self._runner, self._keys, task_id)
+        return await inspect_task(self._link.runner, self._keys, task_id)
 
     @property
     def work_queue(self) -> RedisWorkQueue:
@@ -267,7 +302,7 @@ class RedisTaskManager(RedisContract):
     def events_arg(self) -> str:
         """The emitting scripts' ``event_opts`` argument: the stream's MAXLEN, then ``p``
         when each hint is also published on its shard channel."""
-        return self._events
+        return self._link.events
 
     async def __aexit__(
         self,
@@ -277,7 +312,7 @@ class RedisTaskManager(RedisContract):
     ) -> None:
         """Stop the event tail and close the connections this manager owns."""
         await self._publisher.aclose()
-        await self._topology.aclose()
+        await self._link.topology.aclose()
         if self._cluster_client is not None and (self._close_client or self._url is not None):
             await self._cluster_client.aclose()
 

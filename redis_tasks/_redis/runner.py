@@ -24,8 +24,9 @@ __all__ = ["ScriptRunner"]
 class ScriptRunner:
     """Runs scripts on a topology: EVALSHA, NOSCRIPT reload, one deadline, error mapping.
 
-    Redis errors of every kind become :class:`BackendError` here, the one
-    boundary between the backend and the library's exception tree. Scripts are
+    Redis errors of every kind become :class:`BackendError` here (through
+    :data:`.client.backend_errors`, the one boundary between the client and the
+    library's exception tree); anything else is a bug and passes as it is. Scripts are
     idempotent, so a lost reply can be retried: create finds its own task,
     finish accepts the identical transition again, claim returns the caller's
     own live lease, and the rest change nothing when repeated. Redirects,
@@ -33,7 +34,7 @@ class ScriptRunner:
     within the call's one deadline (``timeout``).
     """
 
-    __slots__ = ("_wait", "timeout", "topology", "wait_replicas")
+    __slots__ = ("_wait", "_wait_timeout", "timeout", "topology", "wait_replicas")
 
     def __init__(
         self, topology: Topology, *, wait_replicas: int = 0, wait_timeout: float = 1.0
@@ -41,8 +42,18 @@ class ScriptRunner:
         self.topology = topology
         self.timeout = topology.timeout
         self.wait_replicas = wait_replicas
+        self._wait_timeout = wait_timeout
         wait_ms = max(1, int(wait_timeout * 1000))
         self._wait = (b"WAIT", wait_replicas, wait_ms) if wait_replicas > 0 else None
+
+    def on(self, topology: Topology) -> ScriptRunner:
+        """A runner like this one (the same ``WAIT``) on ``topology``: this one if it
+        runs there already."""
+        if topology is self.topology:
+            return self
+        return ScriptRunner(
+            topology, wait_replicas=self.wait_replicas, wait_timeout=self._wait_timeout
+        )
 
     async def run(self, call: Call, *, durable: bool = False) -> list[Any]:
         """Run ``call`` (what a binding made: ``scripts.find(task=..., ...)``) and

@@ -20,9 +20,10 @@ followed by a read of each stream from its position, and every second the
 streams are read again (one pipelined write per primary). Hints seen both ways
 are delivered once (by entry ID). A process that does not publish (an older
 version, or a user without ``+spublish``) is thus still heard, within a second.
-A failover, a slot that moved (Redis sends ``sunsubscribe``) or any error ends
-the subscriptions; the tail regroups the partitions by their new primaries and
-subscribes again.
+A failover, a slot that moved (Redis sends ``sunsubscribe``) or any Redis error
+ends the subscriptions; the tail regroups the partitions by their new primaries
+and subscribes again. Any other error is a bug, which a retry would repeat: it
+ends the tail (:class:`~.events.RedisEventPublisher` says so once).
 
 The cost: one ``SPUBLISH`` inside each emitting script (about a microsecond with
 no subscriber), and the ACL's ``+spublish +ssubscribe`` with the channel pattern.
@@ -174,7 +175,8 @@ class ShardTail:
     async def run(self) -> None:
         """Until cancelled: fix positions, subscribe per primary, deliver; regroup on change.
 
-        Raises :class:`NoPermissionError` when the ACL refuses ``SSUBSCRIBE``.
+        Raises :class:`NoPermissionError` when the ACL refuses ``SSUBSCRIBE``, and
+        what is not a Redis error (a bug: retrying would repeat it).
         """
         backoff = 0.05
         streams: dict[str, _Stream] | None = None

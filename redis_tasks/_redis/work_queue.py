@@ -10,8 +10,9 @@ change atomically with the task record.
 A group that the server lost (a flush, a restart without persistence) answers
 ``NOGROUP``: the queue creates it again (:mod:`.work_groups`) and reports an
 empty read, so a worker never has to know what a consumer group is. The manager
-passes what the queue needs of it: the script runner, the key space, the encoder
-(fences and the poison error) and the scripts' ``events`` argument.
+passes what the queue needs of it: its link (:mod:`.link`: the topology, the
+script runner and the scripts' ``events`` argument), the key space and the
+encoder (fences and the poison error).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from redis_tasks._work_queue import QueueDepth, WorkEntry
 from . import scripts as lua
 from .client import backend_errors
 from .keys import WORK_GROUP, KeySpace, TaskKeys
+from .link import Link
 from .pipeline import pack
 from .rawio import KeptConnection, stream_entries
-from .runner import ScriptRunner
 from .topology import Topology
 from .work_groups import ensure_groups, no_group, recreate_group
 
@@ -131,32 +132,25 @@ class _Reader:
 class RedisWorkQueue:
     """The work queue of a :class:`RedisTaskManager` (see the module).
 
-    ``events`` returns the scripts' ``event_opts`` argument as it is at each call
-    (a manager entering a cluster starts publishing hints on shard channels).
+    ``link`` returns the manager's link as it is at each call (entering a manager
+    connects, which may find a cluster and start publishing hints on shard channels).
     """
 
-    def __init__(
-        self,
-        runner: ScriptRunner,
-        keys: KeySpace,
-        encoder: Encoder,
-        events: Callable[[], str],
-    ) -> None:
-        self._runner = runner
+    def __init__(self, link: Callable[[], Link], keys: KeySpace, encoder: Encoder) -> None:
+        self._link = link
         self.keys = keys
         self._encoder = encoder
-        self._events = events
         self._poison_error = encoder.error(INTERNAL_ERROR)
 
     @property
     def topology(self) -> Topology:
-        """Where the streams live (follows the manager's topology)."""
-        return self._runner.topology
+        """Where the streams live (the manager's link's)."""
+        return self._link().topology
 
     @property
     def timeout(self) -> float:
         """Seconds one call may take."""
-        return self._runner.timeout
+        return self._link().runner.timeout
 
     def _task_keys(self, task_id: str) -> TaskKeys:
         keys = self.keys.of_task(task_id)
@@ -191,7 +185,8 @@ class RedisWorkQueue:
         if entry.task_id is None:
             raise TaskNotFoundError()
         keys = self._task_keys(entry.task_id)
-        reply = await self._runner.run_raw(
+        link = self._link()
+        reply = await link.runner.run_raw(
             lua.claim(
                 task=keys.task,
                 requests=keys.requests,
@@ -207,7 +202,7 @@ class RedisWorkQueue:
                 lease_ms=_lease_ms(lease),
                 max_attempts=max_attempts,
                 poison_error=self._poison_error,
-                event_opts=self._events(),
+                event_opts=link.events,
             ),
             # A worker claims one entry at a time only when it was idle (or
             # reclaims): the task's start waits on this call, so it goes at once.
@@ -231,8 +226,9 @@ class RedisWorkQueue:
         dispatched from the tenant queues) and claim each; ``wake`` rings the doorbell
         for blocked workers if tasks still wait."""
         keys = self.keys
+        link = self._link()
         try:
-            reply = await self._runner.run_raw(
+            reply = await link.runner.run_raw(
                 lua.claim_next(
                     work=keys.work(partition),
                     events=keys.events(partition),
@@ -243,7 +239,7 @@ class RedisWorkQueue:
                     lease_ms=_lease_ms(lease),
                     max_attempts=max_attempts,
                     poison_error=self._poison_error,
-                    event_opts=self._events(),
+                    event_opts=link.events,
                     wake=int(wake),
                 ),
                 # The reader waits on this call for the next tasks to start: sent at
@@ -284,7 +280,7 @@ class RedisWorkQueue:
     async def renew(self, task_id: str, *, fence: int, consumer: str, lease: timedelta) -> bool:
         """One ``renew`` script call; whether cancellation was requested."""
         keys = self._task_keys(task_id)
-        reply = await self._runner.run(
+        reply = await self._link().runner.run(
             lua.renew(
                 task=keys.task,
                 work=keys.work,
@@ -299,7 +295,7 @@ class RedisWorkQueue:
     async def release(self, task_id: str, *, fence: int) -> None:
         """One ``release`` script call: the task goes back for another worker at once."""
         keys = self._task_keys(task_id)
-        await self._runner.run(
+        await self._link().runner.run(
             lua.release(task=keys.task, work=keys.work, task_id=task_id, fence=self._fence(fence))
         )
 
@@ -309,7 +305,7 @@ class RedisWorkQueue:
             await self.drop(entry)
             return
         keys = self._task_keys(entry.task_id)
-        await self._runner.run(
+        await self._link().runner.run(
             lua.requeue(
                 task=keys.task, work=keys.work, task_id=entry.task_id, entry_id=entry.entry_id
             )
