@@ -200,9 +200,7 @@ class Worker:
                 )
         unwatch = METRICS.watch(self._gauges)
         # Sampled only when metrics are on, and then only while something collects.
-        sampling = (
-            _loop(self._gauges.loop(), "redis-tasks-backlog") if METRICS.enabled else None
-        )
+        sampling = _loop(self._gauges.loop(), "redis-tasks-backlog") if METRICS.enabled else None
         self._health.started()
         readers = [_loop(self._intake.read(p), f"redis-tasks-read-{p}") for p in self.partitions]
         renewing = _loop(self._renewal.loop(), "redis-tasks-renew")
