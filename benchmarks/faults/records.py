@@ -13,7 +13,7 @@ from typing import Final
 
 #: Every fault kind, in the order the schedule injects them (then round again).
 KINDS: Final = ("pause_all", "kill", "pause_write", "restart", "pause_write_kill")
-#: Worker log events that record an accepted completion (as tests/fleet.py counts them).
+#: Worker log events that record an accepted completion (as tests/support/fleet.py counts them).
 COMPLETED: Final = ("task_complete", "outcome_unconfirmed")
 #: Worker log events of a handler slot not given back exactly once (the rule of
 #: redis_tasks._worker.slots.SlotLease; ``slots_leaked`` is checked when a worker stops).

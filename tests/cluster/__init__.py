@@ -1,0 +1,1 @@
+"""Redis Cluster specifics on a real 3-primary, 3-replica cluster."""

@@ -1,0 +1,478 @@
+"""Tenants: fair dispatch, the open-task quota, the create rate and the concurrency cap.
+
+Each test runs on the in-memory reference, a standalone redis-server and the 3+3
+cluster, through the contract and the :class:`WorkQueue` alone, with one
+partition (so every task of a test meets in one ring) unless it says otherwise.
+Dispatch order is asserted by order, never by timing: a batch claim
+(``claim_next``) of one task at a time shows the order the ring serves tenants in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from redis_tasks import (
+    ClaimOutcome,
+    InMemoryTaskManager,
+    LimitExceededError,
+    Limits,
+    QuotaExceededError,
+    RedisTaskManager,
+    RequestContext,
+    TaskExecution,
+    ValidationError,
+    Worker,
+)
+from redis_tasks._lease import Claim
+from redis_tasks._redis.lua_source import assemble
+from redis_tasks._tenancy import jitter, stride, tenant_digest
+from redis_tasks._work_queue import WorkEntry, WorkerBackend, WorkQueue
+from redis_tasks.testing import RedisServer
+from tests.support.backends import SERVERS, Backend, server_url
+from tests.support.helpers import ALICE, BOB, ORIGIN, wait_until
+
+LONG = timedelta(seconds=30)
+FLOOD = RequestContext("/mcp", "user:flood")
+
+Build = Callable[..., Any]
+
+
+class Clock:
+    """The in-memory manager's clock, moved by the test (Redis runs on its own)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+@pytest.fixture(params=["memory", *SERVERS])
+def make(request: pytest.FixtureRequest, prefix: str) -> Build:
+    """``make(limits=..., partitions=1)``: an entered manager of the parametrised backend."""
+    url = None if request.param == "memory" else server_url(request, request.param)
+
+    @asynccontextmanager
+    async def build(
+        limits: Limits | None = None, partitions: int = 1, clock: Clock | None = None
+    ) -> AsyncIterator[Backend]:
+        manager: WorkerBackend
+        if url is None:
+            manager = InMemoryTaskManager(
+                limits=limits, partitions=partitions, clock=clock or Clock()
+            )
+        else:
+            manager = RedisTaskManager.from_url(
+                url, prefix=prefix, partitions=partitions, limits=limits
+            )
+        async with manager:
+            subject = Backend(request.param, manager, prefix)
+            yield subject
+            if subject.is_redis:
+                assert await subject.immortal_keys() == []
+
+    return build
+
+
+async def create(m: WorkerBackend, who: RequestContext = FLOOD, **options: Any) -> str:
+    return (await m.create_task(who, ORIGIN, **options)).task_id
+
+
+async def next_one(m: WorkerBackend, consumer: str = "w1") -> tuple[WorkEntry, Claim] | None:
+    """One batch claim of one task: what the ring serves next (``None``: nothing)."""
+    claimed = await m.work_queue.claim_next(
+        0, consumer=consumer, count=1, lease=LONG, max_attempts=5
+    )
+    return claimed[0] if claimed else None
+
+
+async def admits(m: WorkerBackend, who: RequestContext) -> bool:
+    """Whether a create of ``who``'s is admitted now (one is then stored)."""
+    try:
+        await create(m, who)
+    except QuotaExceededError:
+        return False
+    return True
+
+
+async def served(m: WorkerBackend, n: int) -> list[str]:
+    """The task IDs of the next ``n`` tasks claimed one at a time, in order."""
+    out = []
+    for _ in range(n):
+        got = await next_one(m)
+        assert got is not None, "the queue ran dry"
+        assert got[0].task_id is not None
+        out.append(got[0].task_id)
+    return out
+
+
+# -- fair dispatch ----------------------------------------------------------------------
+
+
+async def test_a_tenant_alone_is_served_in_arrival_order_in_whole_batches(make: Build) -> None:
+    async with make() as b:
+        m = b.manager
+        created = [await create(m) for _ in range(10)]
+        depth = await m.work_queue.depth(0)
+        # The first went straight into the stream (nothing waited); the rest wait.
+        assert (depth.entries, depth.queued, depth.tenants, depth.backlog) == (1, 9, 1, 10)
+        batch = await m.work_queue.claim_next(0, consumer="w1", count=8, lease=LONG, max_attempts=5)
+        assert [e.task_id for e, _ in batch] == created[:8]
+        assert all(c.outcome is ClaimOutcome.RUN for _, c in batch)
+        assert await served(m, 2) == created[8:]
+        assert await next_one(m) is None
+        depth = await m.work_queue.depth(0)
+        assert (depth.queued, depth.tenants, depth.backlog) == (0, 0, 0)
+
+
+async def test_a_tenant_that_arrives_behind_a_flood_is_served_within_one_round(
+    make: Build,
+) -> None:
+    async with make() as b:
+        m = b.manager
+        flood = [await create(m) for _ in range(30)]
+        late = [await create(m, BOB) for _ in range(3)]
+        order = await served(m, 33)
+        # Both tenants' tasks in their own arrival order...
+        assert [t for t in order if t in flood] == flood
+        assert [t for t in order if t in late] == late
+        # ...and the late tenant's first within the first round, then every other one:
+        # not after the flood's 30, as first come, first served would have it.
+        positions = [order.index(t) for t in late]
+        assert positions[0] <= 2
+        assert positions[1] - positions[0] == positions[2] - positions[1] == 2
+
+
+async def test_weights_share_the_workers_three_to_one(make: Build) -> None:
+    async with make() as b:
+        m = b.manager
+        heavy: set[str] = set()
+        for _ in range(40):
+            heavy.add(await create(m, RequestContext("/mcp", "plan:pro"), weight=3))
+            await create(m, BOB)
+        order = await served(m, 40)
+        # 3 : 1 over the window, within one task (the first went straight in).
+        assert abs(sum(t in heavy for t in order) - 30) <= 1, order
+
+
+async def test_a_named_tenant_groups_tasks_of_different_bindings(make: Build) -> None:
+    async with make() as b:
+        m = b.manager
+        # Alice's and Bob's tasks count against one organisation, a third party
+        # against itself: two tenants, served alternately, not three.
+        org = [await create(m, who, tenant="org:acme") for who in (ALICE, BOB) * 5]
+        other = [await create(m, FLOOD) for _ in range(5)]
+        order = await served(m, 10)
+        assert sum(t in other for t in order) >= 4, order
+        assert [t for t in order if t in org] == org[: len([t for t in order if t in org])]
+
+
+async def test_tenant_and_weight_are_checked_and_a_bad_one_stores_nothing(make: Build) -> None:
+    async with make(limits=Limits(max_tenant_bytes=8, max_tenant_weight=5)) as b:
+        m = b.manager
+        before = await b.dump()
+        for bad, error in (
+            ({"tenant": 7}, ValidationError),
+            ({"tenant": "x" * 9}, LimitExceededError),
+            ({"tenant": "\ud800"}, ValidationError),
+            ({"weight": 0}, LimitExceededError),
+            ({"weight": 6}, LimitExceededError),
+            ({"weight": True}, ValidationError),
+            ({"weight": 2.0}, ValidationError),
+        ):
+            with pytest.raises(error) as raised:
+                await m.create_task(ALICE, ORIGIN, **bad)
+            assert "x" * 9 not in str(raised.value)
+        assert await b.dump() == before
+        await create(m, tenant="é" * 4, weight=5)  # 8 bytes: the bound itself
+
+
+async def test_no_tenant_key_or_partition_key_is_stored_in_redis(make: Build) -> None:
+    secret = "tenant-key-7f3a9c"
+    async with make(limits=Limits(max_open_tasks_per_tenant=5)) as b:
+        if not b.is_redis:
+            pytest.skip("the in-memory record keeps the endpoint and partition key")
+        m = b.manager
+        await create(m, RequestContext("/mcp", "pk-5e2b1d"), tenant=secret)
+        await create(m, RequestContext("/mcp", "pk-5e2b1d"))
+        await create(m, RequestContext("/mcp", "pk-5e2b1d"), tenant=secret)
+        blob = repr(await b.dump()) + repr(await b.all_keys())
+        assert secret not in blob
+        assert "pk-5e2b1d" not in blob
+
+
+# -- the open-task quota --------------------------------------------------------------------
+
+
+async def test_the_open_task_quota_refuses_the_next_task_and_stores_nothing(
+    make: Build,
+) -> None:
+    async with make(limits=Limits(max_open_tasks_per_tenant=3)) as b:
+        m = b.manager
+        mine = [await create(m, ALICE) for _ in range(3)]
+        before = await b.dump()
+        with pytest.raises(QuotaExceededError) as refused:
+            await create(m, ALICE)
+        assert (refused.value.reason, refused.value.retry_after) == ("quota", None)
+        assert "alice" not in str(refused.value)
+        assert _with_stats_of(before, await b.dump()) == before
+        await create(m, BOB)  # another tenant is not held back
+        await create(m, ALICE, tenant="another")  # nor is another tenant of Alice's
+        # A task that ends frees its place.
+        await m.complete_task(mine[0], {})
+        await create(m, ALICE)
+        with pytest.raises(QuotaExceededError):
+            await create(m, ALICE)
+        await m.cancel_task(mine[1])
+        await create(m, ALICE)
+
+
+async def test_a_task_that_expires_frees_its_place_in_the_quota(make: Build) -> None:
+    clock = Clock()
+    async with make(limits=Limits(max_open_tasks_per_tenant=2), clock=clock) as b:
+        m = b.manager
+        await create(m, ALICE, ttl=timedelta(milliseconds=300))
+        await create(m, ALICE)
+        with pytest.raises(QuotaExceededError):
+            await create(m, ALICE)
+        clock.offset += 1.0  # the in-memory clock; Redis expires it on its own
+        await wait_until(partial(admits, m, ALICE), within=5, what="the expired task's place")
+
+
+# -- the create rate ------------------------------------------------------------------------
+
+
+async def test_the_create_rate_refuses_a_burst_beyond_its_size_with_retry_after(
+    make: Build,
+) -> None:
+    limits = Limits(tenant_create_rate=4, tenant_create_burst=3)
+    async with make(limits=limits) as b:
+        m = b.manager
+        for _ in range(3):
+            await create(m, ALICE)
+        before = await b.dump()
+        with pytest.raises(QuotaExceededError) as refused:
+            await create(m, ALICE)
+        assert refused.value.reason == "rate"
+        wait = refused.value.retry_after
+        assert wait is not None
+        assert timedelta(0) < wait <= timedelta(milliseconds=250)
+        assert _with_stats_of(before, await b.dump()) == before
+        await create(m, BOB)  # another tenant has its own bucket
+        await wait_until(partial(admits, m, ALICE), within=5, what="the create rate's room")
+
+
+# -- the concurrency cap ---------------------------------------------------------------------
+
+
+async def test_a_capped_tenant_runs_at_most_its_cap_and_holds_nobody_back(make: Build) -> None:
+    async with make(limits=Limits(max_running_tasks_per_tenant=2)) as b:
+        m = b.manager
+        q = m.work_queue
+        capped = [await create(m, ALICE) for _ in range(5)]
+        others = [await create(m, BOB) for _ in range(2)]  # the cap is every tenant's
+        batch = await q.claim_next(0, consumer="w1", count=10, lease=LONG, max_attempts=5)
+        running = [e.task_id for e, c in batch if c.outcome is ClaimOutcome.RUN]
+        assert [t for t in running if t in capped] == capped[:2]
+        assert [t for t in running if t in others] == others
+        assert len(running) == 4
+        # The capped tenant waits parked: a claim finds nothing more of it.
+        assert await q.claim_next(0, consumer="w1", count=10, lease=LONG, max_attempts=5) == []
+        depth = await q.depth(0)
+        assert (depth.queued, depth.tenants) == (3, 1)
+        # One of its tasks ends: one more may run, and only one.
+        await m.complete_task(capped[0], {})
+        batch = await q.claim_next(0, consumer="w1", count=10, lease=LONG, max_attempts=5)
+        assert [(e.task_id, c.outcome) for e, c in batch] == [(capped[2], ClaimOutcome.RUN)]
+
+
+async def test_a_capped_task_claimed_past_the_cap_is_deferred_back_to_its_queue(
+    make: Build,
+) -> None:
+    async with make(limits=Limits(max_running_tasks_per_tenant=1)) as b:
+        m = b.manager
+        q = m.work_queue
+        first = await create(m, ALICE)  # straight into the stream
+        (entry, claim), *_ = await q.claim_next(
+            0, consumer="w1", count=1, lease=LONG, max_attempts=5
+        )
+        assert (entry.task_id, claim.outcome) == (first, ClaimOutcome.RUN)
+        # Released by hand-back, then re-entered straight into the stream...
+        second = await create(m, ALICE)
+        reader = q.reader(0, "w2", timedelta(milliseconds=200))
+        try:
+            (entry2,) = await reader.read(1)
+        finally:
+            await reader.close()
+        assert entry2.task_id == second
+        # ...a claim of it while the first runs defers it, no attempt counted.
+        deferred = await q.claim(entry2, consumer="w2", lease=LONG, max_attempts=5)
+        assert deferred.outcome is ClaimOutcome.DEFERRED
+        assert await q.claim_next(0, consumer="w2", count=5, lease=LONG, max_attempts=5) == []
+        await m.complete_task(first, {})
+        (entry3, claim3), *_ = await q.claim_next(
+            0, consumer="w2", count=5, lease=LONG, max_attempts=5
+        )
+        assert (entry3.task_id, claim3.outcome, claim3.attempt) == (second, ClaimOutcome.RUN, 1)
+
+
+async def test_a_capped_tenants_lease_that_runs_out_stops_counting(make: Build) -> None:
+    clock = Clock()
+    async with make(limits=Limits(max_running_tasks_per_tenant=1), clock=clock) as b:
+        m = b.manager
+        q: WorkQueue = m.work_queue
+        first, second = await create(m, ALICE), await create(m, ALICE)
+        (entry, claim), *_ = await q.claim_next(
+            0, consumer="dies", count=5, lease=timedelta(milliseconds=300), max_attempts=5
+        )
+        assert entry.task_id == first
+        assert claim.outcome is ClaimOutcome.RUN
+        assert await q.claim_next(0, consumer="w2", count=5, lease=LONG, max_attempts=5) == []
+        clock.offset += 1.0  # its worker died: no renewal, the lease runs out
+
+        async def next_runs() -> list[tuple[WorkEntry, Claim]]:
+            return await q.claim_next(0, consumer="w2", count=5, lease=LONG, max_attempts=5)
+
+        got = await wait_until(next_runs, within=5, what="the parked tenant's next task")
+        assert [(e.task_id, c.outcome) for e, c in got] == [(second, ClaimOutcome.RUN)]
+
+
+async def test_renewal_keeps_a_capped_task_counted(make: Build) -> None:
+    clock = Clock()
+    async with make(limits=Limits(max_running_tasks_per_tenant=1), clock=clock) as b:
+        m = b.manager
+        q = m.work_queue
+        first, _ = await create(m, ALICE), await create(m, ALICE)
+        (_entry, claim), *_ = await q.claim_next(
+            0, consumer="w1", count=5, lease=timedelta(seconds=2), max_attempts=5
+        )
+        await q.renew(first, fence=claim.fence, consumer="w1", lease=LONG)
+        clock.offset += 3.0
+        await asyncio.sleep(0)
+        assert await q.claim_next(0, consumer="w2", count=5, lease=LONG, max_attempts=5) == []
+
+
+# -- waking workers -------------------------------------------------------------------------
+
+
+async def test_a_single_claim_says_whether_tasks_wait_in_the_tenant_queues(make: Build) -> None:
+    async with make() as b:
+        m = b.manager
+        q = m.work_queue
+        first = await create(m)
+        reader = q.reader(0, "w1", timedelta(milliseconds=200))
+        try:
+            (entry,) = await reader.read(2)
+            assert entry.task_id == first
+            await create(m)  # the stream holds nothing undelivered: straight in
+            (alone,) = await reader.read(2)
+            alone_claim = await q.claim(alone, consumer="w1", lease=LONG, max_attempts=5)
+            assert not alone_claim.backlog
+            await create(m)
+            await create(m)  # this one waits in its tenant's queue
+            (third,) = await reader.read(2)
+            claim = await q.claim(third, consumer="w1", lease=LONG, max_attempts=5)
+            assert claim.outcome is ClaimOutcome.RUN
+            assert claim.backlog
+        finally:
+            await reader.close()
+
+
+async def test_a_busy_batch_claim_rings_the_doorbell_for_a_blocked_worker(make: Build) -> None:
+    async with make() as b:
+        m = b.manager
+        q = m.work_queue
+        tasks = [await create(m) for _ in range(4)]
+        claimed = await q.claim_next(0, consumer="busy", count=2, lease=LONG, max_attempts=5)
+        assert [e.task_id for e, _ in claimed] == tasks[:2]
+        reader = q.reader(0, "idle", timedelta(seconds=2))
+        try:
+            waiting = asyncio.ensure_future(reader.read(2))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            # The busy worker's slots are full: its next batch rings for the idle one.
+            more = await q.claim_next(
+                0, consumer="busy", count=1, lease=LONG, max_attempts=5, wake=True
+            )
+            assert [e.task_id for e, _ in more] == tasks[2:3]
+            (bell,) = await asyncio.wait_for(waiting, 5)
+            assert bell.doorbell
+            assert bell.task_id is None
+            await q.drop(bell)
+            rest = await q.claim_next(0, consumer="idle", count=5, lease=LONG, max_attempts=5)
+            assert [e.task_id for e, _ in rest] == tasks[3:]
+        finally:
+            await reader.close()
+
+
+def _with_stats_of(before: Any, after: Any) -> Any:
+    """``after``, with each stats hash as ``before`` had it: a refusal counts itself
+    in the stats (best effort), and stores nothing else."""
+    if not isinstance(before, dict):
+        return after
+    merged = dict(after)
+    for key, value in before.items():
+        if str(key).endswith(":stats"):
+            merged[key] = value
+    return merged
+
+
+async def test_the_jitter_of_the_scripts_is_the_pythons(redis_server: RedisServer) -> None:
+    """The scripts' jitter() and _tenancy.jitter are twins: the in-memory reference
+    orders a ring exactly as Redis does."""
+    source = assemble(["tenants"], "return jitter(ARGV[1], ARGV[2], tonumber(ARGV[3]))")
+    client = Redis.from_url(redis_server.url)
+    try:
+        for n in range(40):
+            tenant = tenant_digest(b"", b"", f"tenant {n}".encode())
+            for partition, weight in ((0, 1), (7, 3), (16383, 100)):
+                got = await client.eval(source, 0, tenant, str(partition), stride(weight))
+                assert got == jitter(tenant, partition, stride(weight))
+    finally:
+        await client.aclose()
+
+
+async def test_a_worker_starts_a_late_tenants_tasks_before_a_floods_backlog_drains(
+    make: Build,
+) -> None:
+    """With a worker running, tenant A's backlog of 120 tasks is being drained when
+    tenant B creates 4: B's tasks start within a few starts of their creation, long
+    before A's backlog drains (first come, first served would start them last)."""
+    async with make(partitions=4) as b:
+        m = b.manager
+        starts: list[str] = []
+        late: set[str] = set()
+        began = asyncio.Event()
+
+        async def handler(execution: TaskExecution) -> dict[str, Any]:
+            starts.append(execution.task_id)
+            if len(starts) == 10:
+                began.set()
+            await asyncio.sleep(0.002)
+            return {}
+
+        flood = [await create(m) for _ in range(120)]
+        async with Worker(m, handler, concurrency=4) as worker:
+            running = asyncio.ensure_future(worker.run())
+            await asyncio.wait_for(began.wait(), 30)
+            late.update([await create(m, BOB) for _ in range(4)])
+            created_at = len(starts)
+
+            async def all_started() -> bool:
+                return set(flood) | late <= set(starts)
+
+            await wait_until(all_started, within=60, what="every task to start")
+            await worker.stop()
+            await running
+        positions = [starts.index(t) for t in late]
+        assert max(positions) < created_at + 40, (created_at, positions)
+        assert starts.index(flood[-1]) > max(positions)

@@ -1,0 +1,1 @@
+"""The MCP tasks extension: its API, end to end over HTTP, the fast path, conformance."""

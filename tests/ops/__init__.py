@@ -1,0 +1,1 @@
+"""What an operator meets: inspect, dashboard, metrics, traces, check, bench, CLI, packaging."""

@@ -1,0 +1,58 @@
+"""The command line's first impression: ``--version``, plain ``--help``, and a mistake
+answered in one line with exit status 2, never a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from redis_tasks.__main__ import main
+from redis_tasks._version import DISTRIBUTION, __version__
+
+URL = "redis://127.0.0.1:1"  # never reached: every case fails before connecting
+
+
+def test_version_names_the_distribution(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"redis-tasks {__version__} ({DISTRIBUTION})"
+
+
+@pytest.mark.parametrize("command", [[], ["worker"], ["inspect"], ["dashboard"], ["bench"]])
+def test_help_is_plain_words(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([*command, "--help"])
+    shown = capsys.readouterr().out
+    assert "usage: redis-tasks" in shown
+    for markup in ("``", ":class:", ":func:", ":meth:", "**"):
+        assert markup not in shown
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["worker", "nosuchmodule_xyz:handler"], "cannot import module 'nosuchmodule_xyz'"),
+        (["worker", "tests.support.broken_handler:handler"], "ZeroDivisionError"),
+        (["worker", "os:nosuch"], "module 'os' has no 'nosuch'"),
+        (["worker", "os:sep"], "os:sep is not an async function"),
+        (["worker", "json:loads"], "json:loads is not an async function"),
+        (["worker", "nocolon"], "must be MODULE:FUNCTION"),
+        (["worker", "tests.support.handlers:handler", "--redis-url", "notaurl"], "not a Redis URL"),
+        (["inspect", "--redis-url", "notaurl"], "not a Redis URL"),
+        (["dashboard", "--redis-url", "notaurl"], "not a Redis URL"),
+        (["bench", "--redis-url", "notaurl", "drain"], "not a Redis URL"),
+        (["inspect", "--redis-url", URL, "--sample", "-1"], "--sample must be"),
+        (["bench", "--redis-url", URL, "nosuchscenario"], "unknown scenario"),
+    ],
+)
+def test_a_mistake_is_one_line_and_exit_2(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if argv[0] == "worker" and "--redis-url" not in argv:
+        argv = [*argv, "--redis-url", URL]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"redis-tasks {argv[0]}: ")
+    assert "Traceback" not in err

@@ -1,0 +1,1 @@
+"""The Redis backend itself: scripts, pipelining, retries, and many processes on one server."""

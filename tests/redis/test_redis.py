@@ -1,0 +1,426 @@
+"""The Redis backend itself: scripts, round trips, key layout, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import traceback
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from redis_tasks import (
+    BackendError,
+    ClaimOutcome,
+    InternalError,
+    RedisTaskManager,
+    TaskNotFoundError,
+    TaskRequestContext,
+    TaskStatus,
+    TaskUpdateContext,
+)
+from redis_tasks._models import RequestContext
+from redis_tasks._origin import TaskOrigin
+from redis_tasks._redis import events as redis_events
+from redis_tasks._redis.keys import KeySpace
+from redis_tasks._redis.lua_source import check_header, lua_dir
+from redis_tasks._redis.pipeline import AutoPipeline
+from redis_tasks._redis.scripts import SPECS, scripts
+from redis_tasks._work_queue import WorkEntry
+from redis_tasks.testing import RedisServer, start_redis_server
+from tests.support.backends import Backend
+from tests.support.helpers import (
+    ALICE,
+    BOB,
+    ELICIT,
+    ELICIT_ANSWER,
+    ORIGIN,
+    OTHER_ENDPOINT,
+    EventLog,
+)
+
+
+async def command_counts(client: Redis) -> Counter[str]:
+    stats = await client.info("commandstats")
+    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
+
+
+async def commands_of(client: Redis, action: Any) -> Counter[str]:
+    """The Redis commands (top level and inside scripts) one awaited ``action`` ran."""
+    before = await command_counts(client)
+    await action()
+    after = await command_counts(client)
+    delta = after - before
+    delta["info"] -= 1  # our own INFO call
+    return +delta
+
+
+def test_every_script_has_a_header_matching_its_python_contract() -> None:
+    for name, spec in SPECS.items():
+        source = (lua_dir() / f"{name}.lua").read_text()
+        check_header(name, source, spec)  # raises on disagreement
+        assert scripts[name].sha
+        assert "RC_OK" in scripts[name].source
+        # Every KEYS and ARGV slot is bound to a named local (or KEYS handed whole
+        # to terminate() or claim_entry(), whose parameter order the header documents).
+        whole = "terminate(KEYS" in source or "claim_entry(KEYS" in source
+        for n in range(1, len(spec.keys) + 1):
+            assert f"= KEYS[{n}]" in source or whole, (name, n)
+        for n in range(1, len(spec.argv) + 1):
+            assert f"ARGV[{n}]" in source, (name, n)
+
+
+def test_a_header_that_disagrees_with_its_contract_is_refused() -> None:
+    spec = SPECS["take_answers"]
+    source = (lua_dir() / "take_answers.lua").read_text()
+    for broken in (
+        source.replace("2 answers", "2 answerz"),
+        source.replace("1 fence", "1 fence\n    2 extra"),
+        source.replace("--[[", "--[ [", 1),
+    ):
+        with pytest.raises(InternalError):
+            check_header("take_answers", broken, spec)
+
+
+async def test_each_operation_is_one_evalsha_round_trip(standalone_backend: Backend) -> None:
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
+    task = await m.create_task(ALICE, ORIGIN)
+    tid = task.task_id
+    actions = {
+        "create": lambda: m.create_task(ALICE, ORIGIN),
+        "find": lambda: m.find_task(TaskRequestContext(ALICE, tid)),
+        "request_input": lambda: m.request_input(tid, {"k": ELICIT}),
+        "update": lambda: m.update_task(TaskUpdateContext(ALICE, tid, {"k": ELICIT_ANSWER})),
+        "take": lambda: m.take_input_responses(tid),
+        "cancel_intent": lambda: m.request_cancellation(TaskRequestContext(ALICE, tid)),
+        "is_cancel": lambda: m.is_cancellation_requested(tid),
+        "complete": lambda: m.complete_task(tid, {"ok": True}),
+    }
+    for name, action in actions.items():
+        ran = await commands_of(client, action)
+        top_level = {c: n for c, n in ran.items() if c in ("evalsha", "eval", "script|load")}
+        assert top_level == {"evalsha": 1}, (name, ran)
+
+
+@pytest.mark.parametrize("intruder", [BOB, OTHER_ENDPOINT], ids=["partition-key", "endpoint"])
+async def test_unknown_and_unauthorized_run_the_same_redis_commands(
+    standalone_backend: Backend, intruder: Any
+) -> None:
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
+    task = await m.create_task(ALICE, ORIGIN)
+    await m.request_input(task.task_id, {"k": ELICIT})
+    unknown = task.task_id[:-3] + ("AAA" if not task.task_id.endswith("AAA") else "BBB")
+    for make in (
+        lambda tid: m.find_task(TaskRequestContext(intruder, tid)),
+        lambda tid: m.request_cancellation(TaskRequestContext(intruder, tid)),
+        lambda tid: m.update_task(TaskUpdateContext(intruder, tid, {"k": ELICIT_ANSWER})),
+    ):
+        runs = []
+        for tid in (task.task_id, unknown):
+
+            async def attempt(tid: str = tid, make: Any = make) -> None:
+                with contextlib.suppress(TaskNotFoundError):
+                    await make(tid)
+
+            runs.append(await commands_of(client, attempt))
+        # One EXISTS on a grant key that does not exist, in both cases.
+        assert runs[0] == runs[1] == Counter({"evalsha": 1, "exists": 1})
+
+
+async def test_scripts_are_reloaded_after_the_cache_is_flushed(standalone_backend: Backend) -> None:
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
+    task = await m.create_task(ALICE, ORIGIN)
+    await client.script_flush()
+    ran = await commands_of(client, lambda: m.find_task(TaskRequestContext(ALICE, task.task_id)))
+    assert ran["evalsha"] == 1
+    assert ran["eval"] == 1
+    ran = await commands_of(client, lambda: m.find_task(TaskRequestContext(ALICE, task.task_id)))
+    assert ran["evalsha"] == 1
+    assert ran["eval"] == 0
+
+
+async def test_keys_are_hash_tagged_per_partition(standalone_backend: Backend) -> None:
+    m = standalone_backend.manager
+    tasks = [await m.create_task(ALICE, ORIGIN) for _ in range(40)]
+    await m.request_input(tasks[0].task_id, {"k": ELICIT})
+    keys = await standalone_backend.all_keys()
+    space = KeySpace(standalone_backend.prefix)
+    partitions = {int(t.task_id.split(".")[0]) for t in tasks}
+    assert len(partitions) > 4  # spread over partitions
+    for key in keys:
+        assert key.startswith("{" + standalone_backend.prefix + ":")
+    for t in tasks:
+        partition = int(t.task_id.split(".")[0])
+        keys_of_task = [k for k in keys if t.task_id in k]
+        # A task's keys and its partition's streams share one cluster slot.
+        slots = {key_slot(k.encode()) for k in keys_of_task}
+        slots |= {
+            key_slot(space.work(partition).encode()),
+            key_slot(space.events(partition).encode()),
+        }
+        assert len(slots) == 1
+
+
+async def test_created_work_is_enqueued_and_terminal_work_is_removed(
+    standalone_backend: Backend,
+) -> None:
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
+    task = await m.create_task(ALICE, ORIGIN, payload=b"job")
+    partition = int(task.task_id.split(".")[0])
+    work = standalone_backend.keys.work(partition)
+    entries: Any = await client.xrange(work)
+    assert [fields[b"t"].decode() for _, fields in entries] == [task.task_id]
+    groups = await client.xinfo_groups(work)
+    assert [g["name"] for g in groups] == [b"workers"]
+    await m.complete_task(task.task_id, {"ok": True})
+    assert await client.xrange(work) == []
+    record = await client.hgetall(standalone_backend.keys.task(partition, task.task_id).task)
+    assert b"pl" not in record  # the payload is dropped once the task is terminal
+
+
+async def test_events_stream_is_bounded(redis_server: RedisServer, prefix: str) -> None:
+    manager = RedisTaskManager.from_url(
+        redis_server.url, prefix=prefix, partitions=1, events_maxlen=100
+    )
+    async with manager:
+        for _ in range(600):
+            await manager.create_task(ALICE, ORIGIN, ttl=timedelta(seconds=30))
+        length = await manager.client.xlen(KeySpace(prefix).events(0))
+        assert length < 300  # MAXLEN ~ trims in whole macro nodes
+
+
+async def test_an_unreachable_redis_raises_backend_error_within_the_timeout() -> None:
+    manager = RedisTaskManager.from_url("redis://127.0.0.1:1/0", timeout=0.5)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(BackendError) as caught:
+        await manager.find_task(TaskRequestContext(ALICE, "1." + "A" * 24))
+    assert loop.time() - started < 3
+    assert "127.0.0.1" not in str(caught.value)
+    with pytest.raises(BackendError):
+        async with manager:
+            pass
+    await manager.client.aclose()
+
+
+async def test_a_hung_redis_raises_backend_error_within_the_timeout(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    manager = RedisTaskManager.from_url(redis_server.url, prefix=prefix, timeout=0.3)
+    async with manager:
+        task = await manager.create_task(ALICE, ORIGIN)
+        pauser = Redis.from_url(redis_server.url)
+        await pauser.client_pause(1500, all=True)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            with pytest.raises(BackendError):
+                await manager.find_task(TaskRequestContext(ALICE, task.task_id))
+            assert loop.time() - started < 1.2
+        finally:
+            await pauser.client_unpause()
+            await pauser.aclose()
+
+
+class LoseNextReply:
+    """Wraps both ways a script call leaves (the auto-pipeline's next batch, and a call
+    sent at once): the script runs, then the connection "breaks"."""
+
+    def __init__(self, pipeline: AutoPipeline) -> None:
+        self.pipelined = pipeline.call
+        self.direct = pipeline.call_now
+        self.armed = False
+        self.lost = 0
+
+    def _lose(self, reply: Any) -> Any:
+        if self.armed:
+            self.armed = False
+            self.lost += 1
+            # Redis ran the script; the caller sees a broken connection instead.
+            raise RedisConnectionError("Connection closed by server.")
+        return reply
+
+    async def call(self, command: tuple[Any, ...], **companions: Any) -> Any:
+        return self._lose(await self.pipelined(command, **companions))
+
+    async def call_now(self, command: tuple[Any, ...], **companions: Any) -> Any:
+        return self._lose(await self.direct(command, **companions))
+
+
+async def test_every_script_is_safe_to_retry_after_a_lost_reply(
+    standalone_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
+    (node,) = m._topology.primaries()
+    pipeline = node.pipeline
+    flaky = LoseNextReply(pipeline)
+    monkeypatch.setattr(pipeline, "call", flaky.call)
+    monkeypatch.setattr(pipeline, "call_now", flaky.call_now)
+    events = EventLog()
+    m.event_publisher.subscribe(events)
+    await m.event_publisher.wait_ready()
+
+    flaky.armed = True
+    task = await m.create_task(ALICE, ORIGIN, payload=b"job")  # retried: finds its own task
+    assert await m.find_task(TaskRequestContext(ALICE, task.task_id)) == task
+    partition = int(task.task_id.split(".")[0])
+    work = standalone_backend.keys.work(partition)
+    assert await client.xlen(work) == 1  # enqueued once
+
+    entries: Any = await client.xrange(work)
+    ((entry_id, _),) = entries
+    flaky.armed = True
+    entry = WorkEntry(int(task.task_id.split(".")[0]), entry_id.decode(), task.task_id)
+    claim = await m.work_queue.claim(
+        entry, consumer="c1", lease=timedelta(seconds=30), max_attempts=5
+    )
+    assert (claim.outcome, claim.attempt) == (ClaimOutcome.RUN, 1)  # one claim, not two
+    fence = claim.fence
+
+    actions: list[Callable[[], Awaitable[Any]]] = [
+        lambda: m.request_input(task.task_id, {"k": ELICIT}, "asking", fence=fence),
+        lambda: m.update_task(TaskUpdateContext(ALICE, task.task_id, {"k": ELICIT_ANSWER})),
+        lambda: m.request_cancellation(TaskRequestContext(ALICE, task.task_id)),
+        lambda: m.work_queue.renew(
+            task.task_id, fence=fence, consumer="c1", lease=timedelta(seconds=30)
+        ),
+        lambda: m.mark_working(task.task_id, "going", fence=fence),
+        lambda: m.complete_task(task.task_id, {"ok": True}, "done", fence=fence),
+    ]
+    for action in actions:
+        flaky.armed = True
+        await action()
+    assert flaky.lost == 8
+    done = await m.find_task(TaskRequestContext(ALICE, task.task_id))
+    assert done is not None
+    assert done.status is TaskStatus.COMPLETED
+    assert done.result == {"ok": True}
+    await events.wait_for(task.task_id, 6)
+    marker = await m.create_task(ALICE, ORIGIN)
+    await events.wait_for(marker.task_id, 1)
+    # Each change happened once: create, input, answer, intent, working, complete.
+    assert events.count(task.task_id) == 6
+    # And the stats counted each once: two creates, one first claim, one completion.
+    seen = await m.inspect()
+    assert (seen.created, seen.statuses["completed"], seen.pickup.total) == (2, 1, 1)
+
+
+async def test_a_bug_in_the_event_tail_is_told_once_and_not_retried(
+    standalone_backend: Backend, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only Redis failing is retried. A bug (a planted TypeError) stops the tail, logged
+    once with its traceback; the manager goes on, its listeners left to polling."""
+    m = standalone_backend.manager
+    reads = 0
+
+    async def planted_read(*args: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        raise TypeError("planted")
+
+    monkeypatch.setattr(redis_events._Tail, "read", planted_read)
+    with (
+        caplog.at_level(logging.WARNING, logger="redis_tasks.events"),
+        m.event_publisher.subscribe(lambda task_id: None),
+    ):
+        await asyncio.wait_for(m.event_publisher.wait_ready(), 5)
+        await asyncio.sleep(0.5)  # a retry (after 50 ms, then 100...) would have come
+        task = await m.create_task(ALICE, ORIGIN)
+        assert await m.find_task(TaskRequestContext(ALICE, task.task_id)) == task
+    assert reads == 1
+    (record,) = [r for r in caplog.records if r.name == "redis_tasks.events"]
+    assert record.levelno == logging.ERROR
+    assert record.exc_info is not None
+    assert record.exc_info[0] is TypeError
+    assert "planted_read" in [frame.name for frame in traceback.extract_tb(record.exc_info[2])]
+
+
+async def test_an_evicting_maxmemory_policy_is_warned_about_at_start(
+    tmp_path: Path, redis_server: RedisServer, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    evicting = start_redis_server(tmp_path, "--maxmemory-policy", "allkeys-lru")
+    try:
+        with caplog.at_level(logging.WARNING, logger="redis_tasks"):
+            async with RedisTaskManager.from_url(evicting.url, prefix=prefix):
+                pass
+        (warning,) = [r for r in caplog.records if getattr(r, "event", "") == "eviction_policy"]
+        assert "allkeys-lru" in warning.getMessage()
+        assert "noeviction" in warning.getMessage()
+    finally:
+        evicting.stop()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="redis_tasks"):
+        async with RedisTaskManager.from_url(redis_server.url, prefix=prefix):
+            pass
+    assert not [r for r in caplog.records if getattr(r, "event", "") == "eviction_policy"]
+
+
+# Sizes around the 64-byte piece and the 512-byte bound of lua/includes/common.lua.
+_LONG_SIZES = (1, 63, 64, 65, 128, 129, 511, 512, 513, 3000)
+
+
+def _origin_of(size: int) -> TaskOrigin:
+    text = '{"tool":"t","arguments":{"x":"' + "o" * size + '"}}'
+    return TaskOrigin.from_persisted_string(text)
+
+
+@pytest.mark.parametrize("size", _LONG_SIZES)
+async def test_long_values_round_trip_and_the_record_stays_a_listpack(
+    standalone_backend: Backend, size: int
+) -> None:
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
+    who = RequestContext("/" + "e" * (min(size, 250) - 1), "k" * min(size, 250))
+    origin = _origin_of(size)
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    metadata = {"m": "d" * size}
+    task = await m.create_task(who, origin, payload=payload, metadata=metadata)
+    partition = int(task.task_id.split(".")[0])
+    record_key = standalone_backend.keys.task(partition, task.task_id).task
+    small = len(origin.to_persisted_string()) <= 512 and size < 500
+    assert (await client.object("encoding", record_key) == b"listpack") == small
+    ctx = TaskRequestContext(who, task.task_id)
+    entry: Any = await client.hget(record_key, "wk")
+    work = WorkEntry(int(task.task_id.split(".")[0]), entry.decode(), task.task_id)
+    claim = await m.work_queue.claim(
+        work, consumer="c", lease=timedelta(seconds=30), max_attempts=3
+    )
+    assert claim.origin is not None
+    assert claim.origin.to_persisted_string() == origin.to_persisted_string()
+    assert claim.payload == payload
+    # Status messages replace each other, long and short, without leftovers.
+    for message in ("s" * size, "short", "t" * min(size * 2, 4096), None, "u" * size):
+        await m.mark_working(task.task_id, message, fence=claim.fence)
+        found = await m.find_task(ctx)
+        assert found is not None
+        assert found.status_message == message
+    result = {"content": [{"type": "text", "text": "r" * size}]}
+    await m.complete_task(task.task_id, result, fence=claim.fence)
+    found = await m.find_task(ctx)
+    assert found is not None
+    assert found.result == result
+    assert found.metadata == metadata
+    assert found.status_message is None  # completing without a message clears it
+    fields = {f if isinstance(f, bytes) else f.encode() for f in await client.hkeys(record_key)}
+    assert not {f for f in fields if f.startswith((b"pl", b"wk", b"sm"))}
+    # Another binding still sees nothing.
+    assert await m.find_task(TaskRequestContext(BOB, task.task_id)) is None

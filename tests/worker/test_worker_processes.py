@@ -1,0 +1,328 @@
+"""Workers as real processes on a real redis-server: crashes, zombies, restarts, poison.
+
+Workers run the CLI (``python -m redis_tasks worker tests.support.handlers:handler``);
+handlers report to Redis lists so the tests wait on conditions, never on time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from redis_tasks import (
+    JsonRpcError,
+    RedisTaskManager,
+    TaskOrigin,
+    TaskRequestContext,
+    TaskStatus,
+    TaskUpdateContext,
+)
+from redis_tasks.testing import start_redis_server
+from tests.support.fleet import (
+    Fleet,
+    all_completed_once,
+    create,
+    go,
+    next_start,
+    recorded,
+    terminal,
+)
+from tests.support.helpers import ALICE, ELICIT_ANSWER, ROOTS_ANSWER, reaches, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def manager(fleet_server: tuple[str, str], prefix: str) -> AsyncIterator[RedisTaskManager]:
+    async with RedisTaskManager.from_url(fleet_server[1], prefix=prefix) as m:
+        yield m
+
+
+async def test_a_worker_killed_mid_handler_is_replaced_and_the_task_completes_once(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    first = fleet.start("--lease", "1")
+    task_id = await create(manager, mode="hold")
+    started = await next_start(control, fleet)
+    assert started["pid"] == first.process.pid
+    first.signal(signal.SIGKILL)
+    first.process.wait(timeout=30)
+
+    second = fleet.start("--lease", "1")
+    again = await next_start(control, fleet)  # reclaimed once the lease ran out
+    assert again["pid"] == second.process.pid
+    assert again["attempt"] == 2
+    assert again["fence"] > started["fence"]
+    await go(control, fleet, again)
+    task = await terminal(manager, task_id)
+    assert task.status is TaskStatus.COMPLETED
+    assert task.result["fence"] == again["fence"]
+    assert await recorded(fleet.workers, {task_id}) == {task_id: 1}
+
+
+async def test_a_zombie_workers_late_complete_is_refused_by_the_fence(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    zombie = fleet.start("--lease", "1", "--concurrency", "1")
+    task_id = await create(manager, mode="hold")
+    first = await next_start(control, fleet)
+    assert first["pid"] == zombie.process.pid
+    zombie.signal(signal.SIGSTOP)  # stalls past its lease: renewals stop
+    try:
+        rescuer = fleet.start("--lease", "1")
+        second = await next_start(control, fleet)
+        assert second["pid"] == rescuer.process.pid
+        assert second["fence"] > first["fence"]
+        await go(control, fleet, second)
+        done = await terminal(manager, task_id)
+        assert done.result["fence"] == second["fence"]
+        await go(control, fleet, first)  # the zombie's handler may now finish...
+    finally:
+        zombie.signal(signal.SIGCONT)
+
+    def refused() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in zombie.events()
+            if e.get("task_id") == task_id and e.get("event") in ("lease_lost", "lease_ended")
+        ]
+
+    async def zombie_refused() -> bool:
+        return bool(refused())
+
+    await wait_until(zombie_refused, within=30, what="the zombie to be refused")
+    assert refused()[0]["fence"] == first["fence"]
+    # ...but its late write is refused: the stored result is still the rescuer's.
+    task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+    assert task is not None
+    assert task.result is not None
+    assert task.result["fence"] == second["fence"]
+    assert await recorded(fleet.workers, {task_id}) == {task_id: 1}
+
+
+async def test_a_task_killed_while_waiting_for_input_replays_to_the_recorded_answers(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    first = fleet.start("--lease", "1")
+    task_id = await create(manager, mode="ask")
+    started = await next_start(control, fleet)
+
+    await reaches(manager, task_id, TaskStatus.INPUT_REQUIRED)
+    # The client answers one question through another process (this one)...
+    await manager.update_task(TaskUpdateContext(ALICE, task_id, {"name": ELICIT_ANSWER}))
+    first.signal(signal.SIGKILL)  # ...and the worker dies before the second answer.
+    first.process.wait(timeout=30)
+    await manager.update_task(TaskUpdateContext(ALICE, task_id, {"dirs": ROOTS_ANSWER}))
+
+    fleet.start("--lease", "1")
+    replay = await next_start(control, fleet)
+    assert replay["fence"] > started["fence"]
+    popped = await control.blpop([f"{fleet.namespace}:answered"], timeout=30)
+    assert popped is not None
+    answered = json.loads(popped[1])
+    assert answered["fence"] == replay["fence"]
+    assert answered["answers"] == {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER}
+    await go(control, fleet, replay)
+    task = await terminal(manager, task_id)
+    assert task.result["answers"] == {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER}
+
+
+async def test_input_round_trip_across_processes(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    fleet.start()
+    task_id = await create(manager, mode="ask")
+    started = await next_start(control, fleet)
+
+    task = await reaches(manager, task_id, TaskStatus.INPUT_REQUIRED)
+    assert set(task.input_requests) == {"name", "dirs"}
+    assert task.status_message == "waiting for you"
+    await manager.update_task(
+        TaskUpdateContext(ALICE, task_id, {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER})
+    )
+    await go(control, fleet, started)
+    done = await terminal(manager, task_id)
+    assert done.result["answers"] == {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER}
+
+
+async def test_a_poison_task_that_crashes_its_worker_fails_after_max_attempts(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    task_id = await create(manager, mode="crash")
+    for _ in range(3):  # each run kills its worker process mid-handler
+        crashed = fleet.start("--lease", "0.5", "--max-attempts", "3")
+        assert crashed.process.wait(timeout=60) == -signal.SIGKILL
+    fleet.start("--lease", "0.5", "--max-attempts", "3")
+    task = await terminal(manager, task_id)
+    assert task.status is TaskStatus.FAILED
+    assert task.error == JsonRpcError(code=-32603, message="Internal error")
+    assert await control.llen(f"{fleet.namespace}:started") == 3  # ran max_attempts times
+
+    async def poisoned() -> list[str]:
+        events = fleet.workers[-1].events()
+        return [e["task_id"] for e in events if e.get("event") == "claim_poisoned"]
+
+    assert await wait_until(poisoned, what="the poisoned claim in the log") == [task_id]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_a_stop_signal_hands_running_tasks_to_another_worker_at_once(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis, sig: int
+) -> None:
+    leaving = fleet.start("--lease", "60", "--grace", "0.2")
+    task_id = await create(manager, mode="hold")
+    first = await next_start(control, fleet)
+    assert first["pid"] == leaving.process.pid
+    staying = fleet.start("--lease", "60")
+    leaving.signal(sig)
+    assert leaving.process.wait(timeout=30) == 0
+    second = await next_start(control, fleet, within=20)  # far sooner than the 60 s lease
+    assert second["pid"] == staying.process.pid
+    assert second["attempt"] == 1  # the hand-back did not count as an attempt
+    assert second["fence"] > first["fence"] + 1
+    await go(control, fleet, second)
+    assert (await terminal(manager, task_id)).result["pid"] == staying.process.pid
+    released = [e for e in leaving.events() if e.get("event") == "task_released"]
+    assert [e["task_id"] for e in released] == [task_id]
+
+
+async def test_work_streams_and_pending_lists_are_empty_after_ten_thousand_tasks(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    fleet.start("--concurrency", "64")
+    total = 10_000
+    ids: list[str] = []
+    for _start in range(0, total, 500):
+        ids += await asyncio.gather(*(create(manager, mode="noop") for _ in range(500)))
+    client = manager.client
+    streams = [manager.keyspace.work(p) for p in range(manager.partitions)]
+
+    async def drained() -> bool:
+        lengths = [await client.xlen(s) for s in streams]
+        return sum(lengths) == 0
+
+    await wait_until(drained, within=240, what="the work streams to drain")
+    for stream in streams:
+        assert await client.xlen(stream) == 0
+        assert (await client.xpending(stream, "workers"))["pending"] == 0
+    for task_id in ids[:: total // 50]:
+        task = await manager.find_task(TaskRequestContext(ALICE, task_id))
+        assert task is not None
+        assert task.status is TaskStatus.COMPLETED
+
+
+@pytest.mark.standalone_only
+async def test_workers_survive_their_connections_being_killed(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    fleet.start("--lease", "2")
+    first = await create(manager, mode="noop")
+    assert (await terminal(manager, first)).status is TaskStatus.COMPLETED
+    await control.client_kill_filter(_type="normal", skipme=True)  # every other client
+    later = [await create(manager, mode="noop") for _ in range(20)]
+    for task_id in later:
+        assert (await terminal(manager, task_id)).status is TaskStatus.COMPLETED
+
+
+async def test_every_task_created_before_a_redis_restart_ends_terminal_once(
+    prefix: str, tmp_path: Path
+) -> None:
+    server = start_redis_server(tmp_path, "--appendonly", "yes", "--appendfsync", "always")
+    namespace = f"ns-{uuid.uuid4().hex[:8]}"
+    crew = Fleet(server.url, prefix, namespace, tmp_path)
+    try:
+        async with RedisTaskManager.from_url(server.url, prefix=prefix) as manager:
+            for _ in range(2):
+                crew.start("--lease", "2", "--concurrency", "16")
+            created = [await create(manager, mode="count", seconds=0.005) for _ in range(500)]
+            # Mid-run: kill -9 the server, then start it again on the same port and data.
+            server.process.kill()
+            server.process.wait(timeout=30)
+            restarted = start_redis_server(
+                tmp_path,
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                port=server.port,
+            )
+            try:
+
+                async def create_again() -> bool:
+                    try:
+                        created.append(await create(manager, mode="count", seconds=0.005))
+                    except Exception:
+                        return False
+                    return True
+
+                await wait_until(create_again, within=30, what="Redis to come back")
+                created += [await create(manager, mode="count", seconds=0.005) for _ in range(499)]
+
+                # A completion whose reply was lost in the crash is retried and found
+                # already applied: every task ends completed, none recorded twice.
+                await all_completed_once(manager, crew.workers, created, within=120)
+            finally:
+                crew.stop_all()
+                restarted.process.terminate()
+                restarted.process.wait(timeout=30)
+    finally:
+        crew.stop_all()
+        if server.process.poll() is None:
+            server.process.kill()
+
+
+async def test_worker_logs_never_contain_task_data(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    worker = fleet.start("--log-level", "debug")
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    origin = TaskOrigin.from_persisted_state({"tool": "t", "arguments": {"token": secret}})
+    ids = []
+    for explode in (False, True):
+        payload = json.dumps({"mode": "secrets", "secret": secret, "explode": explode}).encode()
+        ids.append((await manager.create_task(ALICE, origin, payload=payload)).task_id)
+    answer = {"action": "accept", "content": {"name": secret}}
+    roots = {"roots": [{"uri": f"file:///{secret}"}]}
+    for task_id in ids:
+        await reaches(manager, task_id, TaskStatus.INPUT_REQUIRED)
+        await manager.update_task(
+            TaskUpdateContext(ALICE, task_id, {"name": answer, "dirs": roots})
+        )
+    done = [await terminal(manager, task_id) for task_id in ids]
+    assert done[0].result["secret"] == secret
+    assert done[1].error == JsonRpcError(code=-32603, message="Internal error")
+
+    async def logged() -> bool:
+        events = {e.get("event") for e in worker.events()}
+        return {"task_complete", "handler_error", "task_fail"} <= events
+
+    await wait_until(logged, what="the outcomes in the log")
+    text = worker.log_path.read_text()
+    assert "task_started" in text
+    assert "ValueError" in text
+    assert secret not in text
+
+
+async def test_a_worker_process_sees_cancellation_within_one_renewal_interval(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    lease = 1.5  # renewals every 0.5 s; with hints off, renewal is the only messenger
+    fleet.start("--lease", str(lease), "--no-cancel-hints")
+    task_id = await create(manager, mode="until_cancelled")
+    await next_start(control, fleet)
+    asked = time.monotonic()
+    await manager.request_cancellation(TaskRequestContext(ALICE, task_id))
+    popped = await control.blpop([f"{fleet.namespace}:saw_cancel"], timeout=30)
+    seen = time.monotonic()
+    assert popped is not None
+    assert seen - asked <= lease / 3 + 0.5
+    assert (await terminal(manager, task_id)).status is TaskStatus.CANCELLED
