@@ -17,6 +17,7 @@ from redis_tasks._limits import Limits
 from redis_tasks._models import Task
 from redis_tasks._record import EncodedAnswer, EncodedRequest, decode_answers, decode_task
 
+from . import replies
 from . import scripts as lua
 from .keys import KeySpace, TaskKeys
 from .link import Link
@@ -78,7 +79,8 @@ class RedisContract(TaskManagerBase):
             )
         except TaskNotFoundError:
             return None
-        return decode_task(task_id, reply[1], reply[2])
+        fields, requests = replies.snapshot(reply)
+        return decode_task(task_id, fields, requests)
 
     async def _update(
         self, task_id: str, endpoint: bytes, binding: bytes, answers: list[EncodedAnswer]
@@ -162,7 +164,7 @@ class RedisContract(TaskManagerBase):
             ),
             durable=True,
         )
-        return int(reply[1])
+        return replies.created_ms(reply)
 
     async def _set_working(self, task_id: str, fence: bytes, message: bytes | None) -> None:
         """One ``set_status`` script call."""
@@ -208,7 +210,7 @@ class RedisContract(TaskManagerBase):
                 round=this_round,
             )
         )
-        return decode_answers(reply[1])
+        return decode_answers(replies.answers(reply, "request_input"))
 
     async def _take_answers(self, task_id: str, fence: bytes) -> dict[str, Any]:
         """One ``take_answers`` script call."""
@@ -216,7 +218,7 @@ class RedisContract(TaskManagerBase):
         reply = await self._link.runner.run(
             lua.take_answers(task=keys.task, answers=keys.answers, fence=fence)
         )
-        return decode_answers(reply[1])
+        return decode_answers(replies.answers(reply, "take_answers"))
 
     async def _finish(self, task_id: str, outcome: Outcome) -> None:
         """One ``finish`` script call."""
@@ -250,4 +252,4 @@ class RedisContract(TaskManagerBase):
         """One ``cancel_requested`` script call."""
         keys = self._worker_keys(task_id)
         reply = await self._link.runner.run(lua.cancel_requested(task=keys.task, fence=fence))
-        return bool(reply[1])
+        return replies.flag(reply, "cancel_requested")

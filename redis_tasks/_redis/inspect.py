@@ -33,6 +33,7 @@ from redis_tasks._stats import CREATED_FIELD, TERMINAL_FIELDS
 
 from . import scripts as lua
 from .keys import KeySpace
+from .replies import flat_records, shaped
 from .runner import ScriptRunner
 
 __all__ = ["MAX_SAMPLE", "inspect_partitions", "inspect_task"]
@@ -64,7 +65,8 @@ def _age(entry_id: Any, now: int) -> int | None:
 
 def _leases(partition: int, flat: Sequence[Any], now: int) -> tuple[LeaseView, ...]:
     leases = []
-    for i in range(0, len(flat) - 10, 11):
+    flat = flat_records(flat, "inspect_queue", 11)
+    for i in range(0, len(flat), 11):
         (_, consumer, idle, deliveries, task_id, status, owner, deadline, fence, attempts) = flat[
             i : i + 10
         ]
@@ -91,9 +93,10 @@ def _leases(partition: int, flat: Sequence[Any], now: int) -> tuple[LeaseView, .
 
 
 def _consumers(flat: Sequence[Any]) -> tuple[ConsumerView, ...]:
+    flat = flat_records(flat, "inspect_queue", 3)
     return tuple(
         ConsumerView(_text(flat[i]), int(flat[i + 1]), int(flat[i + 2]))
-        for i in range(0, len(flat) - 2, 3)
+        for i in range(0, len(flat), 3)
     )
 
 
@@ -111,7 +114,11 @@ async def _partition(
             sample=sample,
         )
     )
-    (_, now, length, pending, waiting, oldest, consumers, leases, stats, tenants, queues) = reply
+    # {RC_OK, now, length, pending, oldest waiting, oldest pending, consumers, leases,
+    # stats, waiting tenants, queues}: see lua/inspect_queue.lua's header.
+    (_, now, length, pending, waiting, oldest, consumers, leases, stats, tenants, queues) = shaped(
+        reply, "inspect_queue", int, int, int, int, bytes, bytes, *(list,) * 5
+    )
     counts = stats_counts(stats)
     lease_views = _leases(partition, leases, now)
     tenant_view = PartitionTenants.from_reply(counts, tenants, queues, int(now))
@@ -170,7 +177,12 @@ async def inspect_task(runner: ScriptRunner, keys: KeySpace, task_id: str) -> Ta
         return None
     if reply[0] != ReturnCode.OK:
         raise error_for(reply[0])
-    _, now, record, requests, state, consumer, idle, deliveries = reply
+    text_or_int = (bytes, int)
+    _, now, record, requests, state, consumer, idle, deliveries = shaped(
+        reply, "inspect_task", int, int, list, int, bytes, *(text_or_int,) * 3
+    )
+    if len(record) != 13:
+        raise InternalError("unexpected reply from lua/inspect_task.lua")
     status, created, updated, expires, poll, fence, attempts, owner, deadline = record[:9]
     cancel, entry, error, tenant = record[9:13]
     entry_state = _text(state) or None

@@ -19,18 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any
 
 from redis.asyncio import Redis
 
-from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import BackendError, TaskNotFoundError
 from redis_tasks._ids import parse_task_id
-from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
-from redis_tasks._record import Encoder, decode_origin
+from redis_tasks._lease import INTERNAL_ERROR, Claim
+from redis_tasks._record import Encoder
 from redis_tasks._stats import QUEUED_FIELD
 from redis_tasks._work_queue import QueueDepth, WorkEntry
 
+from . import replies
 from . import scripts as lua
 from .client import backend_errors
 from .keys import WORK_GROUP, KeySpace, TaskKeys
@@ -41,34 +41,6 @@ from .topology import Topology
 from .work_groups import ensure_groups, no_group, recreate_group
 
 __all__ = ["RedisWorkQueue"]
-
-_SETTLED: Final[dict[int, ClaimOutcome]] = {
-    ReturnCode.NOT_FOUND: ClaimOutcome.EXPIRED,
-    ReturnCode.TERMINAL: ClaimOutcome.TERMINAL,
-    ReturnCode.CANCELLED: ClaimOutcome.CANCELLED,
-    ReturnCode.POISONED: ClaimOutcome.POISONED,
-    ReturnCode.LEASE_HELD: ClaimOutcome.LEASE_HELD,
-    ReturnCode.DEFERRED: ClaimOutcome.DEFERRED,
-}
-
-
-def _claim(reply: list[Any], backlog: bool = False) -> Claim:
-    """One claim's reply (see ``lua/claim.lua``) as a :class:`Claim`."""
-    code = reply[0]
-    if code in _SETTLED:
-        return Claim(_SETTLED[code], backlog=backlog)
-    if code != ReturnCode.OK:
-        raise error_for(code)
-    origin = decode_origin(reply[3])
-    return Claim(
-        ClaimOutcome.RUN,
-        int(reply[1]),
-        int(reply[2]),
-        origin,
-        bytes(reply[4]),
-        bytes(reply[5]),
-        backlog=backlog,
-    )
 
 
 def _lease_ms(lease: timedelta) -> int:
@@ -208,9 +180,7 @@ class RedisWorkQueue:
             # reclaims): the task's start waits on this call, so it goes at once.
             batch=False,
         )
-        if reply[0] != ReturnCode.OK:
-            raise error_for(reply[0])
-        return _claim(reply[2], backlog=bool(reply[1]))
+        return replies.claim(reply)
 
     async def claim_next(
         self,
@@ -251,14 +221,10 @@ class RedisWorkQueue:
                 raise
             await self.recreate_group(partition)
             return []
-        if reply[0] != ReturnCode.OK:
-            raise error_for(reply[0])
-        out = []
-        for i in range(1, len(reply), 3):
-            task_id = bytes(reply[i + 1]).decode() or None
-            entry = WorkEntry(partition, bytes(reply[i]).decode(), task_id)
-            out.append((entry, _claim(reply[i + 2])))
-        return out
+        return [
+            (WorkEntry(partition, entry_id, task_id), claim)
+            for entry_id, task_id, claim in replies.claim_batch(reply)
+        ]
 
     async def reclaim(
         self, partition: int, *, consumer: str, idle: timedelta, cursor: str, count: int
@@ -290,7 +256,7 @@ class RedisWorkQueue:
                 lease_ms=_lease_ms(lease),
             )
         )
-        return bool(reply[1])
+        return replies.flag(reply, "renew")
 
     async def release(self, task_id: str, *, fence: int) -> None:
         """One ``release`` script call: the task goes back for another worker at once."""
