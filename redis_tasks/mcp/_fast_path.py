@@ -127,6 +127,11 @@ class FastPath:
             verdict = classify_inbound_request(decoded, headers=dict(request.headers))
             if isinstance(verdict, InboundLadderRejection):
                 raise FallThrough
+            # A tool's Mcp-Param-* headers must match its arguments: the SDK's refusal.
+            if decoded["method"] == "tools/call" and await _sdk.refuses_params(
+                sessions, request, decoded, verdict
+            ):
+                raise FallThrough
         except FallThrough:
             await self._pass_on(scope, _replay(taken, receive), send)
             return

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -52,11 +51,23 @@ from mcp.shared.inbound import (
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.shared.message import MessageMetadata, ServerMessageMetadata
 from mcp.shared.transport_context import TransportContext
+from mcp_types import JSONRPCRequest
+
+from ._sdk_shapes import MISSING as _MISSING
+from ._sdk_shapes import Part as _Part
+from ._sdk_shapes import found as _found
+from ._sdk_shapes import headers as _headers
+from ._sdk_shapes import keeps as _keeps
+from ._sdk_shapes import public as _public
+from ._sdk_shapes import qualified as _qualified
+from ._sdk_shapes import seconds as _seconds
+from ._sdk_shapes import takes as _takes
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.tools import Tool
     from mcp_types import JSONRPCError, JSONRPCNotification, JSONRPCResponse, RequestId
+    from starlette.requests import Request
     from starlette.types import Receive, Scope, Send
 
 __all__ = [
@@ -96,14 +107,13 @@ __all__ = [
 ]
 
 #: The SDK releases the fast path was written for: the releases its byte-for-byte
-#: comparison with the SDK (tests/test_mcp_fast_path.py) passed on, since a release may
+#: comparison with the SDK (tests/mcp/test_mcp_fast_path.py) passed on, since a release may
 #: change what the transport decides without changing the shape of any part checked here.
 SDK_LOWEST: Final = (2, 3)
 SDK_BELOW: Final = (3,)
 SDK_RANGE: Final = f">={'.'.join(map(str, SDK_LOWEST))},<{'.'.join(map(str, SDK_BELOW))}"
 
 _MODERN: Final = "mcp.server._streamable_http_modern"
-_MISSING: Final = object()
 
 
 class SdkMismatchError(RuntimeError):
@@ -161,6 +171,22 @@ def ping_interval() -> float:
     # Read at each call, not once: it is the SDK's setting (tests shorten it at run time).
     interval: float = _modern._SSE_PING_INTERVAL
     return interval
+
+
+async def refuses_params(
+    sessions: StreamableHTTPSessionManager, request: Request, decoded: dict[str, Any], verdict: Any
+) -> bool:
+    """Whether the SDK refuses this ``tools/call`` for its ``Mcp-Param-*`` headers (an
+    argument marked ``x-mcp-header`` whose header is missing, duplicated or differs):
+    the fast path then hands the request to the SDK, which answers the 400 itself."""
+    rejection = await _modern._mcp_param_rejection(
+        sessions.app,
+        request,
+        JSONRPCRequest.model_validate(decoded),
+        verdict,
+        sessions._lifespan_state,
+    )
+    return rejection is not None
 
 
 def running(sessions: StreamableHTTPSessionManager) -> bool:
@@ -230,6 +256,7 @@ def fast_path_problems(
             _takes(_private("_write"), 4, coroutine=True),
             _takes(_private("_to_jsonrpc_response"), 2, coroutine=True),
             _takes(_private("_sse_event"), 1),
+            _takes(_private("_mcp_param_rejection"), 5, coroutine=True),
             _headers(_private("_SSE_HEADERS")),
             _seconds(_private("_SSE_PING_INTERVAL")),
         )
@@ -291,88 +318,8 @@ def _this_sdk() -> str:
     return f"mcp {installed_version() or '(version unknown)'}, written for mcp{SDK_RANGE}"
 
 
-def _found(*problems: str | None) -> list[str]:
-    return [problem for problem in problems if problem is not None]
-
-
-#: A part of the SDK, and the name it goes by in a message.
-_Part = tuple[str, object]
-
-
 def _private(name: str) -> _Part:
     return f"{_MODERN}.{name}", getattr(_modern, name, _MISSING)
-
-
-def _public(part: Any) -> _Part:
-    return _qualified(part), part
-
-
-def _qualified(part: Any) -> str:
-    return f"{part.__module__}.{part.__qualname__}"
-
-
-def _takes(
-    part: _Part, positional: int, keywords: tuple[str, ...] = (), *, coroutine: bool = False
-) -> str | None:
-    """What is wrong with calling ``part`` as the fast path calls it, if anything."""
-    where, function = part
-    if function is _MISSING:
-        return f"{where} is missing"
-    if not callable(function):
-        return f"{where} is not callable"
-    if coroutine and not inspect.iscoroutinefunction(function):
-        return f"{where} is no longer a coroutine function"
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError):
-        return None  # no signature to read (a builtin): being callable is all that is known
-    try:
-        signature.bind(*range(positional), **dict.fromkeys(keywords))
-    except TypeError:
-        named = "".join(f", {keyword}=..." for keyword in keywords)
-        return f"{where}{signature} cannot be called with {positional} positional{named}"
-    return None
-
-
-def _headers(part: _Part) -> str | None:
-    """What is wrong with the event stream's headers, which go to ASGI as they are."""
-    where, value = part
-    if value is _MISSING:
-        return f"{where} is missing"
-    if (
-        not isinstance(value, list)
-        or not all(_is_header(pair) for pair in value)
-        or (b"content-type", b"text/event-stream") not in value
-    ):
-        return f"{where} is not a list of (bytes, bytes) headers naming text/event-stream"
-    return None
-
-
-def _is_header(pair: object) -> bool:
-    return isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(b, bytes) for b in pair)
-
-
-def _seconds(part: _Part) -> str | None:
-    """What is wrong with the keepalive interval, which goes to the event loop's timer."""
-    where, value = part
-    if value is _MISSING:
-        return f"{where} is missing"
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        return f"{where} is not a positive number of seconds"
-    return None
-
-
-def _keeps(cls: Callable[..., object], attribute: str, *rest: object) -> str | None:
-    """What is wrong with reading what ``cls`` wraps (its first argument) as ``attribute``."""
-    where = _qualified(cls)
-    probe = object()
-    try:
-        built = cls(probe, *rest)
-    except Exception as exc:
-        return f"{where} cannot be built around an app ({type(exc).__name__})"
-    if getattr(built, attribute, _MISSING) is not probe:
-        return f"{where} no longer keeps what it wraps as .{attribute}"
-    return None
 
 
 def _dispatch_members(ours: type) -> str | None:

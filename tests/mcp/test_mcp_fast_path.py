@@ -236,7 +236,13 @@ CASES = [
     Case("call a required tool whose tenant hook fails", True, tool_call("hold"),
          {**TOOL("hold"), "x-test-tenant": "fail"},
          expect=b'"error":{"code":-32603,"message":"Internal error"}'),
+    Case("call a required tool whose Mcp-Param matches", True, tool_call("report", region="eu"),
+         {**TOOL("report"), "Mcp-Param-Region": "eu"}),
     # Passed on to the SDK.
+    Case("call a required tool whose Mcp-Param differs", False, tool_call("report", region="eu"),
+         {**TOOL("report"), "Mcp-Param-Region": "us"}),
+    Case("call a required tool without its Mcp-Param", False, tool_call("report", region="eu"),
+         TOOL("report")),
     Case("get without credentials", False, get(), {"Authorization": None}),
     Case("get with an unknown token", False, get(), {"Authorization": "Bearer mallory"}),
     Case("get with a Basic credential", False, get(), {"Authorization": "Basic YTpi"}),

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 from datetime import timedelta
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 from mcp.server import _streamable_http_modern
@@ -38,7 +38,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, SamplingMessage, TextContent
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -129,6 +129,7 @@ tasks = TasksExtension(
         "two_questions": TaskSupport.REQUIRED,
         "book": TaskSupport.REQUIRED,
         "dawdle": TaskSupport.REQUIRED,
+        "report": TaskSupport.REQUIRED,
     },
     input_first=["book", "dawdle"],
     # Short, so the test of the bound does not wait long.
@@ -226,6 +227,16 @@ async def dawdle(ctx: Context) -> str:
     """Take longer inline than input_first_timeout allows."""
     await anyio.sleep(30)
     return "too late"
+
+
+#: An argument a client also sends as the ``Mcp-Param-Region`` header.
+Region = Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]
+
+
+@server.tool()
+async def report(region: Region) -> str:
+    """A task tool with an argument mirrored in a header, which must match it."""
+    return f"report for {region}"
 
 
 @server.tool()
