@@ -1,7 +1,7 @@
 """This checkout's worker against an earlier revision's, side by side in one run.
 
 Usage: python -m benchmarks.before_after --rev c37a6b7 [--rounds 3] [--json FILE]
-       [--topology standalone|cluster|both] [--pickups N] [SCENARIO ...]
+       [--topology standalone|cluster|both] [--pickups N] [--metrics] [SCENARIO ...]
 
 A change to a hot path is judged by the same harness on the same servers in the
 same run: the earlier revision is checked out into a temporary git worktree and
@@ -27,7 +27,7 @@ from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import table
 from redis_tasks._bench._run import run
 from redis_tasks._bench._scenarios import Settings
-from redis_tasks._bench._systems import System, ours, ours_on_uvloop
+from redis_tasks._bench._systems import System, ours, ours_metered, ours_on_uvloop
 from redis_tasks.testing import (
     RedisCluster,
     RedisServer,
@@ -38,8 +38,9 @@ from redis_tasks.testing import (
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def earlier(rev: str, tree: Path) -> System:
-    """``rev``'s adapter, run from a worktree at ``tree`` by this interpreter."""
+def earlier(rev: str, tree: Path, metered: bool = False) -> list[System]:
+    """``rev``'s adapter, run from a worktree at ``tree`` by this interpreter (and
+    again recording metrics into a Prometheus export when ``metered``)."""
     subprocess.run(
         ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
         check=True,
@@ -48,13 +49,14 @@ def earlier(rev: str, tree: Path) -> System:
     # Run from the tree too: `python -m` puts the working directory first on sys.path,
     # so from this checkout's root it would import this checkout's package, whatever
     # PYTHONPATH says.
-    return System(
-        f"redis-tasks@{rev[:7]}",
-        (
-            *("env", "-C", str(tree), f"PYTHONPATH={tree}"),
-            *(sys.executable, "-m", "redis_tasks._bench._adapter"),
-        ),
-    )
+    adapter = (sys.executable, "-m", "redis_tasks._bench._adapter")
+    systems = [
+        System(f"redis-tasks@{rev[:7]}", ("env", "-C", str(tree), f"PYTHONPATH={tree}", *adapter))
+    ]
+    if metered:
+        variables = ("-C", str(tree), f"PYTHONPATH={tree}", "REDIS_TASKS_METRICS=prometheus")
+        systems.append(System(f"redis-tasks@{rev[:7]}+metrics", ("env", *variables, *adapter)))
+    return systems
 
 
 def main() -> None:
@@ -73,12 +75,21 @@ def main() -> None:
     # No choices= here: argparse (3.11) checks an empty list against them and refuses it.
     parser.add_argument("scenarios", nargs="*", help="drain and/or pickup (default: both)")
     parser.add_argument("--uvloop", action="store_true", help="ours on uvloop too")
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="each revision again with metrics recorded (as --metrics-port records them)",
+    )
     args = parser.parse_args()
     if not set(args.scenarios) <= {"drain", "pickup"}:
         parser.error("scenarios are drain and pickup")
     with tempfile.TemporaryDirectory(prefix="redis-tasks-before-after-") as scratch:
         trees = [Path(scratch) / f"earlier-{i}" for i in range(len(args.rev))]
-        systems = [ours(), *(earlier(rev, tree) for rev, tree in zip(args.rev, trees, strict=True))]
+        systems = [ours()]
+        if args.metrics:
+            systems.append(ours_metered())
+        for rev, tree in zip(args.rev, trees, strict=True):
+            systems += earlier(rev, tree, metered=args.metrics)
         if args.uvloop:
             systems.append(ours_on_uvloop())
         servers: list[RedisServer | RedisCluster] = []

@@ -90,4 +90,8 @@ if __name__ == "__main__":
         from redis_tasks._telemetry.prometheus import PrometheusExport
 
         PrometheusExport()  # recorded as a scraped worker records; nobody scrapes here
+    if os.environ.get("REDIS_TASKS_BENCH_TRACES") == "1":  # the bench's traced variant
+        from redis_tasks._bench._traced import install_tracing
+
+        install_tracing()
     main(sys.modules[__name__])

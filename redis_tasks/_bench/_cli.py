@@ -28,6 +28,7 @@ from redis_tasks._bench._systems import (
     ours,
     ours_metered,
     ours_on_uvloop,
+    ours_traced,
     peer,
 )
 from redis_tasks._cli_common import url_problem
@@ -47,6 +48,11 @@ def _systems(args: argparse.Namespace) -> list[System]:
 
         require_extra()  # ImportError now, not in an adapter process later
         systems.append(ours_metered())
+    if args.traces:
+        from redis_tasks._telemetry.prometheus import require_extra
+
+        require_extra()  # the SDK comes with the otel extra
+        systems.append(ours_traced())
     for name in names:
         systems.append(peer(name.replace("-", "_"), args.peers_python, args.peers_dir))
     return systems

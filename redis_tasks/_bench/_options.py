@@ -119,6 +119,12 @@ def add_bench_command(commands: Any) -> None:
         help="also run redis-tasks recording its metrics (OpenTelemetry SDK and a Prometheus "
         "reader; pip install 'redis-mcp-tasks[otel]'), beside the default",
     )
+    peers.add_argument(
+        "--traces",
+        action="store_true",
+        help="also run redis-tasks making its spans through the OpenTelemetry SDK (batched, "
+        "exported nowhere; pip install 'redis-mcp-tasks[otel]'), beside the default",
+    )
     out = bench.add_argument_group("output")
     out.add_argument("--json", type=Path, default=None, help="write the results here ('-': stdout)")
     out.add_argument("--plot", type=Path, default=None, help="write a PNG plot here")

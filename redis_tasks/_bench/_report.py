@@ -173,7 +173,9 @@ def _table(results: dict[str, Any]) -> str:
     systems: dict[str, Any] = results.get("systems", {})
     counts = sorted({int(w) for r in systems.values() for w in r.get("drain", {})})
     if any("drain" in r or "pickup" in r for r in systems.values()):
-        head = f"{'system':20}" + "".join(f"{f'drain/s w={w}':>15}" for w in counts)
+        # As wide as the longest name (an earlier revision's metered variant is long).
+        w_name = max([20, *(len(name) + 2 for name in systems)])
+        head = f"{'system':{w_name}}" + "".join(f"{f'drain/s w={w}':>15}" for w in counts)
         head += f"{'pickup p50/p99 ms':>20}{'cmds/job':>10}{'CPU us/job wrk+redis':>22}"
         lines += ["", head]
         for name, result in systems.items():
@@ -190,10 +192,10 @@ def _table(results: dict[str, Any]) -> str:
                 if first and "worker_us_per_job" in first
                 else "-"
             )
-            lines.append(f"{name:20}{cells}{lat:>20}{per_job:>10}{cpu:>22}")
+            lines.append(f"{name:{w_name}}{cells}{lat:>20}{per_job:>10}{cpu:>22}")
             if first and "redis_us_per_job_by_primary" in first:
                 shares = " / ".join(str(us) for us in first["redis_us_per_job_by_primary"])
-                lines.append(f"{'':20}Redis CPU us/job by primary: {shares}")
+                lines.append(f"{'':{w_name}}Redis CPU us/job by primary: {shares}")
         lines.append(
             f"(drain: {settings['tasks']} jobs, median of {settings['rounds']} rounds; "
             f"pickup: {settings['pickups']} jobs one at a time)"

@@ -18,6 +18,7 @@ __all__ = [
     "ours",
     "ours_metered",
     "ours_on_uvloop",
+    "ours_traced",
     "peer",
 ]
 
@@ -60,6 +61,21 @@ def ours_metered() -> System:
         (
             "env",
             "REDIS_TASKS_METRICS=prometheus",
+            sys.executable,
+            "-m",
+            "redis_tasks._bench._adapter",
+        ),
+    )
+
+
+def ours_traced() -> System:
+    """redis-tasks again, making its spans through the OpenTelemetry SDK's tracer
+    provider (batched, exported nowhere): the cost of traces with a provider."""
+    return System(
+        "redis-tasks+traces",
+        (
+            "env",
+            "REDIS_TASKS_BENCH_TRACES=1",
             sys.executable,
             "-m",
             "redis_tasks._bench._adapter",

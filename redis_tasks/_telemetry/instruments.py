@@ -5,7 +5,9 @@ Counters are kept as plain integers and reported through observable counters:
 counting a task is then an integer increment on the worker's hot path, not a
 trip through the SDK's measurement pipeline (about 5 us each, measured), and a
 counter shows 0 from the first scrape instead of appearing on its first event.
-Histograms go through the SDK: three per task (pickup, run, create to terminal).
+Histograms (three per task: pickup, run, create to terminal) are kept the same
+way, pre-bucketed (:mod:`.histograms`), where the library exports them itself;
+on an application's own meter provider they go through its SDK.
 
 Imported only when metrics are on; ``opentelemetry`` is imported by
 :class:`Recorder` itself, so the table can be read without it.
@@ -17,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
+
+from .histograms import BucketHistogram
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -170,7 +174,11 @@ class Recorder:
         meter: Meter,
         running: Callable[[], int],
         depths: Callable[[], dict[int, QueueDepth]],
+        *,
+        bucketed: bool = False,
     ) -> None:
+        """``bucketed``: keep the histograms in :attr:`histograms` (for an exporter
+        that writes them itself) instead of making them on ``meter``."""
         from opentelemetry.metrics import Observation
 
         self.created = 0
@@ -214,10 +222,12 @@ class Recorder:
             callbacks[f"redis_tasks_tasks_{ending}"] = total(
                 partial(self.ended.__getitem__, ending)
             )
-        histograms: dict[str, Any] = {}
+        #: The pre-bucketed histograms by name (empty until :meth:`bucket_histograms`).
+        self.histograms: dict[str, BucketHistogram] = {}
+        made: dict[str, Any] = {}
         for spec in INSTRUMENTS:
             if spec.kind == "histogram":
-                histograms[spec.name] = meter.create_histogram(
+                made[spec.name] = meter.create_histogram(
                     spec.name,
                     spec.unit,
                     spec.description,
@@ -230,11 +240,30 @@ class Recorder:
                     else meter.create_observable_gauge
                 )
                 create(spec.name, [callbacks[spec.name]], spec.unit, spec.description)
-        self._pickup = histograms["redis_tasks_pickup_latency"].record
-        self._run = histograms["redis_tasks_run_duration"].record
-        self._terminal = histograms["redis_tasks_create_to_terminal"].record
+        self._pickup: Callable[[float], None] = made["redis_tasks_pickup_latency"].record
+        self._run: Callable[[float, Mapping[str, str]], None] = made[
+            "redis_tasks_run_duration"
+        ].record
+        self._terminal: Callable[[float], None] = made["redis_tasks_create_to_terminal"].record
+        if bucketed:
+            self.bucket_histograms()
         # One attribute mapping per outcome, made once: recording allocates none.
         self._outcomes: dict[str, Mapping[str, str]] = {}
+
+    def bucket_histograms(self) -> dict[str, BucketHistogram]:
+        """From now on keep the histograms pre-bucketed in :attr:`histograms` (for an
+        exporter that writes them itself); the meter's histograms get no more records,
+        so they export no points. Returns :attr:`histograms`."""
+        if not self.histograms:
+            for spec in INSTRUMENTS:
+                if spec.kind == "histogram":
+                    label = spec.attributes[0] if spec.attributes else None
+                    self.histograms[spec.name] = BucketHistogram(spec.name, SECONDS_BUCKETS, label)
+            self._pickup = self.histograms["redis_tasks_pickup_latency"].record
+            self._terminal = self.histograms["redis_tasks_create_to_terminal"].record
+            run = self.histograms["redis_tasks_run_duration"].record
+            self._run = lambda seconds, attributes: run(seconds, attributes["outcome"])
+        return self.histograms
 
     def task_created(self) -> None:
         """See :attr:`~.metrics.Metrics.task_created`."""

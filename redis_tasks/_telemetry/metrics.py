@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
     from redis_tasks._work_queue import QueueDepth
 
+    from .histograms import BucketHistogram
+    from .instruments import Recorder
+
 __all__ = ["METRICS", "Gauges", "Metrics"]
 
 
@@ -98,10 +101,24 @@ class Metrics(HookSet):
     def __init__(self) -> None:
         self._gauges: list[Gauges] = []
         self._lock = threading.Lock()  # gauges are read from an exporter's thread
+        #: The histograms kept pre-bucketed by the bound recorder, by name: empty
+        #: unless enabled with ``bucketed=True``.
+        self.histograms: Mapping[str, BucketHistogram] = {}
+        self._recorder: Recorder | None = None
         super().__init__()
 
-    def enable(self, provider: MeterProvider | None = None) -> bool:
+    def disable(self) -> None:
+        """Bind every hook to a no-op (and forget the pre-bucketed histograms)."""
+        super().disable()
+        self.histograms = {}
+        self._recorder = None
+
+    def enable(self, provider: MeterProvider | None = None, *, bucketed: bool = False) -> bool:
         """Record through OpenTelemetry: ``provider``'s meter, or the global provider's.
+
+        ``bucketed``: keep the three histograms in :attr:`histograms` instead of
+        on the meter, for an exporter that writes them itself (the Prometheus
+        export does); counters and gauges go to the meter either way.
 
         Returns ``False`` (hooks left as they were) when the API is not installed.
         """
@@ -112,8 +129,18 @@ class Metrics(HookSet):
         except ImportError:
             return False
         meter = (provider or otel.get_meter_provider()).get_meter("redis_tasks")
-        self.bind(Recorder(meter, self._observe_running, self._observe_depths))
+        recorder = Recorder(meter, self._observe_running, self._observe_depths, bucketed=bucketed)
+        self.bind(recorder)
+        self._recorder = recorder
+        self.histograms = recorder.histograms
         return True
+
+    def bucket_histograms(self) -> Mapping[str, BucketHistogram]:
+        """Keep the bound recorder's histograms pre-bucketed from now on (see
+        :meth:`enable`), and return them; ``{}`` while the hooks are off."""
+        if self.enabled and self._recorder is not None:
+            self.histograms = self._recorder.bucket_histograms()
+        return self.histograms
 
     def watch(self, gauges: Gauges) -> Callable[[], None]:
         """Report ``gauges`` (a running worker) until the returned function is called."""

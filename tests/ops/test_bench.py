@@ -685,9 +685,10 @@ def test_uvloop_runs_beside_the_default_loop(redis_server: RedisServer) -> None:
     assert systems["redis-tasks"]["pickup"]["samples"] == 3
 
 
-def test_metrics_run_beside_the_default(redis_server: RedisServer) -> None:
+def test_metrics_and_traces_run_beside_the_default(redis_server: RedisServer) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "redis_tasks", "bench", "drain", "--metrics", "--redis-url",
+        [sys.executable, "-m", "redis_tasks", "bench", "drain", "--metrics", "--traces",
+         "--redis-url",
          redis_server.url, "--tasks", "200", "--workers", "1", "--rounds", "1", "--json", "-",
          "--quiet"],
         capture_output=True, text=True, timeout=180, check=False,
@@ -695,4 +696,5 @@ def test_metrics_run_beside_the_default(redis_server: RedisServer) -> None:
     assert done.returncode == 0, done.stderr
     systems = json.loads(done.stdout)["systems"]
     assert systems["redis-tasks+metrics"]["drain"]["1"]["rate"] > 0
+    assert systems["redis-tasks+traces"]["drain"]["1"]["rate"] > 0
     assert systems["redis-tasks"]["drain"]["1"]["rate"] > 0

@@ -397,3 +397,48 @@ def test_every_instrument_is_named_for_the_library_and_documented() -> None:
     for spec in INSTRUMENTS:
         assert spec.name.startswith("redis_tasks_")
         assert f"`{spec.name}" in readme, spec.name
+
+
+def test_pre_bucketed_histograms_write_what_the_sdk_wrote() -> None:
+    """The Prometheus export keeps the histograms pre-bucketed; its text must be what
+    the SDK's exporter wrote for the same records, byte for byte: bucket edges
+    (a value on a bound counts in it), sums, counts, names, labels and help."""
+    prometheus = pytest.importorskip("prometheus_client")
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+    from redis_tasks._telemetry.instruments import SECONDS_BUCKETS
+    from redis_tasks._telemetry.prometheus import HistogramCollector
+
+    values = [0.0, *SECONDS_BUCKETS, *(b * 1.0001 for b in SECONDS_BUCKETS), 1e9, 0.0123]
+    saved = dict(vars(METRICS))
+
+    def record() -> None:
+        for i, seconds in enumerate(values):
+            METRICS.pickup(seconds)
+            METRICS.run_ended(("completed", "failed", "abandoned")[i % 3], seconds * 2)
+            METRICS.create_to_terminal(seconds / 3)
+
+    def histogram_lines(registry: Any) -> list[str]:
+        text: str = prometheus.generate_latest(registry).decode()
+        names = ("pickup_latency", "run_duration", "create_to_terminal")
+        return [line for line in text.splitlines() if any(n in line for n in names)]
+
+    try:
+        sdk_registry = prometheus.CollectorRegistry()
+        reader = PrometheusMetricReader(registry=sdk_registry)
+        sdk_provider = sdk_metrics.MeterProvider(metric_readers=[reader])
+        assert METRICS.enable(sdk_provider)
+        record()
+        expected = histogram_lines(sdk_registry)
+
+        ours = prometheus.CollectorRegistry()
+        provider = sdk_metrics.MeterProvider(metric_readers=[sdk_export.InMemoryMetricReader()])
+        assert METRICS.enable(provider, bucketed=True)
+        ours.register(HistogramCollector(METRICS.histograms))
+        record()
+        got = histogram_lines(ours)
+    finally:
+        vars(METRICS).clear()
+        vars(METRICS).update(saved)
+    assert len(expected) == 3 * 2 + 3 * (len(SECONDS_BUCKETS) + 3) + 2 * (len(SECONDS_BUCKETS) + 3)
+    assert got == expected
