@@ -4,8 +4,8 @@
 -- The one terminal write, shared by finish and claim (cancelled or poisoned at
 -- claim). Outcome and terminal status land together; the work entry is
 -- acknowledged and deleted; data no longer needed is dropped (the payload, the
--- lease, the trace context: nothing runs the task again); the partition's stats
--- count the transition under its status (what `redis-tasks inspect` shows). The
+-- lease, the trace context, the input keys: nothing runs the task again); the
+-- partition's stats count the transition under its status (`redis-tasks inspect`). The
 -- task stops counting against its tenant: its open-task quota (`account[2]`,
 -- the record's `oq`) and, for a capped tenant (`account[3]`, `tc`), its running
 -- tasks, which may let a parked tenant back into the ring.
@@ -33,7 +33,12 @@ local function terminate(keys, task_id, entry, last_update, status, message,
   end
   redis.call('HDEL', task_key, unpack(dropped))
   redis.call('HSET', task_key, unpack(fields))
-  redis.call('DEL', keys[2], keys[3], keys[4], keys[5])
+  -- The input keys exist only for a task updated before: request_input writes its
+  -- status (and so `ua`) whenever it makes them, and update needs what it made. A
+  -- task that ran straight through (most do) has no `ua` and saves the DEL.
+  if last_update then
+    redis.call('DEL', keys[2], keys[3], keys[4], keys[5])
+  end
   if entry then
     -- pcall: an operator may have deleted the group; the entry goes regardless.
     redis.pcall('XACK', keys[6], WORK_GROUP, entry)

@@ -776,6 +776,27 @@ async def test_every_key_of_a_task_expires_with_it(backend: Backend) -> None:
         assert await backend.client.pexpiretime(key) == expected
 
 
+@pytest.mark.redis_only
+async def test_a_terminal_task_keeps_no_input_keys(backend: Backend) -> None:
+    """The terminal write drops the input keys of a task that had input rounds (and
+    skips the DEL for one that never was updated: nothing to drop); only the record
+    and its grant stay."""
+    m = backend.manager
+    asked = await new_task(m)
+    await m.request_input(asked, {"x": ELICIT, "y": ROOTS})
+    await update(m, asked, {"x": ELICIT_ANSWER})
+    await m.request_input(asked, {"z": ELICIT})
+    straight = await new_task(m)
+    assert {k.rsplit(":", 1)[-1] for k in await backend.all_keys() if asked in k} >= {
+        "req", "iss", "ans", "jrn",
+    }  # fmt: skip
+    await m.complete_task(asked, {"ok": True})
+    await m.fail_task(straight, JsonRpcError(code=-32001, message="no"))
+    for task_id in (asked, straight):
+        left = [k for k in await backend.all_keys() if task_id in k]
+        assert [k.rsplit(":", 2)[-2] for k in left] == ["task"], left
+
+
 # -- origins ----------------------------------------------------------------------------
 
 ODD_ORIGINS = [
