@@ -23,6 +23,7 @@
     6 work           the partition's work stream
     7 events         the partition's event stream
     8 stats          the partition's stats hash (one more of `status`)
+    9 signals        the partition's signal stream (what workers listen to)
   ARGV:
     1 task_id
     2 fence          "" for unfenced
@@ -36,10 +37,12 @@
   Returns:
     {RC_OK}          also when this very call was already applied (a retry)
     {RC_NOT_FOUND} | {RC_LEASE_LOST} | {RC_TERMINAL}
-  Events: one entry.
+  Events: one entry; and one signal when the call is unfenced (not the lease
+  holder's: a running worker's handler is then stopped at once).
 ]]
 -- KEYS go to terminate() whole, in the order above.
 local task_key = KEYS[1]
+local signals_key = KEYS[9]
 local task_id = ARGV[1]
 local fence = ARGV[2]
 local status = ARGV[3]
@@ -71,5 +74,8 @@ terminate(KEYS, task_id, t[4], t[3], status, has_message and message or nil,
   outcome_field, outcome, event_opts, {t[8], t[9], t[10]})
 if operation ~= '' then
   redis.call('HSET', task_key, 'op', operation)
+end
+if fence == '' then
+  emit(signals_key, event_opts, task_id)
 end
 return {RC_OK}

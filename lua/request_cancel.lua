@@ -8,7 +8,8 @@
   KEYS:
     1 task           the task record hash
     2 events         the partition's event stream
-    3 grant          the grant key of (task ID, endpoint, binding)
+    3 signals        the partition's signal stream (what workers listen to)
+    4 grant          the grant key of (task ID, endpoint, binding)
   ARGV:
     1 task_id
     2 binding        the record's digest of (task ID, endpoint, partition binding)
@@ -16,11 +17,13 @@
   Returns:
     {RC_OK}
     {RC_NOT_FOUND}   unknown, expired or unauthorized
-  Events: one entry when the intent is first recorded on a live task.
+  Events: one entry, and one signal for the task's worker, when the intent is
+  first recorded on a live task.
 ]]
 local task_key = KEYS[1]
 local events_key = KEYS[2]
-local grant_key = KEYS[3]
+local signals_key = KEYS[3]
+local grant_key = KEYS[4]
 local task_id = ARGV[1]
 local binding = ARGV[2]
 local event_opts = ARGV[3]
@@ -37,4 +40,5 @@ if TERMINAL[t[2]] or t[3] == '1' then
 end
 redis.call('HSET', task_key, 'cx', '1')
 emit(events_key, event_opts, task_id)
+emit(signals_key, event_opts, task_id)
 return {RC_OK}

@@ -13,7 +13,8 @@
     3 answers        accepted answers not yet taken by the worker
     4 journal        every accepted answer, for replay after a crash
     5 events         the partition's event stream
-    6 grant          the grant key of (task ID, endpoint, binding)
+    6 signals        the partition's signal stream (what workers listen to)
+    7 grant          the grant key of (task ID, endpoint, binding)
   ARGV:
     1 task_id
     2 binding        the record's digest of (task ID, endpoint, partition binding)
@@ -22,14 +23,16 @@
   Returns:
     {RC_OK, accepted_count}
     {RC_NOT_FOUND}   unknown, expired or unauthorized
-  Events: one entry when at least one answer was accepted.
+  Events: one entry, and one signal for the task's worker, when at least one
+  answer was accepted.
 ]]
 local task_key = KEYS[1]
 local requests_key = KEYS[2]
 local answers_key = KEYS[3]
 local journal_key = KEYS[4]
 local events_key = KEYS[5]
-local grant_key = KEYS[6]
+local signals_key = KEYS[6]
+local grant_key = KEYS[7]
 local task_id = ARGV[1]
 local binding = ARGV[2]
 local event_opts = ARGV[3]
@@ -85,4 +88,5 @@ else
   redis.call('HSET', task_key, 'ua', int_text(next_update(now_ms(), t[3])))
 end
 emit(events_key, event_opts, task_id)
+emit(signals_key, event_opts, task_id)
 return {RC_OK, #accepted_keys}

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
+from ._events import TaskEventPublisher
 from ._lease import Claim
 from ._manager import TaskManager
 
@@ -90,6 +91,14 @@ class WorkQueue(Protocol):
     @property
     def timeout(self) -> float:
         """Seconds one call may take; a worker bounds its own waits by it."""
+        ...
+
+    @property
+    def signals(self) -> TaskEventPublisher:
+        """Task IDs of the changes a running task's worker must see: a cancellation
+        asked, answers accepted, an outcome written by another caller. Workers
+        subscribe here instead of to every change (:attr:`TaskManager.event_publisher`),
+        so a worker reads nothing of the creates and outcomes that make up a drain."""
         ...
 
     def reader(self, partition: int, consumer: str, block: timedelta) -> WorkReader:

@@ -92,7 +92,8 @@ class InMemoryTaskManager(TaskManagerBase):
             raise ValueError("max_tasks must be >= 1")
         self._max_tasks = max_tasks
         self._publisher = InMemoryEventPublisher()
-        self._records = records = TaskRecords(clock, self._publisher)
+        self._signals = InMemoryEventPublisher()
+        self._records = records = TaskRecords(clock, self._publisher, self._signals)
         # The same dict and lock as the records' (tests look at _tasks directly).
         self._tasks = records.tasks
         self._lock = records.lock
@@ -111,6 +112,7 @@ class InMemoryTaskManager(TaskManagerBase):
     ) -> None:
         """Stop event delivery."""
         await self._publisher.aclose()
+        await self._signals.aclose()
 
     @property
     def event_publisher(self) -> TaskEventPublisher:
@@ -183,6 +185,7 @@ class InMemoryTaskManager(TaskManagerBase):
                 record.fields[FIELD_STATUS] = _WORKING
                 record.fields.pop(FIELD_MESSAGE, None)
             self._records.emit(task_id)
+            self._records.signal(task_id)
 
     async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
         """Mirror of ``request_cancel.lua``."""
@@ -197,6 +200,7 @@ class InMemoryTaskManager(TaskManagerBase):
                 return
             record.fields[FIELD_CANCEL_REQUESTED] = b"1"
             self._records.emit(task_id)
+            self._records.signal(task_id)
 
     async def _create(self, new: NewTask) -> int:
         """Mirror of ``create.lua``."""
@@ -349,6 +353,8 @@ class InMemoryTaskManager(TaskManagerBase):
             )
             if outcome.operation:
                 record.fields[FIELD_OPERATION] = outcome.operation
+            if not outcome.fence:
+                self._records.signal(task_id)  # not the lease holder's: stop its run
 
     async def _cancel_requested(self, task_id: str, fence: bytes) -> bool:
         """Mirror of ``cancel_requested.lua``."""

@@ -49,14 +49,21 @@ class TaskRecords:
     Callers hold :attr:`lock` around every method but :meth:`now`.
     """
 
-    __slots__ = ("clock", "lock", "publisher", "tasks")
+    __slots__ = ("clock", "lock", "publisher", "signals", "tasks")
 
-    def __init__(self, clock: Callable[[], float], publisher: InMemoryEventPublisher) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        publisher: InMemoryEventPublisher,
+        signals: InMemoryEventPublisher,
+    ) -> None:
         #: Seconds since the epoch (replaceable to drive time in tests).
         self.clock = clock
         #: Guards the records and the work streams together.
         self.lock = threading.Lock()
         self.publisher = publisher
+        #: The work queue's signals: the changes a running task's worker must see.
+        self.signals = signals
         self.tasks: dict[str, Record] = {}
 
     def now(self) -> int:
@@ -111,3 +118,9 @@ class TaskRecords:
     def emit(self, task_id: str) -> None:
         """The task changed: hint its listeners (delivered on a later loop turn)."""
         self.publisher.notify(task_id)
+
+    def signal(self, task_id: str) -> None:
+        """The task changed in a way its running worker must see (as the scripts
+        that write the signal stream: a cancellation asked, answers accepted, an
+        outcome written by another caller)."""
+        self.signals.notify(task_id)

@@ -37,6 +37,7 @@ from datetime import timedelta
 from typing import Final
 
 from redis_tasks._errors import BackendError, TaskNotFoundError
+from redis_tasks._events import TaskEventPublisher
 from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim
 from redis_tasks._record import (
@@ -87,6 +88,11 @@ class InMemoryWorkQueue:
         self._encoder = encoder
         self._partitions: dict[int, Partition] = {}
         self._poison_error = encoder.error(INTERNAL_ERROR)
+
+    @property
+    def signals(self) -> TaskEventPublisher:
+        """See :attr:`~redis_tasks._work_queue.WorkQueue.signals`."""
+        return self._records.signals
 
     @property
     def lock(self) -> threading.Lock:

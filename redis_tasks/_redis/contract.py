@@ -101,6 +101,7 @@ class RedisContract(TaskManagerBase):
                 answers=keys.answers,
                 journal=keys.journal,
                 events=keys.events,
+                signals=keys.signals,
                 grant=keys.grant(endpoint, binding),
                 task_id=task_id,
                 binding=digest,
@@ -120,6 +121,7 @@ class RedisContract(TaskManagerBase):
             lua.request_cancel(
                 task=keys.task,
                 events=keys.events,
+                signals=keys.signals,
                 grant=keys.grant(endpoint, binding),
                 task_id=task_id,
                 binding=digest,
@@ -235,6 +237,7 @@ class RedisContract(TaskManagerBase):
                 work=keys.work,
                 events=keys.events,
                 stats=keys.stats,
+                signals=keys.signals,
                 task_id=task_id,
                 fence=outcome.fence,
                 status=outcome.status.value,

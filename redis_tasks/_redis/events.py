@@ -54,12 +54,20 @@ class RedisEventPublisher(TaskEventPublisher):
     """
 
     def __init__(
-        self, link: Callable[[], Link], keys: KeySpace, partitions: int, *, maxlen: int
+        self,
+        link: Callable[[], Link],
+        keys: KeySpace,
+        partitions: int,
+        *,
+        maxlen: int,
+        stream: Callable[[int], str] | None = None,
     ) -> None:
+        """``stream`` names a partition's stream: the event stream by default, the
+        signal stream for a work queue's signals."""
         super().__init__()
         self._link = link
-        self._keys = keys
-        self._streams = [keys.events(p) for p in range(partitions)]
+        self._stream = keys.events if stream is None else stream
+        self._streams = [self._stream(p) for p in range(partitions)]
         self._maxlen = maxlen
         self._tails: list[asyncio.Task[None]] = []
         self._ready: asyncio.Event | None = None
@@ -76,11 +84,11 @@ class RedisEventPublisher(TaskEventPublisher):
         return max(1, min(1000, int(self._topology.timeout * 500)))
 
     async def publish_task_changed(self, task_id: str) -> None:
-        """Append ``task_id`` to its partition's event stream."""
+        """Append ``task_id`` to its partition's stream."""
         partition = parse_task_id(task_id)
         if partition is None:
             raise TaskNotFoundError()
-        stream = self._keys.events(partition)
+        stream = self._stream(partition)
         fields: dict[str, str] = {"t": task_id}
         link = self._link()
         publishing = link.publishing

@@ -13,6 +13,9 @@ single slot::
                                names it may see the task
     {rt:7.42}:work             stream + consumer group ``workers``: tasks to run
     {rt:7.42}:events           stream, MAXLEN ~ bounded: one task-ID entry per change
+    {rt:7.42}:signals          stream, MAXLEN ~ bounded: one task-ID entry per change a
+                               running task's worker must see (a cancellation asked,
+                               answers accepted, an outcome written by another caller)
     {rt:7.42}:stats            hash: terminal transitions by status, a pickup histogram
                                (the counters ``redis-tasks inspect`` reads)
     {rt:7.42}:ring             sorted set: tenants with tasks waiting, by pass (fair dispatch)
@@ -31,9 +34,10 @@ slot falls in a 64-slot window at the bit-reversed position of ``p``: partitions
 partitions is spread evenly over the slot space, and the 16 default ones over a
 cluster's primaries (6/5/5 on three). Every process computes the same tags.
 
-Every task key expires at ``created + ttl``; the two streams and the stats hash
+Every task key expires at ``created + ttl``; the three streams and the stats hash
 are per-partition infrastructure (:data:`PARTITION_SUFFIXES`), bounded by
-acknowledgement (work), by MAXLEN (events) and by a fixed set of fields (stats).
+acknowledgement (work), by MAXLEN (events, signals) and by a fixed set of fields
+(stats).
 So are the tenant queues and the ring, parked set and tenants hash that order
 them (:data:`QUEUE_INFIX`, :data:`TENANT_SUFFIXES`): like the work stream, they
 hold a task until a worker meets it, and empty ones are gone. The run, open and
@@ -95,6 +99,7 @@ GRANT_INFIX: Final = ":g:"
 #: After the tag: the partition's streams.
 WORK_SUFFIX: Final = ":work"
 EVENTS_SUFFIX: Final = ":events"
+SIGNALS_SUFFIX: Final = ":signals"
 STATS_SUFFIX: Final = ":stats"
 #: After the tag: the fair-dispatch ring, the parked tenants, the tenant settings.
 RING_SUFFIX: Final = ":ring"
@@ -108,7 +113,13 @@ OPEN_INFIX: Final = ":open:"
 RATE_INFIX: Final = ":rate:"
 #: The suffixes of a partition's lasting keys: with the tenant queues (QUEUE_INFIX),
 #: the only keys with no expiry.
-PARTITION_SUFFIXES: Final = (WORK_SUFFIX, EVENTS_SUFFIX, STATS_SUFFIX, *TENANT_SUFFIXES)
+PARTITION_SUFFIXES: Final = (
+    WORK_SUFFIX,
+    EVENTS_SUFFIX,
+    SIGNALS_SUFFIX,
+    STATS_SUFFIX,
+    *TENANT_SUFFIXES,
+)
 _PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 
@@ -136,6 +147,7 @@ class TaskKeys:
     journal: str
     work: str
     events: str
+    signals: str
     stats: str
 
     def grant(self, endpoint: bytes, binding: bytes) -> str:
@@ -233,6 +245,7 @@ class KeySpace:
             journal=base + JOURNAL_SUFFIX,
             work=tag + WORK_SUFFIX,
             events=tag + EVENTS_SUFFIX,
+            signals=tag + SIGNALS_SUFFIX,
             stats=tag + STATS_SUFFIX,
         )
 
@@ -243,6 +256,10 @@ class KeySpace:
     def events(self, partition: int) -> str:
         """The event stream of ``partition``."""
         return self.tag(partition) + EVENTS_SUFFIX
+
+    def signals(self, partition: int) -> str:
+        """The signal stream of ``partition``: the changes workers listen for."""
+        return self.tag(partition) + SIGNALS_SUFFIX
 
     def stats(self, partition: int) -> str:
         """The stats hash of ``partition`` (counters the scripts keep for inspection)."""

@@ -134,7 +134,11 @@ class RedisTaskManager(RedisContract):
         self._publisher = RedisEventPublisher(
             self._current_link, keys, partitions, maxlen=events_maxlen
         )
-        self._queue = RedisWorkQueue(self._current_link, keys, self._encoder)
+        # What workers tail: only the changes a running task's worker must see.
+        self._signals = RedisEventPublisher(
+            self._current_link, keys, partitions, maxlen=events_maxlen, stream=keys.signals
+        )
+        self._queue = RedisWorkQueue(self._current_link, keys, self._encoder, self._signals)
 
     def _current_link(self) -> Link:
         # What the work queue and the event publisher call for the link at each use.
@@ -310,8 +314,9 @@ class RedisTaskManager(RedisContract):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Stop the event tail and close the connections this manager owns."""
+        """Stop the event tails and close the connections this manager owns."""
         await self._publisher.aclose()
+        await self._signals.aclose()
         await self._link.topology.aclose()
         if self._cluster_client is not None and (self._close_client or self._url is not None):
             await self._cluster_client.aclose()

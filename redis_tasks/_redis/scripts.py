@@ -151,6 +151,7 @@ def update(
     answers: str,
     journal: str,
     events: str,
+    signals: str,
     grant: str,
     task_id: str,
     binding: str,
@@ -159,16 +160,27 @@ def update(
 ) -> Call:
     return (
         scripts["update"],
-        (task, requests, answers, journal, events, grant),
+        (task, requests, answers, journal, events, signals, grant),
         (task_id, binding, event_opts, *responses),
     )
 
 
 @_binding
 def request_cancel(
-    *, task: str, events: str, grant: str, task_id: str, binding: str, event_opts: str
+    *,
+    task: str,
+    events: str,
+    signals: str,
+    grant: str,
+    task_id: str,
+    binding: str,
+    event_opts: str,
 ) -> Call:
-    return scripts["request_cancel"], (task, events, grant), (task_id, binding, event_opts)
+    return (
+        scripts["request_cancel"],
+        (task, events, signals, grant),
+        (task_id, binding, event_opts),
+    )
 
 
 @_binding
@@ -229,6 +241,7 @@ def finish(
     work: str,
     events: str,
     stats: str,
+    signals: str,
     task_id: str,
     fence: bytes,
     status: str,
@@ -241,7 +254,7 @@ def finish(
 ) -> Call:
     return (
         scripts["finish"],
-        (task, requests, issued, answers, journal, work, events, stats),
+        (task, requests, issued, answers, journal, work, events, stats, signals),
         (
             task_id,
             fence,

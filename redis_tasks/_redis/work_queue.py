@@ -24,6 +24,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from redis_tasks._errors import BackendError, TaskNotFoundError
+from redis_tasks._events import TaskEventPublisher
 from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim
 from redis_tasks._record import Encoder
@@ -108,8 +109,15 @@ class RedisWorkQueue:
     connects, which may find a cluster and start publishing hints on shard channels).
     """
 
-    def __init__(self, link: Callable[[], Link], keys: KeySpace, encoder: Encoder) -> None:
+    def __init__(
+        self,
+        link: Callable[[], Link],
+        keys: KeySpace,
+        encoder: Encoder,
+        signals: TaskEventPublisher,
+    ) -> None:
         self._link = link
+        self._signals = signals
         self.keys = keys
         self._encoder = encoder
         self._poison_error = encoder.error(INTERNAL_ERROR)
@@ -123,6 +131,12 @@ class RedisWorkQueue:
     def timeout(self) -> float:
         """Seconds one call may take."""
         return self._link().runner.timeout
+
+    @property
+    def signals(self) -> TaskEventPublisher:
+        """See :attr:`~redis_tasks._work_queue.WorkQueue.signals`: the partitions'
+        signal streams, tailed like the event streams."""
+        return self._signals
 
     def _task_keys(self, task_id: str) -> TaskKeys:
         keys = self.keys.of_task(task_id)

@@ -245,13 +245,14 @@ def test_a_binding_puts_named_arguments_in_header_order() -> None:
         answers="a",
         journal="j",
         events="e",
+        signals="s",
         grant="g",
         task_id="1.x",
         binding="b",
         event_opts="100",
         responses=[b"k1", b"kinds1", b"body1", b"k2", b"kinds2", b"body2"],
     )
-    assert call[1] == ("t", "r", "a", "j", "e", "g")
+    assert call[1] == ("t", "r", "a", "j", "e", "s", "g")
     assert call[2] == ("1.x", "b", "100", b"k1", b"kinds1", b"body1", b"k2", b"kinds2", b"body2")
 
 

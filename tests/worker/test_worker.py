@@ -278,6 +278,67 @@ async def test_a_cancellation_hint_delivers_it_sooner_than_renewal(worker_backen
     assert task.status is TaskStatus.CANCELLED
 
 
+async def test_a_worker_hears_only_the_signals_of_what_it_must_see(
+    worker_backend: Backend,
+) -> None:
+    """Workers tail the signals, not every change: a drain of plain tasks signals
+    nothing, while answers, a cancellation and an outcome written by another caller
+    each signal once, and reach their handlers long before a renewal would (renewals
+    every 20 s here)."""
+    m = worker_backend.manager
+    heard: list[str] = []
+    registration = m.work_queue.signals.subscribe(heard.append)
+    await m.work_queue.signals.wait_ready()
+    holding: list[str] = []
+    stopped: list[str] = []
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        mode = execution.payload
+        if mode == b"ask":
+            return {"answers": await execution.request_input({"name": ELICIT}, "who?")}
+        if mode == b"hold":
+            holding.append(execution.task_id)
+            try:
+                # Until cancelled, or stopped by the worker (ended elsewhere).
+                await execution.cancelled.wait()
+                raise asyncio.CancelledError
+            finally:
+                stopped.append(execution.task_id)
+        return {}
+
+    try:
+        async with running(m, handler, lease=timedelta(seconds=60)):
+            plain = [await create(m) for _ in range(20)]
+            for task_id in plain:
+                await settled(m, task_id)
+            asking = await create(m, b"ask")
+            cancelled, ended = await create(m, b"hold"), await create(m, b"hold")
+            await reaches(m, asking, TaskStatus.INPUT_REQUIRED)
+            await m.update_task(TaskUpdateContext(ALICE, asking, {"name": ELICIT_ANSWER}))
+
+            async def both_holding() -> bool:
+                return sorted(holding) == sorted([cancelled, ended])
+
+            await wait_until(both_holding, what="both holding handlers running")
+            await m.request_cancellation(TaskRequestContext(ALICE, cancelled))
+            await m.fail_task(ended, JsonRpcError(code=-32001, message="ended elsewhere"))
+            assert (await settled(m, asking, within=10)).status is TaskStatus.COMPLETED
+            assert (await settled(m, cancelled, within=10)).status is TaskStatus.CANCELLED
+
+            async def both_stopped() -> bool:
+                return sorted(stopped) == sorted([cancelled, ended])
+
+            await wait_until(both_stopped, within=10, what="both holding handlers stopped")
+
+            async def all_heard() -> bool:
+                return sorted(heard) == sorted([asking, cancelled, ended])
+
+            await wait_until(all_heard, within=10, what="one signal each")
+    finally:
+        registration.close()
+    assert not set(heard) & set(plain)
+
+
 async def test_a_handler_that_ignores_cancellation_may_still_complete(
     worker_backend: Backend,
 ) -> None:
