@@ -70,7 +70,7 @@ end
 if guard ~= RC_OK then
   return {guard}
 end
-terminate(KEYS, task_id, t[4], t[3], status, has_message and message or nil,
+terminate(KEYS, task_id, t[4], t[3], t.updated, status, has_message and message or nil,
   outcome_field, outcome, event_opts, {t[8], t[9], t[10]})
 if operation ~= '' then
   redis.call('HSET', task_key, 'op', operation)

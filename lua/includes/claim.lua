@@ -77,13 +77,14 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   local entry = t[7] or entry_id
   local account = {t[12], t[13], t[14]}
   if t[4] == '1' then
-    terminate(keys, task_id, entry, t[6], ST_CANCELLED, nil, '', '', event_opts, account)
+    terminate(keys, task_id, entry, t[6], t.updated, ST_CANCELLED, nil, '', '', event_opts,
+      account)
     return {RC_CANCELLED}
   end
   local attempt = (tonumber(t[3]) or 0) + 1
   if attempt > max_attempts then
-    terminate(keys, task_id, entry, t[6], ST_FAILED, nil, 'er', poison_error, event_opts,
-      account)
+    terminate(keys, task_id, entry, t[6], t.updated, ST_FAILED, nil, 'er', poison_error,
+      event_opts, account)
     return {RC_POISONED}
   end
   local run_key = nil

@@ -52,7 +52,8 @@ end
 -- HMGET that joins pieces: the values of `...` in `key`, false where absent.
 -- Two fields a create leaves out read as what they stand for: `fn` as 0 (never
 -- claimed) and `ua` as `ca` (never updated); every byte of a record is kept for
--- its whole retention.
+-- its whole retention. When `ua` is asked for, `.updated` says whether it was
+-- stored (the task changed after its create).
 local function hmget(key, ...)
   local names = {...}
   local count = #names
@@ -65,6 +66,7 @@ local function hmget(key, ...)
     end
   end
   local values = redis.call('HMGET', key, unpack(names))
+  local updated = false
   for i = 1, count do
     local first = values[i]
     if not first then
@@ -73,6 +75,8 @@ local function hmget(key, ...)
       elseif names[i] == 'ua' then
         values[i] = values[created]
       end
+    elseif names[i] == 'ua' then
+      updated = true
     elseif #first == PIECE_BYTES and LONG_FIELDS[names[i]] then
       local rest = redis.call('HMGET', key, unpack(add_pieces({}, names[i])))
       local parts = {first}
@@ -87,6 +91,7 @@ local function hmget(key, ...)
   end
   if created then
     values[created] = nil
+    values.updated = updated
   end
   return values
 end

@@ -13,7 +13,8 @@
 -- would be refused): a worker still finishes what runs when Redis is full.
 -- keys: {task, requests, issued, answers, journal, work, events, stats}
 -- account: the record's {tn, oq, tc} (each false when absent)
-local function terminate(keys, task_id, entry, last_update, status, message,
+-- updated: whether the record stored `ua` (hmget's `.updated`): see the DEL below
+local function terminate(keys, task_id, entry, last_update, updated, status, message,
                          outcome_field, outcome, event_opts, account)
   local task_key = keys[1]
   local fields = {'st', status, 'ua', int_text(next_update(now_ms(), last_update))}
@@ -36,7 +37,7 @@ local function terminate(keys, task_id, entry, last_update, status, message,
   -- The input keys exist only for a task updated before: request_input writes its
   -- status (and so `ua`) whenever it makes them, and update needs what it made. A
   -- task that ran straight through (most do) has no `ua` and saves the DEL.
-  if last_update then
+  if updated then
     redis.call('DEL', keys[2], keys[3], keys[4], keys[5])
   end
   if entry then

@@ -112,6 +112,21 @@ async def test_each_operation_is_one_evalsha_round_trip(standalone_backend: Back
         assert top_level == {"evalsha": 1}, (name, ran)
 
 
+async def test_an_outcome_deletes_input_keys_only_after_input(standalone_backend: Backend) -> None:
+    """A task that ran straight through has no input keys: its terminal write sends no
+    DEL (one command a job of a drain); one that asked for input deletes them."""
+    m = standalone_backend.manager
+    client = standalone_backend.client
+    assert isinstance(client, Redis)
+    straight = (await m.create_task(ALICE, ORIGIN)).task_id
+    asked = (await m.create_task(ALICE, ORIGIN)).task_id
+    await m.request_input(asked, {"k": ELICIT})
+    ran = await commands_of(client, lambda: m.complete_task(straight, {"ok": True}))
+    assert "del" not in ran, ran
+    ran = await commands_of(client, lambda: m.complete_task(asked, {"ok": True}))
+    assert ran["del"] == 1, ran
+
+
 @pytest.mark.parametrize("intruder", [BOB, OTHER_ENDPOINT], ids=["partition-key", "endpoint"])
 async def test_unknown_and_unauthorized_run_the_same_redis_commands(
     standalone_backend: Backend, intruder: Any
