@@ -1,0 +1,241 @@
+"""The recorder: clients and workers running a random mix of operations on real tasks, each
+operation logged with when it was invoked, when it returned and what it returned.
+
+Clients create a task, then read it until it ends (answering its input requests, and
+now and then asking to cancel it). Workers read the work queue, claim, sometimes ask
+for input, then complete or fail, every write fenced by their lease. An operation
+that raised :class:`~redis_tasks.BackendError` (a timeout, a lost connection, a
+write the replicas did not confirm) has an unknown outcome; the contract's own
+errors (not found, terminal) are answers. A worker's write refused for a lost lease
+took no effect and is left out of the history (the model has no leases).
+
+Times come from ``time.monotonic()``, one clock for every process of a host. A task
+whose create's reply was lost (so no client knew its ID) but that a worker met still
+gets its create, with an unknown outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Final
+
+from redis_tasks import (
+    BackendError,
+    ClaimOutcome,
+    JsonRpcError,
+    LeaseLostError,
+    TaskNotFoundError,
+    TaskRequestContext,
+    TaskTerminalError,
+    TaskUpdateContext,
+)
+from redis_tasks._work_queue import WorkerBackend
+
+from .model import ORIGIN, WHO, answer, asked, snapshot
+from .ops import Op
+
+__all__ = ["Entry", "Recorder", "histories", "run_clients", "run_workers"]
+
+_LEFT_OUT: Final = "lease_lost"
+_CLAIMED: Final = {
+    ClaimOutcome.RUN: "run",
+    ClaimOutcome.CANCELLED: "cancelled",
+    ClaimOutcome.TERMINAL: "terminal",
+    ClaimOutcome.EXPIRED: "not_found",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One recorded operation, before the tasks' histories are put together."""
+
+    task: str
+    process: str
+    kind: str
+    invoke: float
+    ret: float | None
+    value: Any
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+class Recorder:
+    """Logs the operations one process runs (see the module)."""
+
+    def __init__(self, process: str) -> None:
+        self.process = process
+        self.entries: list[Entry] = []
+
+    async def call(
+        self,
+        task: str,
+        kind: str,
+        action: Awaitable[Any],
+        *,
+        args: dict[str, Any] | None = None,
+        seen: Callable[[Any], Any] = lambda _: "ok",
+    ) -> Any:
+        """Await ``action`` (a coroutine not yet started) and log it; returns what it
+        returned (``None`` when it raised)."""
+        invoke = time.monotonic()
+        result: Any = None
+        value: Any = None
+        unknown = False
+        try:
+            result = await action
+            value = seen(result)
+        except TaskNotFoundError:
+            value = "not_found"
+        except TaskTerminalError:
+            value = "terminal"
+        except LeaseLostError:
+            value = _LEFT_OUT
+        except BackendError:
+            unknown = True  # it may have taken effect, or not
+        ret = None if unknown else time.monotonic()
+        self.entries.append(Entry(task, self.process, kind, invoke, ret, value, args or {}))
+        return result
+
+
+def _steps(task: Any) -> bool:
+    return task is not None and not task.is_terminal
+
+
+async def run_clients(
+    manager: WorkerBackend,
+    recorder: Recorder,
+    *,
+    clients: int,
+    until: float,
+    rng: random.Random,
+    cancel_share: float = 0.05,
+) -> None:
+    """``clients`` coroutines creating tasks and following each to its end, until
+    ``time.monotonic()`` passes ``until``."""
+
+    async def client() -> None:
+        while time.monotonic() < until:
+            invoke = time.monotonic()
+            try:
+                task = await manager.create_task(WHO, ORIGIN)
+            except BackendError:
+                continue  # no ID known: a worker may still meet it (see histories())
+            recorder.entries.append(
+                Entry(task.task_id, recorder.process, "create", invoke, time.monotonic(), "ok")
+            )
+            ctx = TaskRequestContext(WHO, task.task_id)
+            for _ in range(50):
+                now = await recorder.call(
+                    task.task_id, "find", manager.find_task(ctx), seen=snapshot
+                )
+                if now is not None and now.is_terminal:
+                    break
+                if now is not None and now.input_requests:
+                    answers = {key: answer(key) for key in now.input_requests}
+                    await recorder.call(
+                        task.task_id,
+                        "update",
+                        manager.update_task(TaskUpdateContext(WHO, task.task_id, answers)),
+                        args={"answers": answers},
+                    )
+                if rng.random() < cancel_share:
+                    await recorder.call(task.task_id, "cancel", manager.request_cancellation(ctx))
+                await asyncio.sleep(rng.uniform(0, 0.01))
+
+    await asyncio.gather(*(client() for _ in range(clients)))
+
+
+async def run_workers(
+    manager: WorkerBackend,
+    recorder: Recorder,
+    *,
+    workers: int,
+    until: float,
+    rng: random.Random,
+    lease: timedelta = timedelta(seconds=5),
+) -> None:
+    """``workers`` coroutines reading every partition in turn, claiming what they read,
+    asking for input now and then, and writing an outcome, each write fenced."""
+    queue = manager.work_queue
+    await queue.ensure_groups(range(manager.partitions))
+
+    async def worker(number: int) -> None:
+        consumer = f"{recorder.process}-w{number}"
+        readers = [
+            queue.reader(p, consumer, timedelta(milliseconds=20)) for p in range(manager.partitions)
+        ]
+        try:
+            while time.monotonic() < until:
+                for reader in readers:
+                    try:
+                        entries = await reader.read(1)
+                    except BackendError:
+                        continue
+                    for entry in entries:
+                        if entry.task_id is not None:
+                            await _run(entry, consumer)
+        finally:
+            for reader in readers:
+                await reader.close()
+
+    async def _run(entry: Any, consumer: str) -> None:
+        task_id = entry.task_id
+        claim = await recorder.call(
+            task_id,
+            "claim",
+            queue.claim(entry, consumer=consumer, lease=lease, max_attempts=1000),
+            seen=lambda c: _CLAIMED.get(c.outcome, c.outcome.value),
+        )
+        if claim is None or claim.outcome is not ClaimOutcome.RUN:
+            return
+        fence = claim.fence
+        if rng.random() < 0.3:
+            keys = [f"k{rng.randrange(3)}"]
+            await recorder.call(
+                task_id,
+                "request_input",
+                manager.request_input(task_id, {k: asked(k) for k in keys}, fence=fence),
+                args={"keys": keys},
+                seen=lambda answers: ["ok", answers],
+            )
+            await asyncio.sleep(rng.uniform(0.01, 0.05))  # long enough to be answered
+        if rng.random() < 0.8:
+            result = {"content": [], "isError": False}
+            await recorder.call(
+                task_id,
+                "complete",
+                manager.complete_task(task_id, result, fence=fence),
+                args={"result": result},
+            )
+        else:
+            code = -32001
+            await recorder.call(
+                task_id,
+                "fail",
+                manager.fail_task(task_id, JsonRpcError(code=code, message="no"), fence=fence),
+                args={"code": code},
+            )
+
+    await asyncio.gather(*(worker(n) for n in range(workers)))
+
+
+def histories(entries: list[Entry]) -> dict[str, list[Op]]:
+    """Each task's operations (those of every process), indexed in invocation order; a
+    write refused for a lost lease left out, a create nobody heard back from added."""
+    by_task: dict[str, list[Entry]] = {}
+    for entry in entries:
+        if entry.value != _LEFT_OUT:
+            by_task.setdefault(entry.task, []).append(entry)
+    out: dict[str, list[Op]] = {}
+    for task, rows in by_task.items():
+        rows.sort(key=lambda e: e.invoke)
+        if not any(e.kind == "create" for e in rows):
+            rows.insert(0, Entry(task, "?", "create", rows[0].invoke - 1e-6, None, None))
+        out[task] = [
+            Op(i, e.process, e.kind, e.invoke, e.ret, e.value, e.args) for i, e in enumerate(rows)
+        ]
+    return out

@@ -1,0 +1,163 @@
+"""The history checker (benchmarks/history): it explains what a correct system answers,
+however the operations overlap, and it finds each kind of anomaly a fault could cause,
+reported with the smallest sub-history that shows it."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from benchmarks.history.checker import Anomaly, check
+from benchmarks.history.model import answer
+from benchmarks.history.ops import Op, dumps, loads
+from benchmarks.history.recorder import Recorder, histories, run_clients, run_workers
+from tests.support.backends import Backend
+
+RESULT = {"content": [], "isError": False}
+
+
+def seen(
+    status: str, *, asking: tuple[str, ...] = (), result: Any = None, error: Any = None
+) -> Any:
+    """A find_task answer as the history records it."""
+    return {"status": status, "message": None, "result": result, "error": error,
+            "asking": list(asking)}  # fmt: skip
+
+
+WORKING = seen("working")
+COMPLETED = seen("completed", result=RESULT)
+
+
+Row = tuple[str, str, float, float | None, Any, dict[str, Any]]
+
+
+def history(*rows: Row) -> list[Op]:
+    """Operations from (process, kind, invoke, return, value, args) rows."""
+    return [
+        Op(i, process, kind, invoke, ret, value, args)
+        for i, (process, kind, invoke, ret, value, args) in enumerate(rows)
+    ]
+
+
+CREATE: Row = ("c", "create", 0.0, 1.0, "ok", {})
+
+
+def checked(ops: list[Op]) -> list[Anomaly]:
+    return asyncio.run(check({"t": ops}))
+
+
+@pytest.mark.parametrize("during", [WORKING, COMPLETED])
+def test_a_read_overlapping_an_outcome_may_see_either_side(during: Any) -> None:
+    ops = history(
+        CREATE,
+        ("c", "find", 2.0, 3.0, WORKING, {}),
+        ("w", "complete", 4.0, 6.0, "ok", {"result": RESULT}),
+        ("c", "find", 5.0, 7.0, during, {}),
+        ("c", "find", 8.0, 9.0, COMPLETED, {}),
+        ("c", "cancel", 10.0, 11.0, "ok", {}),
+        ("w", "fail", 12.0, 13.0, "terminal", {"code": -32001}),
+    )
+    assert checked(ops) == []
+
+
+def test_an_input_round_and_its_answers_are_explained() -> None:
+    ops = history(
+        CREATE,
+        ("w", "request_input", 2.0, 3.0, ["ok", {}], {"keys": ["k"]}),
+        ("c", "find", 4.0, 5.0, seen("input_required", asking=("k",)), {}),
+        ("c", "update", 6.0, 7.0, "ok", {"answers": {"k": answer("k")}}),
+        ("c", "find", 8.0, 9.0, WORKING, {}),
+    )
+    assert checked(ops) == []
+
+
+def test_an_operation_nobody_heard_back_from_may_have_happened_or_not() -> None:
+    unknown = ("w", "complete", 2.0, None, None, {"result": RESULT})
+    assert checked(history(CREATE, unknown, ("c", "find", 3.0, 4.0, WORKING, {}))) == []
+    assert checked(history(CREATE, unknown, ("c", "find", 3.0, 4.0, COMPLETED, {}))) == []
+    # But not both ways round: once read as done, it stays done.
+    flip = history(
+        CREATE,
+        unknown,
+        ("c", "find", 3.0, 4.0, COMPLETED, {}),
+        ("c", "find", 5.0, 6.0, WORKING, {}),
+    )
+    assert len(checked(flip)) == 1
+
+
+PLANTED: dict[str, tuple[list[Row], list[int]]] = {
+    # A read after an acknowledged outcome that answers the state before it.
+    "stale read": (
+        [("w", "complete", 2.0, 3.0, "ok", {"result": RESULT}),
+         ("c", "find", 4.0, 5.0, WORKING, {})],
+        [0, 1, 2],
+    ),
+    # An acknowledged outcome gone later, the task read as working again.
+    "lost acknowledgement": (
+        [("c", "find", 2.0, 3.0, WORKING, {}),
+         ("w", "complete", 4.0, 5.0, "ok", {"result": RESULT}),
+         ("c", "find", 6.0, 7.0, COMPLETED, {}),
+         ("c", "find", 8.0, 9.0, WORKING, {})],
+        [0, 2, 4],  # with "find completed" it is the same anomaly: the smaller one stays
+    ),
+    # Two outcomes both acknowledged: exactly one terminal transition may win.
+    "two winners": (
+        [("w", "complete", 2.0, 3.0, "ok", {"result": RESULT}),
+         ("v", "fail", 4.0, 5.0, "ok", {"code": -32001})],
+        [0, 1, 2],
+    ),
+    # A create acknowledged, then the task not found.
+    "create then not found": (
+        [("c", "find", 2.0, 3.0, None, {})],
+        [0, 1],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(PLANTED))
+def test_a_planted_anomaly_is_found_with_its_smallest_history(name: str) -> None:
+    rows, minimal = PLANTED[name]
+    (anomaly,) = checked(history(CREATE, *rows))
+    assert not anomaly.undecided
+    assert [op.index for op in anomaly.history] == minimal, anomaly.describe()
+    assert "no linearization" in anomaly.describe()
+
+
+def test_a_history_reads_back_from_json_lines() -> None:
+    ops = history(
+        CREATE,
+        ("w", "request_input", 2.0, 3.0, ["ok", {}], {"keys": ["k"]}),
+        ("w", "complete", 4.0, None, None, {"result": RESULT}),
+    )
+    assert loads(dumps(ops)) == ops
+
+
+def test_an_operation_cannot_return_before_it_was_invoked() -> None:
+    with pytest.raises(ValueError):
+        Op(0, "c", "find", 2.0, 1.0)
+    with pytest.raises(ValueError):
+        Op(0, "c", "explode", 1.0, 2.0)
+
+
+async def test_a_recorded_load_on_redis_has_no_anomaly(standalone_backend: Backend) -> None:
+    """Clients and workers on one Redis, no faults: every task's history is explained,
+    and the histories hold every kind of operation (so the check checked something)."""
+    m = standalone_backend.manager
+    recorder = Recorder("p0")
+    rng = random.Random(7)
+    until = time.monotonic() + 3.0
+    await asyncio.gather(
+        run_clients(m, recorder, clients=8, until=until, rng=rng, cancel_share=0.1),
+        run_workers(m, recorder, workers=3, until=until + 1.0, rng=rng),
+    )
+    tasks = histories(recorder.entries)
+    kinds = Counter(op.kind for ops in tasks.values() for op in ops)
+    assert len(tasks) > 20, kinds
+    assert {"create", "find", "claim", "request_input", "update", "complete", "fail"} <= set(kinds)
+    anomalies = await check(tasks)
+    assert anomalies == [], "\n".join(a.describe() for a in anomalies)
