@@ -8,11 +8,13 @@ import asyncio
 import random
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks.history.checker import Anomaly, check
+from benchmarks.history.faults import record_with_faults
 from benchmarks.history.model import answer
 from benchmarks.history.ops import Op, dumps, loads
 from benchmarks.history.recorder import Recorder, histories, run_clients, run_workers
@@ -161,3 +163,13 @@ async def test_a_recorded_load_on_redis_has_no_anomaly(standalone_backend: Backe
     assert {"create", "find", "claim", "request_input", "update", "complete", "fail"} <= set(kinds)
     anomalies = await check(tasks)
     assert anomalies == [], "\n".join(a.describe() for a in anomalies)
+
+
+async def test_restarts_and_killed_connections_leave_no_anomaly(tmp_path: Path) -> None:
+    """A short run of issue 26's faults on one Redis (``appendfsync always``, the setting
+    the README recommends): SIGKILL restarts and every connection killed, in turn."""
+    run = await record_with_faults(tmp_path, seconds=8.0, every=1.5, clients=8, workers=3)
+    assert run.faults["restart"] >= 2, run.faults
+    assert run.faults["kill"] >= 2, run.faults
+    assert run.tasks > 50
+    assert run.anomalies == [], "\n".join(a.describe() for a in run.anomalies)
