@@ -1,5 +1,7 @@
-"""Faults while the recorder runs, on one private redis-server: the server SIGKILLed and
-started again on its append-only file, and every client connection killed, in turn.
+"""Faults while the recorder runs, on one private redis-server, in turn: the server
+SIGKILLed and started again on its append-only file; every client connection killed;
+``CLIENT PAUSE ALL`` for half the calls' timeout, then for one and a half (calls then
+time out, and their outcome is unknown to their callers).
 
 ``appendfsync always`` puts every write on disk before Redis acknowledges it;
 ``everysec`` fsyncs once a second, so a SIGKILL may take the last second of
@@ -16,7 +18,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
@@ -26,7 +28,7 @@ from redis_tasks import RedisTaskManager
 from .checker import Anomaly, check
 from .recorder import Recorder, histories, run_clients, run_workers
 
-__all__ = ["Run", "classify", "record_with_faults"]
+__all__ = ["KINDS", "Run", "classify", "record_with_faults"]
 
 
 @dataclass
@@ -79,8 +81,18 @@ def classify(anomaly: Anomaly) -> str:
     return f"unexplained {last.kind}"
 
 
-async def _inject(server: PrivateRedis, run: Run, until: float, every: float) -> None:
-    kinds = ("restart", "kill")
+#: The faults, in the order they are injected.
+KINDS: Final = ("restart", "kill", "pause")
+
+
+async def _inject(
+    server: PrivateRedis,
+    run: Run,
+    until: float,
+    every: float,
+    kinds: tuple[str, ...],
+    call_timeout: float,
+) -> None:
     n = 0
     while time.monotonic() + every < until:
         await asyncio.sleep(every)  # the schedule itself: a fault every `every` seconds
@@ -91,7 +103,13 @@ async def _inject(server: PrivateRedis, run: Run, until: float, every: float) ->
         else:
             admin = Redis.from_url(server.url, socket_timeout=10)
             try:
-                await admin.client_kill_filter(_type="normal", skipme=True)
+                if kind == "kill":
+                    await admin.client_kill_filter(_type="normal", skipme=True)
+                else:
+                    # Alternately shorter and longer than a call's deadline.
+                    pause = call_timeout * (0.5 if run.faults[kind] % 2 == 0 else 1.5)
+                    await admin.client_pause(int(pause * 1000), all=True)
+                    await asyncio.sleep(pause)  # let it end before the next fault
             finally:
                 await admin.aclose()
         run.faults[kind] += 1
@@ -106,6 +124,8 @@ async def record_with_faults(
     clients: int = 16,
     workers: int = 4,
     seed: int = 1,
+    kinds: tuple[str, ...] = KINDS,
+    call_timeout: float = 2.0,
 ) -> Run:
     """Record ``seconds`` of load on a private server under faults, then check it."""
     server = await PrivateRedis.start(directory, fsync)
@@ -113,12 +133,12 @@ async def record_with_faults(
     rng = random.Random(seed)
     recorder = Recorder("p0")
     try:
-        async with RedisTaskManager.from_url(server.url, prefix="h", timeout=5.0) as m:
+        async with RedisTaskManager.from_url(server.url, prefix="h", timeout=call_timeout) as m:
             until = time.monotonic() + seconds
             await asyncio.gather(
                 run_clients(m, recorder, clients=clients, until=until, rng=rng),
                 run_workers(m, recorder, workers=workers, until=until + 2.0, rng=rng),
-                _inject(server, run, until, every),
+                _inject(server, run, until, every, kinds, call_timeout),
             )
     finally:
         server.stop()
