@@ -28,14 +28,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from redis_tasks import RedisTaskManager, RequestContext, TaskExecution, TaskOrigin
+from redis_tasks import RedisTaskManager, TaskExecution
+from redis_tasks._bench._adapter import ORIGIN, WHO, delete_prefix
 from redis_tasks._bench._progress import Progress
 from redis_tasks._redis.keys import KeySpace
 from redis_tasks._stats import TERMINAL_FIELDS
 from redis_tasks.testing import start_redis_server
 
-WHO = RequestContext("/mcp", "bench")
-ORIGIN = TaskOrigin.from_persisted_string('{"tool":"noop","arguments":{}}')
 ROOT = Path(__file__).resolve().parent.parent
 #: The manager's and the worker's default number of partitions.
 PARTITIONS = 16
@@ -101,8 +100,6 @@ async def _drain(url: str, count: int, concurrency: int, metered: bool) -> tuple
         await asyncio.wait_for(worker.wait(), 30)
         await client.aclose()
     async with RedisTaskManager.from_url(url, prefix=prefix) as manager:
-        from redis_tasks._bench._adapter import delete_prefix
-
         await delete_prefix(manager)
     return rate, cpu / count * 1e6
 

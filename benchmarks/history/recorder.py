@@ -101,10 +101,6 @@ class Recorder:
         return result
 
 
-def _steps(task: Any) -> bool:
-    return task is not None and not task.is_terminal
-
-
 async def run_clients(
     manager: WorkerBackend,
     recorder: Recorder,

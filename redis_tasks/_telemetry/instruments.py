@@ -174,11 +174,7 @@ class Recorder:
         meter: Meter,
         running: Callable[[], int],
         depths: Callable[[], dict[int, QueueDepth]],
-        *,
-        bucketed: bool = False,
     ) -> None:
-        """``bucketed``: keep the histograms in :attr:`histograms` (for an exporter
-        that writes them itself) instead of making them on ``meter``."""
         from opentelemetry.metrics import Observation
 
         self.created = 0
@@ -245,8 +241,6 @@ class Recorder:
             "redis_tasks_run_duration"
         ].record
         self._terminal: Callable[[float], None] = made["redis_tasks_create_to_terminal"].record
-        if bucketed:
-            self.bucket_histograms()
         # One attribute mapping per outcome, made once: recording allocates none.
         self._outcomes: dict[str, Mapping[str, str]] = {}
 

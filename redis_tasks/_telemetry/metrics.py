@@ -101,24 +101,16 @@ class Metrics(HookSet):
     def __init__(self) -> None:
         self._gauges: list[Gauges] = []
         self._lock = threading.Lock()  # gauges are read from an exporter's thread
-        #: The histograms kept pre-bucketed by the bound recorder, by name: empty
-        #: unless enabled with ``bucketed=True``.
-        self.histograms: Mapping[str, BucketHistogram] = {}
         self._recorder: Recorder | None = None
         super().__init__()
 
     def disable(self) -> None:
-        """Bind every hook to a no-op (and forget the pre-bucketed histograms)."""
+        """Bind every hook to a no-op (and forget the recorder)."""
         super().disable()
-        self.histograms = {}
         self._recorder = None
 
-    def enable(self, provider: MeterProvider | None = None, *, bucketed: bool = False) -> bool:
+    def enable(self, provider: MeterProvider | None = None) -> bool:
         """Record through OpenTelemetry: ``provider``'s meter, or the global provider's.
-
-        ``bucketed``: keep the three histograms in :attr:`histograms` instead of
-        on the meter, for an exporter that writes them itself (the Prometheus
-        export does); counters and gauges go to the meter either way.
 
         Returns ``False`` (hooks left as they were) when the API is not installed.
         """
@@ -129,18 +121,16 @@ class Metrics(HookSet):
         except ImportError:
             return False
         meter = (provider or otel.get_meter_provider()).get_meter("redis_tasks")
-        recorder = Recorder(meter, self._observe_running, self._observe_depths, bucketed=bucketed)
+        recorder = Recorder(meter, self._observe_running, self._observe_depths)
         self.bind(recorder)
         self._recorder = recorder
-        self.histograms = recorder.histograms
         return True
 
     def bucket_histograms(self) -> Mapping[str, BucketHistogram]:
-        """Keep the bound recorder's histograms pre-bucketed from now on (see
-        :meth:`enable`), and return them; ``{}`` while the hooks are off."""
-        if self.enabled and self._recorder is not None:
-            self.histograms = self._recorder.bucket_histograms()
-        return self.histograms
+        """Keep the bound recorder's three histograms pre-bucketed from now on, for an
+        exporter that writes them itself (the Prometheus export does: see
+        :mod:`.histograms`), and return them by name; ``{}`` while the hooks are off."""
+        return {} if self._recorder is None else self._recorder.bucket_histograms()
 
     def watch(self, gauges: Gauges) -> Callable[[], None]:
         """Report ``gauges`` (a running worker) until the returned function is called."""

@@ -13,7 +13,6 @@ import logging
 import re
 import secrets
 import shlex
-import traceback
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -26,7 +25,13 @@ from redis_tasks import RedisTaskManager, TaskRequestContext
 from redis_tasks._redis.shard_tail import ShardTail, _Stream, stream_id
 from redis_tasks.testing import RedisCluster, wait_failover
 from tests.support.backends import README
-from tests.support.helpers import ALICE, ORIGIN, EventLog, wait_until
+from tests.support.helpers import (
+    ALICE,
+    ORIGIN,
+    EventLog,
+    told_once_with_traceback,
+    wait_until,
+)
 
 from .test_cluster import SlotMove
 
@@ -171,11 +176,7 @@ async def test_a_bug_in_the_shard_tail_is_told_once_and_not_retried(
             task = await manager.create_task(ALICE, ORIGIN)
             assert await manager.find_task(TaskRequestContext(ALICE, task.task_id)) == task
     assert asked == 1
-    (record,) = [r for r in caplog.records if r.name == "redis_tasks.events"]
-    assert record.levelno == logging.ERROR
-    assert record.exc_info is not None
-    assert record.exc_info[0] is TypeError
-    assert "planted_counters" in [f.name for f in traceback.extract_tb(record.exc_info[2])]
+    told_once_with_traceback(caplog.records, "redis_tasks.events", "planted_counters")
 
 
 @pytest.mark.slow

@@ -433,8 +433,8 @@ def test_pre_bucketed_histograms_write_what_the_sdk_wrote() -> None:
 
         ours = prometheus.CollectorRegistry()
         provider = sdk_metrics.MeterProvider(metric_readers=[sdk_export.InMemoryMetricReader()])
-        assert METRICS.enable(provider, bucketed=True)
-        ours.register(HistogramCollector(METRICS.histograms))
+        assert METRICS.enable(provider)
+        ours.register(HistogramCollector(METRICS.bucket_histograms()))
         record()
         got = histogram_lines(ours)
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import traceback
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -45,6 +44,7 @@ from tests.support.helpers import (
     ORIGIN,
     OTHER_ENDPOINT,
     EventLog,
+    told_once_with_traceback,
 )
 
 
@@ -361,11 +361,7 @@ async def test_a_bug_in_the_event_tail_is_told_once_and_not_retried(
         task = await m.create_task(ALICE, ORIGIN)
         assert await m.find_task(TaskRequestContext(ALICE, task.task_id)) == task
     assert reads == 1
-    (record,) = [r for r in caplog.records if r.name == "redis_tasks.events"]
-    assert record.levelno == logging.ERROR
-    assert record.exc_info is not None
-    assert record.exc_info[0] is TypeError
-    assert "planted_read" in [frame.name for frame in traceback.extract_tb(record.exc_info[2])]
+    told_once_with_traceback(caplog.records, "redis_tasks.events", "planted_read")
 
 
 async def test_an_evicting_maxmemory_policy_is_warned_about_at_start(

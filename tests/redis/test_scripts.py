@@ -143,6 +143,14 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+def _refused_at_load(tmp_path: Path, file: str, old: str, new: str, complaint: str) -> None:
+    """A copy of lua/ with ``old`` made ``new`` in ``file`` fails to load, saying ``complaint``."""
+    directory = _copy_of_lua(tmp_path)
+    _edit(directory / file, old, new)
+    with pytest.raises(InternalError, match=complaint):
+        lua.load_all(directory)
+
+
 def test_each_script_gets_the_includes_it_names_and_what_they_need() -> None:
     assert lua.scripts["find"].includes == ("common",)
     # claim.lua names common, keys and claim; claim needs tenants (which needs common
@@ -219,10 +227,7 @@ def test_the_order_includes_are_named_in_does_not_matter(tmp_path: Path) -> None
 def test_a_script_using_an_include_it_does_not_name_is_refused_at_load(
     tmp_path: Path, file: str, old: str, new: str, complaint: str
 ) -> None:
-    directory = _copy_of_lua(tmp_path)
-    _edit(directory / file, old, new)
-    with pytest.raises(InternalError, match=complaint):
-        lua.load_all(directory)
+    _refused_at_load(tmp_path, file, old, new, complaint)
 
 
 def test_includes_that_need_each_other_are_refused() -> None:
@@ -301,10 +306,7 @@ def test_a_binding_that_misplaces_an_argument_is_refused() -> None:
 def test_a_header_that_disagrees_with_its_binding_is_refused(
     tmp_path: Path, file: str, old: str, new: str
 ) -> None:
-    directory = _copy_of_lua(tmp_path)
-    _edit(directory / file, old, new)
-    with pytest.raises(InternalError, match="disagrees with its binding"):
-        lua.load_all(directory)
+    _refused_at_load(tmp_path, file, old, new, "disagrees with its binding")
 
 
 @pytest.mark.parametrize(
@@ -349,7 +351,4 @@ def test_a_header_that_disagrees_with_its_binding_is_refused(
 def test_a_local_bound_to_the_wrong_slot_is_refused_at_load(
     tmp_path: Path, file: str, old: str, new: str, complaint: str
 ) -> None:
-    directory = _copy_of_lua(tmp_path)
-    _edit(directory / file, old, new)
-    with pytest.raises(InternalError, match=complaint):
-        lua.load_all(directory)
+    _refused_at_load(tmp_path, file, old, new, complaint)

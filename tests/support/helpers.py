@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -68,6 +70,16 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.005)
+
+
+def told_once_with_traceback(records: list[logging.LogRecord], logger: str, where: str) -> None:
+    """``logger`` logged exactly one record: an ERROR with the planted ``TypeError`` and a
+    traceback through the function named ``where``."""
+    (record,) = [r for r in records if r.name == logger]
+    assert record.levelno == logging.ERROR
+    assert record.exc_info is not None
+    assert record.exc_info[0] is TypeError
+    assert where in [frame.name for frame in traceback.extract_tb(record.exc_info[2])]
 
 
 class EventLog:
