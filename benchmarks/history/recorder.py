@@ -39,7 +39,15 @@ from redis_tasks._work_queue import WorkerBackend
 from .model import ORIGIN, WHO, answer, asked, snapshot
 from .ops import Op
 
-__all__ = ["Entry", "Recorder", "histories", "run_clients", "run_workers"]
+__all__ = ["Entry", "Recorder", "Until", "histories", "run_clients", "run_workers"]
+
+#: When a loop stops: at a ``time.monotonic()`` instant, or once a predicate holds.
+Until = float | Callable[[], bool]
+
+
+def _over(until: Until) -> bool:
+    return until() if callable(until) else time.monotonic() >= until
+
 
 _LEFT_OUT: Final = "lease_lost"
 _CLAIMED: Final = {
@@ -106,15 +114,15 @@ async def run_clients(
     recorder: Recorder,
     *,
     clients: int,
-    until: float,
+    until: Until,
     rng: random.Random,
     cancel_share: float = 0.05,
 ) -> None:
     """``clients`` coroutines creating tasks and following each to its end, until
-    ``time.monotonic()`` passes ``until``."""
+    ``until``."""
 
     async def client() -> None:
-        while time.monotonic() < until:
+        while not _over(until):
             invoke = time.monotonic()
             try:
                 task = await manager.create_task(WHO, ORIGIN)
@@ -150,7 +158,7 @@ async def run_workers(
     recorder: Recorder,
     *,
     workers: int,
-    until: float,
+    until: Until,
     rng: random.Random,
     lease: timedelta = timedelta(seconds=5),
 ) -> None:
@@ -165,7 +173,7 @@ async def run_workers(
             queue.reader(p, consumer, timedelta(milliseconds=20)) for p in range(manager.partitions)
         ]
         try:
-            while time.monotonic() < until:
+            while not _over(until):
                 for reader in readers:
                     try:
                         entries = await reader.read(1)

@@ -107,7 +107,8 @@ class RedisContract(TaskManagerBase):
                 binding=digest,
                 event_opts=link.events,
                 responses=responses,
-            )
+            ),
+            durable=True,
         )
 
     async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
@@ -126,7 +127,8 @@ class RedisContract(TaskManagerBase):
                 task_id=task_id,
                 binding=digest,
                 event_opts=link.events,
-            )
+            ),
+            durable=True,
         )
 
     async def _create(self, new: NewTask) -> int:

@@ -48,16 +48,25 @@ class RedisTaskManager(RedisContract):
     :class:`BackendError`. Every script is safe to run again after a lost reply,
     so redirects, failovers and broken connections are retried within that bound.
 
-    ``wait_replicas=N`` makes ``create_task`` and every terminal transition return
-    only after ``WAIT`` confirms ``N`` replicas within ``wait_timeout`` seconds
-    (else :class:`ReplicationError`, with the write applied on the primary only):
-    such a write survives the loss of its primary. The price is a round trip to
-    the replicas on each of those writes, and errors while a shard has fewer
-    replicas than asked (right after a failover, until a replica is attached
-    again). Without it, a failover may lose the failed primary's last writes: a
-    task created just before may be unknown, or a finished one run again. Claims
-    and hand-backs do not wait: one lost in a failover is harmless, since the
-    next claim gets a higher fence and the lost holder's writes are refused.
+    ``wait_replicas=N`` makes every write a client is told of return only after
+    ``WAIT`` confirms ``N`` replicas within ``wait_timeout`` seconds (else
+    :class:`ReplicationError`, with the write applied on the primary only): such a
+    write survives the loss of its primary. That is ``create_task``, a client's
+    answers and cancellation requests, and a task's outcome. (Answers and
+    cancellations waited only since issue 26: its history checker saw both
+    acknowledged, then lost in a failover.) The price is a round trip to the
+    replicas on each of those writes, and errors while a shard has fewer replicas
+    than asked (right after a failover, until a replica is attached again).
+    Without it, a failover may lose the failed primary's last writes: a task
+    created just before may be unknown, or a finished one run again.
+
+    A worker's claims, lease renewals, status messages and input requests do not
+    wait, so a shard without replicas still runs the tasks it holds. A failover may
+    roll one back: a lost claim is harmless, since the next claim gets a higher
+    fence and the lost holder's writes are refused; a lost input request is asked
+    again at the worker's next poll of its answers. Reads are served by the
+    primary, so they may see a write its replicas never got (one still waiting,
+    or one that reported ``ReplicationError``) before a failover rolls it back.
     """
 
     def __init__(
