@@ -160,4 +160,6 @@ async def guarded(body: Callable[[], Awaitable[T]], guard: RunGuard | None) -> T
         if not task.cancelled():
             task.exception()  # retrieved: the signal is the news, not what it cut short
         raise Interrupted(signals[0], removed)
+    if removed:  # a measurement that failed (a worker died, say) did not clean up
+        _say(f"removed the {removed:,} keys that failed measurements left")
     return task.result()

@@ -56,7 +56,8 @@ async def bench(*argv: str) -> tuple[int, str, str]:
 async def seed(client: aioredis.Redis, url: str, prefix: str) -> dict[bytes, bytes | None]:
     """Another application's keys (a string, a hash, a stream with a group, and a task
     of another redis-tasks prefix): each one's DUMP."""
-    await client.set(f"{prefix}:string", "v")
+    # APPEND: a command no bench run sends, so a reset of the counters could not hide.
+    await client.append(f"{prefix}:string", "v")
     await client.hset(f"{prefix}:hash", mapping={"a": "1", "b": "2"})
     await client.xadd(f"{prefix}:stream", {"f": "v"})
     await client.xgroup_create(f"{prefix}:stream", "g", id="0")
@@ -74,7 +75,8 @@ async def others(client: aioredis.Redis, prefix: str) -> dict[bytes, bytes | Non
 async def counters(client: aioredis.Redis) -> dict[str, Any]:
     """The server's counters, its calls per command and its whole configuration."""
     stats = await client.info("stats")
-    calls = {k: v["calls"] for k, v in (await client.info("commandstats")).items()}
+    commandstats = await client.info("commandstats")
+    calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in commandstats.items()}
     return {
         **{name: int(stats[name]) for name in COUNTERS},
         "calls": calls,
@@ -87,6 +89,7 @@ def assert_untouched(before: dict[str, Any], after: dict[str, Any]) -> None:
     assert after["total_commands_processed"] > before["total_commands_processed"]
     for name in COUNTERS:
         assert after[name] >= before[name], name
+    assert before["calls"]["append"] >= 1
     assert all(after["calls"].get(cmd, 0) >= n for cmd, n in before["calls"].items())
     assert after["config"] == before["config"]
 
@@ -251,6 +254,33 @@ async def test_a_worker_that_dies_mid_run_takes_the_run_s_keys_with_it(
 
         with pytest.raises(AdapterError, match="exited"):
             await guarded(body, guard)
+    assert await run_keys(client) == set()
+
+
+async def test_the_next_run_removes_what_a_killed_run_left_first(
+    redis_server: RedisServer, client: aioredis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = redis_server.url
+    plan = footprint(Settings(tasks=20), ("drain",), McpSettings(), peers=False)
+    killed = RunNames()
+    guard = RunGuard(url, killed)
+    await guard.start(plan, allow_large=False)
+    async with RedisTaskManager.from_url(url, prefix=killed.queue()) as manager:
+        for _ in range(20):
+            await manager.create_task(WHO, ORIGIN)
+    left = await run_keys(client)
+    # Killed outright: its keep-alive stops and its connections close; its keys and its
+    # registry entry stay.
+    assert guard._keep_alive is not None
+    guard._keep_alive.cancel()
+    await guard._keys.__aexit__()
+    assert await client.hexists(REGISTRY, killed.run_id)
+    following = RunGuard(url, RunNames())
+    await following.start(plan, allow_large=False)
+    said = capsys.readouterr().err
+    assert f"removed {len(left) - 1:,} keys of 1 earlier run ({killed.label})" in said
+    assert not await client.hexists(REGISTRY, killed.run_id)
+    assert await following.finish() == 0
     assert await run_keys(client) == set()
 
 
