@@ -123,6 +123,8 @@ def run_bench(args: argparse.Namespace) -> int:
             return _say(asyncio.run(_clean(args.redis_url)), 0)
         except (RedisError, OSError, TimeoutError) as exc:
             return _say(f"could not clean ({type(exc).__name__}: {exc})", 1)
+        except KeyboardInterrupt:  # what was unlinked is gone; the rest waits for the next
+            return _say("stopped by SIGINT", 128 + signal.SIGINT)
     try:
         systems = _systems(args)
     except (ValueError, FileNotFoundError, ImportError) as exc:

@@ -1,7 +1,7 @@
 """A bench run that leaves the Redis it loads as it found it, however it ends.
 
-:func:`guarded` runs the scenarios in a task of their own. SIGINT (Ctrl-C) and
-SIGTERM cancel that task (again every few seconds, should a library swallow a
+:func:`guarded` runs the scenarios in a task of their own. SIGINT (Ctrl-C), SIGTERM
+and SIGHUP cancel that task (again every few seconds, should a library swallow a
 cancellation on the way), and whichever way it ends (done, a signal, an exception,
 a child that died) the run's child processes are killed and, on a Redis the bench
 did not start, its :class:`RunGuard` removes every key of the run before
@@ -114,7 +114,7 @@ def _say(text: str) -> None:
 async def guarded(body: Callable[[], Awaitable[T]], guard: RunGuard | None) -> T:
     """``body()``'s result, the run cleaned up after whatever way it ended.
 
-    Raises :class:`Interrupted` after a SIGINT or SIGTERM, and ``body``'s own
+    Raises :class:`Interrupted` after a SIGINT, SIGTERM or SIGHUP, and ``body``'s own
     exception after it raised, in both cases once the children are gone and the
     run's keys removed. A second signal during the clean-up is ignored: the
     clean-up is what it would cut short.
@@ -130,7 +130,8 @@ async def guarded(body: Callable[[], Awaitable[T]], guard: RunGuard | None) -> T
             task.cancel()
             stop.set()
 
-    handled = (signal.SIGINT, signal.SIGTERM)
+    # SIGHUP too: the terminal of an operator's session that dropped.
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     for signum in handled:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
@@ -147,6 +148,8 @@ async def guarded(body: Callable[[], Awaitable[T]], guard: RunGuard | None) -> T
             try:
                 removed = await guard.finish()
             except (RedisError, OSError, TimeoutError) as exc:
+                if not task.cancelled():
+                    task.exception()  # retrieved: the keys left behind are the news now
                 raise CleanupFailed(
                     f"could not remove the keys of run {guard.names.label} "
                     f"({type(exc).__name__}); `redis-tasks bench --clean` removes them later"
