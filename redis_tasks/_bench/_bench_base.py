@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Final
 
+from ._namespace import RunNames
 from ._progress import Progress, percentile
 from ._systems import AdapterError, AdapterProcess, System
 
@@ -67,24 +67,29 @@ def latencies(samples_ms: Sequence[float], *quantiles: float) -> dict[str, float
 
 
 class BenchBase:
-    """The URL, sizes, progress and log of a run; fresh queues; adapter processes."""
+    """The URL, sizes, progress and log of a run; fresh queues; adapter processes.
 
-    def __init__(self, url: str, settings: Settings, progress: Progress, log: IO[bytes]) -> None:
+    Queue names come from ``names``, the run's (:mod:`._namespace`): every key the
+    run writes can be found by the run's pattern. Without it, a run of its own.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        settings: Settings,
+        progress: Progress,
+        log: IO[bytes],
+        names: RunNames | None = None,
+    ) -> None:
         self.url = url
         self.settings = settings
         self.progress = progress
         self.log = log
+        self.names = names or RunNames()
 
-    @staticmethod
-    def new_queue() -> str:
-        """A fresh queue name (a redis-tasks prefix), so runs never share keys."""
-        return f"bench-{secrets.token_hex(4)}"
-
-    @staticmethod
-    def short_queue() -> str:
-        """A fresh queue name as short as a deployment's (``rt`` is redis-tasks' default):
-        a key's name is part of what each task costs, so the memory scenario uses this."""
-        return f"m{secrets.token_hex(2)}"
+    def new_queue(self) -> str:
+        """A fresh queue name (a redis-tasks prefix or a peer's queue) of this run."""
+        return self.names.queue()
 
     # -- processes ---------------------------------------------------------------
 

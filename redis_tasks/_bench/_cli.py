@@ -1,7 +1,9 @@
 """``redis-tasks bench``: run the scenarios, print the table, write JSON and a plot.
 
 :func:`run_bench` starts the private servers it is asked for, picks the systems,
-and hands them to :func:`~._run.run`; the sub-command's options are in
+and hands them to :func:`~._run.run`, guarded (:mod:`._run_guard`) so that a Redis it
+did not start keeps none of the run's keys, whatever way the run ends; ``--clean``
+removes what runs killed outright left. The sub-command's options are in
 :mod:`._options`.
 """
 
@@ -10,16 +12,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import RedisError
+
+from redis_tasks._bench._footprint import footprint
+from redis_tasks._bench._leftovers import RunKeys, remove_earlier_runs
 from redis_tasks._bench._mcp_settings import mcp_settings
+from redis_tasks._bench._namespace import RunNames
 from redis_tasks._bench._options import SCENARIOS, add_bench_command
 from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import plot, table
 from redis_tasks._bench._run import run
+from redis_tasks._bench._run_guard import CleanupFailed, Interrupted, Refused, RunGuard, guarded
 from redis_tasks._bench._scenarios import Settings
 from redis_tasks._bench._systems import (
     PEERS,
@@ -58,9 +67,8 @@ def _systems(args: argparse.Namespace) -> list[System]:
     return systems
 
 
-def run_bench(args: argparse.Namespace) -> int:
-    """Run ``redis-tasks bench``; returns the exit status."""
-    settings = Settings(
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings(
         tasks=args.tasks,
         concurrency=args.concurrency,
         workers=args.workers,
@@ -83,21 +91,46 @@ def run_bench(args: argparse.Namespace) -> int:
         fair_weighted_tasks=args.fair_weighted_tasks,
         fair_interleaved=args.fair_interleaved,
     )
+
+
+def _say(text: str, status: int) -> int:
+    """Print ``text`` as the bench's line on stderr; return ``status``."""
+    print(f"redis-tasks bench: {text}", file=sys.stderr)
+    return status
+
+
+async def _clean(url: str) -> str:
+    """``--clean``: remove what killed runs left on ``url``; what was removed."""
+    async with RunKeys(url) as keys:
+        return (await remove_earlier_runs(keys, everything=True)).summary()
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Run ``redis-tasks bench``; returns the exit status."""
+    settings = _settings(args)
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
     if unknown:
-        print(f"redis-tasks bench: unknown scenario {unknown[0]!r}", file=sys.stderr)
-        return 2
+        return _say(f"unknown scenario {unknown[0]!r}", 2)
     scenarios = tuple(args.scenarios) or SCENARIOS
     if args.redis_url is not None:
         problem = url_problem(args.redis_url)
         if problem is not None:
-            print(f"redis-tasks bench: {problem}", file=sys.stderr)
-            return 2
+            return _say(problem, 2)
+    if args.clean:
+        if args.redis_url is None or args.topology or args.start_cluster or args.scenarios:
+            return _say("--clean takes a --redis-url (or $REDIS_URL) and nothing to run", 2)
+        try:
+            return _say(asyncio.run(_clean(args.redis_url)), 0)
+        except (RedisError, OSError, TimeoutError) as exc:
+            return _say(f"could not clean ({type(exc).__name__}: {exc})", 1)
+        except KeyboardInterrupt:  # what was unlinked is gone; the rest waits for the next
+            return _say("stopped by SIGINT", 128 + signal.SIGINT)
     try:
         systems = _systems(args)
     except (ValueError, FileNotFoundError, ImportError) as exc:
-        print(f"redis-tasks bench: {exc}", file=sys.stderr)
-        return 2
+        return _say(str(exc), 2)
+    mcp = mcp_settings(args)
+    names = RunNames()
     with tempfile.TemporaryDirectory(prefix="redis-tasks-bench-") as scratch:
         log_path = Path(scratch) / "bench.log"
         from redis_tasks.testing import (
@@ -128,13 +161,32 @@ def run_bench(args: argparse.Namespace) -> int:
                     start_redis_cluster(Path(scratch) / "cluster", replicas_per_primary=replicas)
                 )
                 urls["cluster"] = servers[-1].url
+            # Only a server the bench did not start is guarded: a private one goes whole.
+            guard = None
             if topology is None:
                 urls["redis"] = args.redis_url
+                guard = RunGuard(args.redis_url, names)
+            plan = footprint(settings, scenarios, mcp, peers=any(not s.is_ours for s in systems))
             with log_path.open("ab") as log:
-                results = asyncio.run(
-                    run(urls, settings, scenarios, systems, log, progress, mcp_settings(args))
-                )
-        except (AdapterError, OSError, RuntimeError) as exc:
+
+                async def body() -> dict[str, Any]:
+                    if guard is not None:
+                        await guard.start(plan, allow_large=args.allow_large)
+                    return await run(urls, settings, scenarios, systems, log, progress, mcp, names)
+
+                results = asyncio.run(guarded(body, guard))
+        except Refused as exc:
+            return _say(str(exc), 2)
+        except Interrupted as exc:
+            progress.end_line()
+            gone = "" if exc.removed is None else f"; removed the run's {exc.removed:,} keys"
+            return _say(f"stopped by {exc}{gone}", 128 + exc.signum)
+        except KeyboardInterrupt:  # before the run's loop took the signal over
+            progress.end_line()
+            return _say("stopped by SIGINT", 128 + signal.SIGINT)
+        except CleanupFailed as exc:
+            return _say(str(exc), 1)
+        except (AdapterError, OSError, RuntimeError, RedisError) as exc:
             print(f"redis-tasks bench: {exc}", file=sys.stderr)
             print(log_path.read_text(errors="replace")[-4000:], file=sys.stderr)
             return 1

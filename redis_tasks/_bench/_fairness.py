@@ -58,6 +58,7 @@ from redis_tasks._redis.manager import RedisTaskManager
 
 from ._adapter import ORIGIN, delete_prefix
 from ._bench_base import BenchBase
+from ._children import spawn
 from ._fair_figures import fairness_figures
 from ._fair_handler import STARTS_ENV
 from ._probe import Probe
@@ -148,7 +149,7 @@ class FairnessScenarios(BenchBase):
                 # No line per task, as the other scenarios' workers; running handlers
                 # end within D ms of the stop.
                 "--log-level", "warning", "--name", "bench-fairness", "--grace", "10"]  # fmt: skip
-        process = await asyncio.create_subprocess_exec(
+        process = await spawn(
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,

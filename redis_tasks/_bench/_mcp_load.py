@@ -30,7 +30,6 @@ the in-process timing (:mod:`._mcp_library_timing`) and the figures
 
 from __future__ import annotations
 
-import secrets
 from typing import IO, Any, Final
 
 from redis_tasks._redis.manager import RedisTaskManager
@@ -42,6 +41,7 @@ from ._mcp_phase import phase
 from ._mcp_processes import running
 from ._mcp_settings import MCP_PEERS, McpSettings, add_mcp_options, mcp_settings
 from ._mcp_systems import SDK_PATH, McpSystem, mcp_system
+from ._namespace import RunNames
 from ._probe import Probe
 from ._progress import Progress
 from ._systems import AdapterError
@@ -62,7 +62,7 @@ _CALL_TIMEOUT: Final = 30.0  # every HTTP request's deadline in the clients
 
 
 async def mcp_runs(
-    url: str, settings: McpSettings, progress: Progress, log: IO[bytes]
+    url: str, settings: McpSettings, progress: Progress, log: IO[bytes], names: RunNames
 ) -> dict[str, Any]:
     """The ``mcp`` scenario on ours and, when asked, the peer, one after the other.
 
@@ -70,12 +70,12 @@ async def mcp_runs(
     """
     if settings.peer is not None:
         mcp_system(url, "check", settings, settings.peer)  # a missing venv fails first
-    out: dict[str, Any] = {"mcp": await mcp_scenario(url, settings, progress, log)}
+    out: dict[str, Any] = {"mcp": await mcp_scenario(url, settings, progress, log, names)}
     others = ([SDK_PATH] if settings.sdk_path else []) + (
         [settings.peer] if settings.peer is not None else []
     )
     for name in others:
-        row = await mcp_scenario(url, settings, progress, log, peer=name)
+        row = await mcp_scenario(url, settings, progress, log, names, peer=name)
         row["ours_over_it"] = _ratios(out["mcp"], row)
         out.setdefault("mcp_peers", {})[name] = row
     return out
@@ -112,16 +112,18 @@ async def mcp_scenario(
     settings: McpSettings,
     progress: Progress,
     log: IO[bytes],
+    names: RunNames,
     peer: str | None = None,
 ) -> dict[str, Any]:
-    """Run the ``mcp`` scenario against ``url`` on ours (or ``peer``); the figures."""
+    """Run the ``mcp`` scenario against ``url`` on ours (or ``peer``), under a fresh
+    queue name of the run ``names``; the figures."""
     if peer is None:
         for module in ("mcp", "uvicorn"):
             if not _importable(module):
                 raise AdapterError(
                     f"the mcp scenario needs {module}: pip install 'redis-mcp-tasks[mcp]'"
                 )
-    prefix = f"bench-{secrets.token_hex(4)}"
+    prefix = names.queue()
     system = mcp_system(url, prefix, settings, peer)
     n = settings.tasks
     job = {

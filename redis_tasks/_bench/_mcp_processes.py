@@ -21,6 +21,7 @@ from typing import IO, Any, Final, Self
 
 from redis_tasks.testing import free_port
 
+from ._children import spawn
 from ._mcp_settings import McpSettings
 from ._mcp_systems import McpSystem
 from ._probe import Probe
@@ -71,7 +72,7 @@ class _Process:
     ) -> Self:
         """Start ``argv``; stderr goes to ``log``; stdin/stdout are pipes when asked."""
         pipe = asyncio.subprocess.PIPE if pipes else asyncio.subprocess.DEVNULL
-        process = await asyncio.create_subprocess_exec(
+        process = await spawn(
             *argv,
             stdin=pipe,
             stdout=pipe,

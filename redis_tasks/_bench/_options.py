@@ -60,6 +60,22 @@ def add_bench_command(commands: Any) -> None:
         help="replicas per primary of the private servers (default: none for standalone, "
         "one per primary for the cluster); with --topology both, give the same to both",
     )
+    care = bench.add_argument_group(
+        "on a Redis you run (every key the run writes is named *rtbench-<run>-*, and goes "
+        "when it ends, Ctrl-C included)"
+    )
+    care.add_argument(
+        "--clean",
+        action="store_true",
+        help="run nothing: remove the keys that earlier runs killed outright left on "
+        "--redis-url (runs still going are left alone), and say how many",
+    )
+    care.add_argument(
+        "--allow-large",
+        action="store_true",
+        help="load the server even when the run would take more than half of the free "
+        "memory under its maxmemory (refused by default, with the numbers)",
+    )
     defaults = Settings()
     sizes = bench.add_argument_group("sizes")
     sizes.add_argument("--tasks", type=positive, default=defaults.tasks, help="drain: jobs")

@@ -27,6 +27,7 @@ from redis_tasks._tenancy import admission
 
 from ._adapter import ORIGIN, WHO, delete_prefix
 from ._bench_base import MEMORY_WARM, BenchBase, latencies
+from ._children import spawn
 from ._probe import Probe, RedisAddress
 from ._systems import AdapterProcess, System, ours
 
@@ -120,7 +121,7 @@ class OurScenarios(BenchBase):
         result = {"content": [{"type": "text", "text": "done"}]}
         async with (
             Probe(self.url) as probe,
-            RedisTaskManager.from_url(self.url, prefix=self.short_queue()) as manager,
+            RedisTaskManager.from_url(self.url, prefix=self.new_queue()) as manager,
         ):
             streams = [
                 key
@@ -308,7 +309,7 @@ class OurScenarios(BenchBase):
                 argv += ["--user", address.username]
         if address.tls:
             argv.append("--tls")
-        process = await asyncio.create_subprocess_exec(
+        process = await spawn(
             *argv,
             *command,
             stdout=asyncio.subprocess.PIPE,

@@ -1,37 +1,64 @@
-"""What the harness asks Redis itself: command counters, CPU, version, where it listens.
+"""What the harness asks Redis itself: command counters, CPU, memory, version, clients.
 
 On a cluster every question goes to each primary (through the same topology the
 library uses, so it works wherever the library does); the answers are summed, and
 CPU is also kept per primary, so a run shows how evenly the primaries were loaded.
+
+Nothing here changes the server: counters are read before and after a measurement
+and subtracted (:func:`calls_between`), never reset, as the server may be an
+operator's, watched by monitoring that expects them only to grow.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Self
 from urllib.parse import unquote, urlsplit
 
 from redis_tasks._redis.client import ConnectionSettings
 from redis_tasks._redis.cluster_topology import connect
 from redis_tasks._redis.topology import Topology
 
-__all__ = ["Probe", "RedisAddress"]
+__all__ = ["MemoryLimit", "Probe", "RedisAddress", "calls_between"]
 
-# The harness's own commands, left out of per-job counts.
+# The harness's own commands (its questions, its run's keep-alive), left out of per-job
+# counts; other clients' commands during a measurement cannot be told apart and count.
 _OURS: Final = frozenset(
     {
         "info",
-        "config|resetstat",
-        "config",
         "cluster|nodes",
         "cluster|slots",
         "ping",
         "hello",
         "memory|usage",
+        "client|list",
+        "client|setname",
     }
 )
 _TIMEOUT: Final = 10.0
+
+
+def calls_between(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Calls per command from ``before`` to ``after`` (two :meth:`Probe.command_calls`).
+
+    A command whose count went down was reset meanwhile (someone's ``CONFIG
+    RESETSTAT``): its calls since then are all that is known, so they are taken.
+    """
+    out = {}
+    for name, count in after.items():
+        earlier = before.get(name, 0)
+        out[name] = count - earlier if count >= earlier else count
+    return out
+
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """One primary's ``maxmemory`` (0: none) and ``used_memory``, in bytes."""
+
+    node: str
+    maxmemory: int
+    used: int
 
 
 @dataclass(frozen=True)
@@ -60,17 +87,20 @@ class RedisAddress:
 
 
 class Probe:
-    """Connections for the harness's own questions (``async with Probe(url)``)."""
+    """Connections for the harness's own questions (``async with Probe(url)``); with a
+    ``client_name``, every connection carries it (``CLIENT SETNAME``)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, client_name: str | None = None) -> None:
         self.url = url
         self.cluster = False
+        self._client_name = client_name
         self._topology: Topology | None = None
 
-    async def __aenter__(self) -> Probe:
+    async def __aenter__(self) -> Self:
         """Connect, and learn whether ``url`` is a cluster node (and its primaries)."""
+        options = {} if self._client_name is None else {"client_name": self._client_name}
         settings = ConnectionSettings.from_url(
-            self.url, timeout=_TIMEOUT, max_connections=4, options={}
+            self.url, timeout=_TIMEOUT, max_connections=4, options=options
         )
         self._topology = await connect(settings, None)
         self.cluster = self._topology.is_cluster
@@ -103,15 +133,12 @@ class Probe:
         host, _, port = self._topology.node_for(key).name.rpartition(":")
         return host, int(port)
 
-    async def reset_stats(self) -> None:
-        """``CONFIG RESETSTAT`` on every primary."""
-        await self._each_primary("CONFIG", "RESETSTAT")
-
     async def command_calls(self) -> dict[str, int]:
-        """Calls per command since the last reset, summed over the primaries.
+        """Calls per command so far (``INFO commandstats``), summed over the primaries:
+        read before and after a measurement, and subtract (:func:`calls_between`).
 
         Commands run inside scripts count too, so this is the work Redis did, not
-        the round trips. The harness's own ``INFO`` and ``CONFIG`` are left out.
+        the round trips. The harness's own ``INFO``, ``PING`` and the like are left out.
         """
         totals: dict[str, int] = {}
         for reply in await self._each_primary("INFO", "commandstats"):
@@ -138,6 +165,25 @@ class Probe:
         return sum(
             int(reply["used_memory"]) for reply in await self._each_primary("INFO", "memory")
         )
+
+    async def memory_limits(self) -> list[MemoryLimit]:
+        """Every primary's ``maxmemory`` and ``used_memory`` (``INFO memory``)."""
+        assert self._topology is not None
+        names = sorted(node.name for node in self._topology.primaries())
+        replies = await self._each_primary("INFO", "memory")
+        return [
+            MemoryLimit(name, int(reply.get("maxmemory", 0)), int(reply["used_memory"]))
+            for name, reply in zip(names, replies, strict=True)
+        ]
+
+    async def client_names(self) -> set[str]:
+        """The names of the connections to every primary (``CLIENT LIST``)."""
+        return {
+            fields["name"]
+            for clients in await self._client_lists()
+            for fields in clients
+            if fields.get("name")
+        }
 
     async def memory_usage(self, keys: list[str]) -> int:
         """``MEMORY USAGE`` of ``keys`` (each asked of its own primary), together; a

@@ -59,6 +59,13 @@ class Progress:
             self._stream.write(f"{label[:40]:40} done ({total})\n")
         self._stream.flush()
 
+    def end_line(self) -> None:
+        """On a terminal, clear a bar left half drawn (a run stopped mid-step), so that
+        what is printed next starts a line of its own."""
+        if self._live and not self._quiet:
+            self._stream.write("\r\033[K")
+            self._stream.flush()
+
     def note(self, text: str) -> None:
         """A line of its own (a finished measurement)."""
         if not self._quiet:

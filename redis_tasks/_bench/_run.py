@@ -17,6 +17,7 @@ from typing import IO, Any, Final
 from redis_tasks._bench._fairness import fairness_rounds
 from redis_tasks._bench._mcp_load import mcp_runs
 from redis_tasks._bench._mcp_settings import McpSettings
+from redis_tasks._bench._namespace import RunNames
 from redis_tasks._bench._probe import Probe
 from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import compare, ratios
@@ -54,15 +55,18 @@ async def run(
     log: IO[bytes],
     progress: Progress,
     mcp: McpSettings | None = None,
+    names: RunNames | None = None,
 ) -> dict[str, Any]:
-    """Every scenario on every topology of ``urls`` (name -> URL).
+    """Every scenario on every topology of ``urls`` (name -> URL), every queue named by
+    ``names`` (the run's; a run of its own without).
 
     With more than one topology the rounds of each scenario alternate between
     them, so drift on a shared machine hits both alike, and the result holds a
     comparison (cluster over standalone).
     """
+    names = names or RunNames()
     benches = {
-        name: Bench(url, settings, progress.tagged(name) if len(urls) > 1 else progress, log)
+        name: Bench(url, settings, progress.tagged(name) if len(urls) > 1 else progress, log, names)
         for name, url in urls.items()
     }
     runs: dict[str, dict[str, Any]] = {}
@@ -96,7 +100,9 @@ async def run(
         await _memory(benches, systems, runs)
     if "mcp" in scenarios:
         for name, bench in benches.items():
-            runs[name].update(await mcp_runs(bench.url, mcp or McpSettings(), bench.progress, log))
+            runs[name].update(
+                await mcp_runs(bench.url, mcp or McpSettings(), bench.progress, log, names)
+            )
     if "fairness" in scenarios:
         for name, figures in (await fairness_rounds(benches)).items():
             runs[name]["fairness"] = figures

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ._bench_base import MEMORY_WARM, BenchBase, latencies
-from ._probe import Probe
+from ._probe import Probe, calls_between
 from ._systems import System
 
 __all__ = ["SystemScenarios", "pickup_figures"]
@@ -50,7 +50,7 @@ class SystemScenarios(BenchBase):
             cpu_before = sum([(await proc.report())[2] for proc in procs])
             for proc in procs:
                 proc.pause()
-            await probe.reset_stats()
+            calls_before = await probe.command_calls()
             for start in range(0, n, _ENQUEUE_CHUNK):
                 await client.ask(f"enqueue {min(_ENQUEUE_CHUNK, n - start)}")
                 self.progress.update(f"{label} enqueue", min(n, start + _ENQUEUE_CHUNK), n)
@@ -72,7 +72,7 @@ class SystemScenarios(BenchBase):
             span = max(finished - started, 1e-6)
             polled = max(time.time() - started, span)
             await asyncio.sleep(_SETTLE)
-            calls = await probe.command_calls()
+            calls = calls_between(calls_before, await probe.command_calls())
         per_primary = [b - a for a, b in zip(redis_before, redis_after, strict=True)]
         redis_cpu = sum(per_primary)
         usage: dict[str, Any] = {
@@ -109,7 +109,7 @@ class SystemScenarios(BenchBase):
         structures (streams, groups, loaded scripts) are not counted per job.
         """
         n, label = self.settings.memory_tasks, f"{system.name} memory"
-        queue = self.short_queue()
+        queue = self.new_queue()
         async with Probe(self.url) as probe, self._processes(system, queue, 0) as (client, _):
             await client.ask(f"enqueue {MEMORY_WARM}")
             before = await probe.used_memory()

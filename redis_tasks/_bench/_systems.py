@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
+from ._children import spawn
+
 __all__ = [
     "PEERS",
     "AdapterProcess",
@@ -118,7 +120,7 @@ class AdapterProcess:
         cls, system: System, mode: Sequence[str], log: IO[bytes], label: str
     ) -> AdapterProcess:
         """Start ``system``'s adapter with ``mode`` arguments; stderr goes to ``log``."""
-        process = await asyncio.create_subprocess_exec(
+        process = await spawn(
             *system.command,
             *mode,
             stdin=asyncio.subprocess.PIPE,
