@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 import multiprocessing
+import queue
 import random
 import signal
 import statistics
@@ -75,6 +76,7 @@ class Run:
             "processes": self.processes,
             "seconds": round(self.seconds, 1),
             "faults": dict(self.faults),
+            "replica_lagged": sum(1 for b in self.missed_bytes if b > 0),
             "replica_missed_bytes_median": (
                 statistics.median(self.missed_bytes) if self.missed_bytes else None
             ),
@@ -176,9 +178,12 @@ class _Stop(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
-async def _load(url: str, name: str, stop: _Stop, settings: dict[str, Any]) -> list[Entry]:
+async def _load(
+    url: str, name: str, stop: _Stop, settings: dict[str, Any], ready: Any = None
+) -> list[Entry]:
     """One process's clients and workers until ``stop`` is set (workers 2 s longer, to
-    finish what the clients left running)."""
+    finish what the clients left running); ``ready`` (a queue) hears ``name`` once the
+    manager is connected, before the first fault may strike its seed node."""
     recorder = Recorder(name)
     rng = random.Random(f"{settings['seed']}-{name}")
     stopped_at = [math.inf]
@@ -195,6 +200,8 @@ async def _load(url: str, name: str, stop: _Stop, settings: dict[str, Any]) -> l
         wait_replicas=settings["wait_replicas"],
         cluster=settings["cluster"],
     ) as m:
+        if ready is not None:
+            ready.put(name)
         watcher = asyncio.create_task(watch())
         await asyncio.gather(
             run_clients(
@@ -216,9 +223,27 @@ async def _load(url: str, name: str, stop: _Stop, settings: dict[str, Any]) -> l
     return recorder.entries
 
 
-def _child(url: str, name: str, stop: _Stop, out: Any, settings: dict[str, Any]) -> None:
+def _child(
+    url: str, name: str, stop: _Stop, out: Any, ready: Any, settings: dict[str, Any]
+) -> None:
     """A recording process: its entries go back through ``out``."""
-    out.put(asyncio.run(_load(url, name, stop, settings)))
+    out.put(asyncio.run(_load(url, name, stop, settings, ready)))
+
+
+async def _collect(children: list[Any], out: Any) -> list[Entry]:
+    """Every child's entries; raises at once if one exits without sending them."""
+    entries: list[Entry] = []
+    got = 0
+    while got < len(children):
+        try:
+            entries.extend(await asyncio.to_thread(out.get, True, 1.0))
+            got += 1
+        except queue.Empty:
+            if any(c.exitcode not in (None, 0) for c in children):
+                raise RuntimeError("a recording process failed (its traceback is above)") from None
+    for child in children:
+        await asyncio.to_thread(child.join, 60)
+    return entries
 
 
 async def record_with_faults(
@@ -263,8 +288,9 @@ async def record_with_faults(
     context = multiprocessing.get_context("spawn")
     stop: Any = context.Event() if processes else threading.Event()
     out: Any = context.Queue()
+    ready: Any = context.Queue()
     children = [
-        context.Process(target=_child, args=(target.url, f"p{n}", stop, out, settings))
+        context.Process(target=_child, args=(target.url, f"p{n}", stop, out, ready, settings))
         for n in range(processes)
     ]
     started = time.monotonic()
@@ -273,8 +299,12 @@ async def record_with_faults(
         for child in children:
             child.start()
         local = (
-            asyncio.create_task(_load(target.url, "p0", stop, settings)) if not processes else None
+            asyncio.create_task(_load(target.url, "p0", stop, settings, ready))
+            if not processes
+            else None
         )
+        for _ in range(max(processes, 1)):
+            await asyncio.to_thread(ready.get, True, 120)
         n = 0
         while time.monotonic() - started < seconds or any(target.faults[k] < each for k in kinds):
             await asyncio.sleep(every)  # the schedule itself: a fault every `every` s
@@ -283,14 +313,7 @@ async def record_with_faults(
             await target.inject(kinds[n % len(kinds)])
             n += 1
         stop.set()
-        if local is not None:
-            entries = await local
-        for _ in children:
-            entries.extend(await asyncio.to_thread(out.get, True, 600))
-        for child in children:
-            await asyncio.to_thread(child.join, 60)
-            if child.exitcode != 0:
-                raise RuntimeError(f"a recording process exited with {child.exitcode}")
+        entries = await local if local is not None else await _collect(children, out)
     finally:
         stop.set()
         for child in children:
