@@ -27,6 +27,7 @@ from ._errors import (
 )
 from ._events import TaskEventPublisher, TaskEventRegistration
 from ._execution import Handler, TaskExecution, TaskFailed
+from ._ids import task_ref
 from ._inspection import (
     ConsumerView,
     Inspection,
@@ -34,6 +35,7 @@ from ._inspection import (
     PartitionView,
     PickupHistogram,
     TaskInspection,
+    TaskMatches,
 )
 from ._lease import Claim, ClaimOutcome
 from ._limits import Limits
@@ -86,6 +88,7 @@ __all__ = [
     "TaskFailed",
     "TaskInspection",
     "TaskManager",
+    "TaskMatches",
     "TaskNotFoundError",
     "TaskOrigin",
     "TaskRequestContext",
@@ -94,4 +97,5 @@ __all__ = [
     "TaskUpdateContext",
     "ValidationError",
     "Worker",
+    "task_ref",
 ]

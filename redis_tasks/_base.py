@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from ._errors import CapacityError
 from ._events import TaskEventPublisher
-from ._ids import MAX_PARTITIONS, new_task_id
+from ._ids import MAX_PARTITIONS, new_task_id, task_ref
 from ._limits import Limits
 from ._models import (
     InputRequest,
@@ -47,7 +47,7 @@ _OPERATION_BYTES: Final = 8
 class NewTask:
     """A task to create, validated and encoded."""
 
-    task_id: str
+    task_id: str = field(repr=False)  # a capability: never in a repr
     endpoint: bytes
     binding: bytes
     origin: bytes = field(repr=False)
@@ -86,13 +86,19 @@ class TaskManagerBase(ABC):
     """The :class:`TaskManager` contract over backend hooks (see the module)."""
 
     def __init__(
-        self, limits: Limits | None, partitions: int, *, fair_dispatch: bool = True
+        self,
+        limits: Limits | None,
+        partitions: int,
+        *,
+        fair_dispatch: bool = True,
+        whole_task_ids: bool = False,
     ) -> None:
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise ValueError(f"partitions must be in 1..{MAX_PARTITIONS}")
         self._encoder = Encoder(limits or Limits())
         self._partitions = partitions
         self._fair = bool(fair_dispatch)
+        self._whole_task_ids = bool(whole_task_ids)
 
     @property
     def limits(self) -> Limits:
@@ -110,6 +116,15 @@ class TaskManagerBase(ABC):
         dispatched in weighted round-robin across tenants (the default), rather than
         first come, first served."""
         return self._fair
+
+    @property
+    def whole_task_ids(self) -> bool:
+        """Whether logs and spans name tasks by their whole ID (``whole_task_ids=True``:
+        for deployments where every task is bound to an authenticated principal)
+        rather than by their reference, ``11.Wt0jM9`` (the default: on a server
+        without authentication the ID alone reaches the task). Workers and the MCP
+        extension on this manager follow it."""
+        return self._whole_task_ids
 
     @property
     @abstractmethod
@@ -178,7 +193,7 @@ class TaskManagerBase(ABC):
             partitions, home_partition(admitted.tenant, partitions) if admitted.home else None
         )
         # After validation: a call that stores nothing makes no span either.
-        span = TRACES.create_span(task_id)
+        span = TRACES.create_span(task_ref(task_id, whole=self._whole_task_ids))
         new = NewTask(
             task_id=task_id,
             endpoint=endpoint,

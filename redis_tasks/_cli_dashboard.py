@@ -2,9 +2,11 @@
 
 The page shows what ``redis-tasks inspect`` does (backlog, pending entries,
 consumers, leases about to run out, tasks by status) with live charts of
-throughput, backlog and pickup latency. It listens on 127.0.0.1 unless told
-otherwise; elsewhere the figures are readable by anyone who reaches the port,
-so ``--allow-host`` names the host names a page may use.
+throughput, backlog and pickup latency; a task only by its reference, never its
+ID. It listens on 127.0.0.1 unless told otherwise. Beyond loopback it needs a
+bearer token (``--token`` or ``$REDIS_TASKS_DASHBOARD_TOKEN``: :mod:`._dashboard.auth`)
+and refuses to start without one; with a token, every request must carry it.
+``--allow-host`` names the host names a page may use. The token is never logged.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import sys
@@ -27,6 +30,7 @@ from ._cli_common import (
     manager_from,
     only_partitions,
 )
+from ._dashboard.auth import TOKEN_ENV, token_problem
 from ._logs import configure_logging
 from ._loop import run
 
@@ -51,6 +55,12 @@ def add_dashboard_command(commands: Any) -> None:
         default=None,
         help="a host name pages may reach the dashboard by (repeat; default: 127.0.0.1 and "
         "localhost on loopback, any elsewhere)",
+    )
+    dashboard.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"a bearer token every request must carry (default: ${TOKEN_ENV}, which keeps it "
+        "out of the process list); required beyond loopback",
     )
     dashboard.add_argument(
         "--interval", type=float, default=2.0, help="seconds between readings (default 2)"
@@ -93,6 +103,9 @@ def _problem(args: argparse.Namespace) -> str | None:
         return "--port must be 0 to 65535"
     if not 0.1 <= args.interval <= 3600:
         return "--interval must be 0.1 to 3600 seconds"
+    problem = token_problem(args.token, loopback=_loopback(args.host))
+    if problem is not None:
+        return f"--host {args.host}: {problem}" if not args.token else problem
     return None
 
 
@@ -107,10 +120,12 @@ async def _serve(args: argparse.Namespace) -> int:
     elif _loopback(args.host):
         allowed = list(LOOPBACK_HOSTS)
     else:
-        allowed = ["*"]
-        logger.warning(
-            "the dashboard listens beyond loopback: anyone who reaches it reads the figures",
-            extra={"event": "dashboard_exposed"},
+        allowed = ["*"]  # the token guards it (token_problem refused to start without one)
+    token = args.token or None
+    if token is not None:
+        logger.info(
+            "every request must carry the dashboard's bearer token",
+            extra={"event": "dashboard_token_required"},
         )
     sampler = Sampler(
         manager_from(args),
@@ -119,7 +134,7 @@ async def _serve(args: argparse.Namespace) -> int:
         partitions=only_partitions(args),
     )
     config = uvicorn.Config(
-        dashboard_app(sampler, allowed_hosts=allowed),
+        dashboard_app(sampler, allowed_hosts=allowed, token=token),
         host=args.host,
         port=args.port,
         log_level="warning",

@@ -1,15 +1,19 @@
-"""``redis-tasks inspect [TASK_ID]``: the work queues, or one task, as an operator sees them.
+"""``redis-tasks inspect [TASK]``: the work queues, or tasks, as an operator sees them.
 
 Without a task ID it reads every partition once (``RedisTaskManager.inspect``,
 one read-only script call per partition) and prints the totals, a row per
 partition, the consumers, the tenants (how many wait, the top ones by backlog
 and by running, refusals by reason) and the leases about to run out; ``--watch`` redraws
 every few seconds with the rates since the last reading, and ``--json`` prints
-JSON (one document per reading) for scripts. With a task ID it prints that
-task's status, times, lease, fence, attempts and work entry. Neither reads nor
-prints a task's origin, payload, answers or result, and the Redis URL is never
-printed. Tenants are shown by digest; ``--tenant-key KEY`` (repeatable) digests
-``KEY`` here and shows it beside its digest, the only way a tenant key is shown.
+JSON (one document per reading) for scripts; a lease names its task by reference
+(``11.Wt0jM9``), never by ID. With a task ID it prints that task's status, times,
+lease, fence, attempts and work entry; with a reference (as logs, spans and the
+dashboard name a task) or any longer prefix of an ID, the same for each live
+task it matches in its partition (a bounded ``SCAN``: the user needs ``+scan``).
+Neither reads nor prints a task's origin, payload, answers or result, and the
+Redis URL is never printed. Tenants are shown by digest; ``--tenant-key KEY``
+(repeatable) digests ``KEY`` here and shows it beside its digest, the only way a
+tenant key is shown.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import signal
 import sys
 from typing import Any, TextIO
 
+from redis.exceptions import NoPermissionError
+
 from ._cli_common import (
     add_redis_options,
     add_sample_option,
@@ -29,7 +35,8 @@ from ._cli_common import (
     only_partitions,
 )
 from ._errors import BackendError, InternalError
-from ._inspection import Inspection, Rates
+from ._ids import parse_task_id
+from ._inspection import Inspection, Rates, TaskInspection
 from ._inspection.tenants import named_tenants
 from ._inspection.text import render_inspection, render_task
 from ._loop import run
@@ -45,7 +52,14 @@ def add_inspect_command(commands: Any) -> None:
     inspect = commands.add_parser(
         "inspect", help="show the work queues (or one task): backlog, leases, statuses"
     )
-    inspect.add_argument("task_id", nargs="?", default=None, help="show this task only")
+    inspect.add_argument(
+        "task_id",
+        nargs="?",
+        default=None,
+        metavar="TASK",
+        help="show this task only: its ID, or its reference (11.Wt0jM9, as logs name it) "
+        "to list the tasks that match",
+    )
     add_redis_options(inspect)
     add_sample_option(inspect)
     inspect.add_argument(
@@ -96,13 +110,7 @@ def _problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-async def _show_task(manager: RedisTaskManager, args: argparse.Namespace, out: TextIO) -> int:
-    task = await manager.inspect_task(args.task_id)
-    if task is None:
-        print(
-            "redis-tasks inspect: no such task (unknown, expired or malformed ID)", file=sys.stderr
-        )
-        return 1
+def _print_task(task: TaskInspection, args: argparse.Namespace, out: TextIO) -> None:
     names = named_tenants(args.tenant_key)
     if args.json:
         found = task.to_json()
@@ -110,7 +118,53 @@ async def _show_task(manager: RedisTaskManager, args: argparse.Namespace, out: T
         print(json.dumps(found, sort_keys=True), file=out)
     else:
         print("\n".join(render_task(task, names)), file=out)
+
+
+async def _show_task(manager: RedisTaskManager, args: argparse.Namespace, out: TextIO) -> int:
+    if parse_task_id(args.task_id) is None:
+        return await _show_matches(manager, args, out)
+    task = await manager.inspect_task(args.task_id)
+    if task is None:
+        print("redis-tasks inspect: no such task (unknown or expired)", file=sys.stderr)
+        return 1
+    _print_task(task, args, out)
     return 0
+
+
+async def _show_matches(manager: RedisTaskManager, args: argparse.Namespace, out: TextIO) -> int:
+    """Every live task a reference matches: one block (or JSON line) each."""
+    try:
+        matches = await manager.match_tasks(args.task_id)
+    except BackendError as exc:
+        if not isinstance(exc.__cause__, NoPermissionError):
+            raise
+        print(
+            "redis-tasks inspect: matching a reference needs +scan, which this Redis user "
+            "lacks; give the whole task ID, or run inspect as a user with +scan",
+            file=sys.stderr,
+        )
+        return 1
+    if matches is None:
+        print(
+            "redis-tasks inspect: not a task ID or reference (PARTITION.CHARACTERS, "
+            "e.g. 11.Wt0jM9)",
+            file=sys.stderr,
+        )
+        return 2
+    tasks = [t for t in [await manager.inspect_task(i) for i in matches.task_ids] if t is not None]
+    if not args.json:
+        print(f"{len(tasks)} live task(s) match, in partition {matches.partition}", file=out)
+    for task in tasks:
+        if not args.json:
+            print(file=out)
+        _print_task(task, args, out)
+    if not matches.complete:
+        print(
+            "redis-tasks inspect: the lookup stopped early (too many matches or keys): more "
+            "tasks may match; give more characters of the ID",
+            file=sys.stderr,
+        )
+    return 0 if tasks else 1
 
 
 def _print(

@@ -107,6 +107,13 @@ def add_worker_command(commands: Any) -> None:
     )
     worker.add_argument("--log-level", default="info")
     worker.add_argument(
+        "--whole-task-ids",
+        action="store_true",
+        help="logs and spans name tasks by their whole ID, not a short reference; only "
+        "where every task is bound to an authenticated principal (a task ID alone reaches "
+        "its task on a server without authentication)",
+    )
+    worker.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -219,7 +226,9 @@ async def _serve_worker(
     deadline = loop.time() + args.startup_timeout
     delay = 0.2
     while not stop.is_set():
-        manager = manager_from(args, wait_replicas=args.wait_replicas)
+        manager = manager_from(
+            args, wait_replicas=args.wait_replicas, whole_task_ids=args.whole_task_ids
+        )
         candidate = Worker(
             manager,
             handler,

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._ids import task_ref
 from ._models import InputRequest, JsonRpcError
 from ._origin import TaskOrigin
 from ._telemetry.metrics import METRICS
@@ -166,7 +167,8 @@ class TaskExecution:
 
     def __repr__(self) -> str:
         return (
-            f"TaskExecution(task_id={self._task_id!r}, attempt={self.attempt}, fence={self._fence})"
+            f"TaskExecution(task={task_ref(self._task_id)!r}, attempt={self.attempt},"
+            f" fence={self._fence})"
         )
 
 

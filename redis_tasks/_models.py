@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
@@ -11,6 +11,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ._errors import ValidationError
+from ._ids import task_ref
 from ._origin import TaskOrigin
 from ._status import TaskStatus
 
@@ -165,7 +166,8 @@ class Task(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    task_id: str = Field(min_length=1)
+    # In repr as its reference only (see __repr_args__): the ID is a capability.
+    task_id: str = Field(min_length=1, repr=False)
     status: TaskStatus
     status_message: str | None = None
     created_at: datetime
@@ -177,6 +179,10 @@ class Task(BaseModel):
     result: dict[str, Any] | None = Field(default=None, repr=False)
     error: JsonRpcError | None = Field(default=None, repr=False)
     metadata: dict[str, Any] = Field(default_factory=dict, repr=False)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        yield "task", task_ref(self.task_id)
+        yield from super().__repr_args__()
 
     @field_validator("created_at", "last_updated_at")
     @classmethod
@@ -274,6 +280,10 @@ class TaskRequestContext:
         if not isinstance(self.task_id, str):
             raise ValidationError("task_id must be a str")
 
+    def __repr__(self) -> str:
+        # The task by its reference: the ID is a capability.
+        return f"TaskRequestContext(request={self.request!r}, task={task_ref(self.task_id)!r})"
+
 
 @dataclass(frozen=True, slots=True)
 class TaskUpdateContext:
@@ -290,3 +300,7 @@ class TaskUpdateContext:
             raise ValidationError("task_id must be a str")
         if not isinstance(self.input_responses, Mapping):
             raise ValidationError("input_responses must be a mapping")
+
+    def __repr__(self) -> str:
+        # The task by its reference (the ID is a capability), and never the answers.
+        return f"TaskUpdateContext(request={self.request!r}, task={task_ref(self.task_id)!r})"

@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Protocol, runtime_checkable
 
 from ._events import TaskEventPublisher
+from ._ids import task_ref
 from ._lease import Claim
 from ._manager import TaskManager
 
@@ -44,6 +45,14 @@ class WorkEntry:
     entry_id: str
     task_id: str | None
     doorbell: bool = False
+
+    def __repr__(self) -> str:
+        # The task by its reference: the ID is a capability.
+        task = None if self.task_id is None else task_ref(self.task_id)
+        return (
+            f"WorkEntry(partition={self.partition}, entry_id={self.entry_id!r}, task={task!r},"
+            f" doorbell={self.doorbell})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,4 +194,10 @@ class WorkerBackend(TaskManager, Protocol):
     @property
     def work_queue(self) -> WorkQueue:
         """The manager's work queue (same instance for its lifetime)."""
+        ...
+
+    @property
+    def whole_task_ids(self) -> bool:
+        """Whether logs and spans name tasks by their whole ID rather than their
+        reference (:func:`redis_tasks._ids.task_ref`)."""
         ...

@@ -253,6 +253,8 @@ def fleet(fleet_server: tuple[str, str], prefix: str) -> Iterator[Fleet]:
             yield crew
         finally:
             crew.stop_all()
+        # Logs name tasks by reference: a task ID is a capability (issue 30).
+        assert crew.whole_ids_logged() == []
 
 
 @pytest.fixture

@@ -79,8 +79,9 @@ class WorkerLogs:
 
     events: Counter[str] = field(default_factory=Counter)
     errors: Counter[str] = field(default_factory=Counter)  # error-level events
-    completions: dict[str, list[int]] = field(default_factory=dict)  # task -> fences
-    abandoned: set[str] = field(default_factory=set)  # a finish given up after the lease
+    # By task reference (the logs name no task ID: it is a capability) -> fences.
+    completions: dict[str, list[int]] = field(default_factory=dict)
+    abandoned: set[str] = field(default_factory=set)  # references: a finish given up
     unparsed: int = 0  # lines that are not JSON (a traceback would be)
 
     def read(self, path: Path) -> None:
@@ -98,11 +99,11 @@ class WorkerLogs:
                 self.events[event] += 1
                 if entry.get("level") == "error":
                     self.errors[event] += 1
-                task_id = entry.get("task_id")
+                task = entry.get("task")
                 if event in COMPLETED:
-                    self.completions.setdefault(task_id, []).append(int(entry["fence"]))
+                    self.completions.setdefault(task, []).append(int(entry["fence"]))
                 elif event == "finish_abandoned":
-                    self.abandoned.add(task_id)
+                    self.abandoned.add(task)
 
 
 class LogCounter(logging.Handler):

@@ -8,11 +8,13 @@ polls ``/api/state`` and draws the charts itself; it has no third-party code and
 loads nothing from elsewhere (a closed network is the norm where Redis runs).
 
 Read-only by construction: GET routes only, no task data in anything served (an
-:class:`~redis_tasks._inspection.Inspection` holds none; tenants are their digests,
-and the dashboard names none), a strict content
-security policy, and a ``Host`` check so that a page of another site cannot
-read the figures through DNS rebinding. Redis down is shown, not fatal: the
-sampler keeps trying with backoff and the page says since when it failed.
+:class:`~redis_tasks._inspection.Inspection` holds none: a lease names its task by
+reference, ``11.Wt0jM9``, never by ID, which is a capability; tenants are their
+digests, and the dashboard names none), a strict content security policy, and a
+``Host`` check so that a page of another site cannot read the figures through DNS
+rebinding. With a token (:mod:`.auth`, required off loopback) every request
+without it is refused before anything else looks at it. Redis down is shown, not
+fatal: the sampler keeps trying with backoff and the page says since when it failed.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from redis_tasks._cancel import cancel_and_wait
 from redis_tasks._errors import BackendError, InternalError
 from redis_tasks._redis.manager import RedisTaskManager
 
+from .auth import BearerToken
 from .history import History
 
 __all__ = ["LOOPBACK_HOSTS", "Sampler", "dashboard_app"]
@@ -145,9 +148,15 @@ def _asset(name: str) -> bytes:
     return resources.files(__package__).joinpath("static", name).read_bytes()
 
 
-def dashboard_app(sampler: Sampler, *, allowed_hosts: Sequence[str] = LOOPBACK_HOSTS) -> Starlette:
+def dashboard_app(
+    sampler: Sampler,
+    *,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    token: str | None = None,
+) -> Starlette:
     """The Starlette application serving ``sampler``'s figures; its lifespan runs the
-    sampler and closes the manager at shutdown."""
+    sampler and closes the manager at shutdown. With ``token``, only requests that
+    carry it are served (:class:`.auth.BearerToken`)."""
     assets = {path: (_asset(name), kind) for path, (name, kind) in _STATIC.items()}
 
     async def static(request: Request) -> Response:
@@ -173,8 +182,7 @@ def dashboard_app(sampler: Sampler, *, allowed_hosts: Sequence[str] = LOOPBACK_H
 
     routes = [Route(path, static, methods=["GET"]) for path in _STATIC]
     routes.append(Route("/api/state", state, methods=["GET"]))
-    return Starlette(
-        routes=routes,
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))],
-        lifespan=lifespan,
-    )
+    # The token first: a request without it learns nothing, not even a bad host.
+    middleware = [] if token is None else [Middleware(BearerToken, token=token)]
+    middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)

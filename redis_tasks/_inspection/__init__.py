@@ -26,7 +26,13 @@ The modules: ``queues.py`` (:class:`Inspection`, every partition and the totals;
 :class:`Rates`), ``partition.py`` (:class:`PartitionView`, its consumers and
 leases, and the stats hash read), ``pickup.py`` (:class:`PickupHistogram`),
 ``tenants.py`` (the tenants waiting and running, and ``--tenant-key``'s digests),
-``task.py`` (:class:`TaskInspection`) and ``text.py`` (the text rendering).
+``task.py`` (:class:`TaskInspection`, and :class:`TaskMatches`: the tasks a
+reference names) and ``text.py`` (the text rendering).
+
+Nor does anything here carry a task's ID but :class:`TaskInspection` and
+:class:`TaskMatches`, which an operator asks for by ID or reference: a lease names
+its task by reference (``11.Wt0jM9``), so the queues' view, and the dashboard that
+serves it, hold no ID (a task ID is a capability).
 """
 
 from redis_tasks._stats import PICKUP_BOUNDS_MS, PICKUP_FIELDS
@@ -34,7 +40,7 @@ from redis_tasks._stats import PICKUP_BOUNDS_MS, PICKUP_FIELDS
 from .partition import ConsumerView, LeaseView, PartitionView, ended_counts, stats_counts
 from .pickup import PickupHistogram, pickup_bucket
 from .queues import Inspection, Rates
-from .task import TaskInspection
+from .task import TaskInspection, TaskMatches
 
 __all__ = [
     "PICKUP_BOUNDS_MS",
@@ -46,6 +52,7 @@ __all__ = [
     "PickupHistogram",
     "Rates",
     "TaskInspection",
+    "TaskMatches",
     "ended_counts",
     "pickup_bucket",
     "stats_counts",

@@ -37,13 +37,16 @@ class ConsumerView:
 class LeaseView:
     """A delivered entry and the lease on its task, as the task record has it.
 
-    ``status`` is ``None`` (and the lease fields empty) for an entry whose task
-    expired; ``remaining_ms`` is negative for a lease that ran out (its task waits
-    for a reclaim). ``tenant`` is the task's tenant digest.
+    ``task`` is the task's reference (``11.Wt0jM9``: :func:`redis_tasks._ids.task_ref`),
+    never its ID, which is a capability; empty for an entry that names no task.
+    ``redis-tasks inspect <reference>`` finds the task. ``status`` is ``None`` (and
+    the lease fields empty) for an entry whose task expired; ``remaining_ms`` is
+    negative for a lease that ran out (its task waits for a reclaim). ``tenant``
+    is the task's tenant digest.
     """
 
     partition: int
-    task_id: str
+    task: str
     consumer: str
     entry_idle_ms: int
     deliveries: int

@@ -174,8 +174,8 @@ def _max(values: Iterable[int | None]) -> int | None:
 
 def _deadline_order(lease: LeaseView) -> tuple[int, int, str]:
     if lease.remaining_ms is None:
-        return (1, 0, lease.task_id)
-    return (0, lease.remaining_ms, lease.task_id)
+        return (1, 0, lease.task)
+    return (0, lease.remaining_ms, lease.task)
 
 
 def _pickup_json(pickup: PickupHistogram) -> dict[str, Any]:

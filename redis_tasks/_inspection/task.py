@@ -1,11 +1,12 @@
-"""One task's bookkeeping, as ``inspect --task`` shows it (``inspect_task``'s reply)."""
+"""One task's bookkeeping, as ``inspect TASK_ID`` shows it (``inspect_task``'s reply),
+and the tasks a reference matches (``inspect REFERENCE``)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["TaskInspection"]
+__all__ = ["TaskInspection", "TaskMatches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +55,18 @@ class TaskInspection:
         out = asdict(self)
         out["lease_remaining_ms"] = self.lease_remaining_ms
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMatches:
+    """The live tasks whose ID starts with a reference (``11.Wt0jM9``), in its partition.
+
+    ``task_ids`` are whole IDs, sorted; the lookup runs with Redis credentials, which
+    reach every task anyway. ``complete`` is ``False`` when the lookup stopped
+    before it had looked at every key of the partition (too many matches, or its
+    budget of keys spent): more tasks may match, and a longer prefix narrows it.
+    """
+
+    partition: int
+    task_ids: tuple[str, ...]
+    complete: bool

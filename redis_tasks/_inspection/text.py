@@ -148,7 +148,7 @@ def render_inspection(
             ["task", "partition", "status", "owner", "fence", "attempt", "left", "deliveries"],
             [
                 [
-                    lease.task_id or "(entry of no task)",
+                    lease.task or "(entry of no task)",
                     str(lease.partition),
                     lease.status or "expired",
                     lease.lease_owner or "-",

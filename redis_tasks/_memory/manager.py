@@ -86,8 +86,11 @@ class InMemoryTaskManager(TaskManagerBase):
         partitions: int = 16,
         clock: Callable[[], float] = time.time,
         fair_dispatch: bool = True,
+        whole_task_ids: bool = False,
     ) -> None:
-        super().__init__(limits, partitions, fair_dispatch=fair_dispatch)
+        super().__init__(
+            limits, partitions, fair_dispatch=fair_dispatch, whole_task_ids=whole_task_ids
+        )
         if max_tasks < 1:
             raise ValueError("max_tasks must be >= 1")
         self._max_tasks = max_tasks

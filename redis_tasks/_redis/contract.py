@@ -43,8 +43,11 @@ class RedisContract(TaskManagerBase):
         partitions: int,
         *,
         fair_dispatch: bool = True,
+        whole_task_ids: bool = False,
     ) -> None:
-        super().__init__(limits, partitions, fair_dispatch=fair_dispatch)
+        super().__init__(
+            limits, partitions, fair_dispatch=fair_dispatch, whole_task_ids=whole_task_ids
+        )
         self._keys = keys
         # Read once per call, so a call's runner and events argument belong together.
         self._link = link

@@ -1,5 +1,6 @@
 """Reading the queues and one task for an operator: the ``inspect_queue`` and
-``inspect_task`` scripts, and their replies as :mod:`redis_tasks._inspection` values.
+``inspect_task`` scripts, and their replies as :mod:`redis_tasks._inspection` values;
+and the tasks a reference (``11.Wt0jM9``) matches, by ``SCAN``.
 
 Each partition is read by one read-only script call on the node that owns it,
 all partitions at once; a cluster answers per primary, each on its own clock.
@@ -11,12 +12,16 @@ script runner and key space: nothing here needs more of it.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any, Final
+
+from redis.asyncio import Redis
 
 from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import InternalError
-from redis_tasks._ids import parse_task_id
+from redis_tasks._ids import parse_task_id, parse_task_ref, task_ref
 from redis_tasks._inspection import (
     ConsumerView,
     Inspection,
@@ -24,6 +29,7 @@ from redis_tasks._inspection import (
     PartitionView,
     PickupHistogram,
     TaskInspection,
+    TaskMatches,
     ended_counts,
     stats_counts,
 )
@@ -32,16 +38,30 @@ from redis_tasks._json import unpack
 from redis_tasks._stats import CREATED_FIELD, TERMINAL_FIELDS
 
 from . import scripts as lua
-from .keys import KeySpace
+from .keys import TASK_INFIX, KeySpace
 from .replies import flat_records, shaped
 from .runner import ScriptRunner
+from .topology import Topology
 
-__all__ = ["MAX_SAMPLE", "inspect_partitions", "inspect_task"]
+__all__ = [
+    "MAX_MATCHES",
+    "MAX_SAMPLE",
+    "SCAN_BUDGET",
+    "inspect_partitions",
+    "inspect_task",
+    "match_tasks",
+]
 
 #: The most pending entries (and consumers, and waiting tenants) one partition's
 #: inspection reports: it bounds the script's time on the server (two lookups per
 #: entry, three per tenant).
 MAX_SAMPLE: Final = 10_000
+#: The most tasks a reference lookup lists (it stops at one more).
+MAX_MATCHES: Final = 20
+#: The most keys a reference lookup asks ``SCAN`` to look at: on a server (or a
+#: node) of millions of keys it stops there rather than walk them all.
+SCAN_BUDGET: Final = 1_000_000
+_SCAN_COUNT: Final = 1000
 
 
 def _text(value: Any) -> str:
@@ -76,7 +96,8 @@ def _leases(partition: int, flat: Sequence[Any], now: int) -> tuple[LeaseView, .
         leases.append(
             LeaseView(
                 partition=partition,
-                task_id=_text(task_id),
+                # The reference only: an inspection holds no task's ID (see LeaseView).
+                task=task_ref(_text(task_id)),
                 consumer=_text(consumer),
                 entry_idle_ms=int(idle),
                 deliveries=int(deliveries),
@@ -213,3 +234,55 @@ async def inspect_task(runner: ScriptRunner, keys: KeySpace, task_id: str) -> Ta
         entry_deliveries=_int(deliveries),
         tenant=_text(tenant) or None,
     )
+
+
+async def _scan(client: Redis, *, cursor: int, match: str) -> tuple[int, list[Any]]:
+    reply: tuple[int, list[Any]] = await client.scan(cursor, match=match, count=_SCAN_COUNT)
+    return reply
+
+
+def _glob(text: str) -> str:
+    """``text`` as a literal in a ``SCAN MATCH`` pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+async def match_tasks(
+    topology: Topology,
+    keys: KeySpace,
+    ref: str,
+    *,
+    limit: int = MAX_MATCHES,
+    budget: int = SCAN_BUDGET,
+) -> TaskMatches | None:
+    """The live tasks whose ID starts with ``ref`` (a task reference, or any longer
+    prefix of an ID); ``None`` when ``ref`` is neither.
+
+    ``SCAN`` with a ``MATCH`` pattern within the partition's hash tag, on the node
+    that serves it, until the scan ends, more than ``limit`` tasks matched, or
+    ``budget`` keys were asked for (``complete`` says which). A server whose SCAN
+    honours the hash tag (Redis 8 in cluster mode) looks at that one slot only;
+    others walk the node's keys, hence the budget. Needs ``+scan``, which no
+    other part of the library does.
+    """
+    parsed = parse_task_ref(ref)
+    if parsed is None:
+        return None
+    partition, start = parsed
+    head = keys.tag(partition) + TASK_INFIX
+    pattern = f"{_glob(head)}{partition}.{_glob(start)}*"
+    found: set[str] = set()
+    cursor, asked = 0, 0
+    while True:
+        cursor, names = await topology.execute(head, partial(_scan, cursor=cursor, match=pattern))
+        asked += _SCAN_COUNT
+        for name in names:
+            # A task's other keys (its requests, answers...) match too: the record's
+            # key is the tag, the infix and a whole ID, nothing after it.
+            task_id = _text(name)[len(head) :]
+            if parse_task_id(task_id) == partition:
+                found.add(task_id)
+        if int(cursor) == 0 or len(found) > limit or asked >= budget:
+            break
+    ids = tuple(sorted(found))
+    complete = int(cursor) == 0 and len(ids) <= limit
+    return TaskMatches(partition, ids[:limit], complete)

@@ -20,14 +20,14 @@ from typing import Any, Self
 from redis.asyncio import Redis, RedisCluster
 
 from redis_tasks._events import TaskEventPublisher
-from redis_tasks._inspection import Inspection, TaskInspection
+from redis_tasks._inspection import Inspection, TaskInspection, TaskMatches
 from redis_tasks._limits import Limits
 
 from .client import Client, ConnectionSettings
 from .cluster_topology import ClusterTopology
 from .contract import RedisContract
 from .events import RedisEventPublisher
-from .inspect import inspect_partitions, inspect_task
+from .inspect import inspect_partitions, inspect_task, match_tasks
 from .keys import KeySpace
 from .link import Connector, Link
 from .runner import ScriptRunner
@@ -67,6 +67,9 @@ class RedisTaskManager(RedisContract):
     again at the worker's next poll of its answers. Reads are served by the
     primary, so they may see a write its replicas never got (one still waiting,
     or one that reported ``ReplicationError``) before a failover rolls it back.
+
+    Logs and spans name a task by its reference (``11.Wt0jM9``), never its whole
+    ID, unless ``whole_task_ids=True`` (see :attr:`whole_task_ids`).
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class RedisTaskManager(RedisContract):
         wait_timeout: float = 1.0,
         close_client: bool = False,
         fair_dispatch: bool = True,
+        whole_task_ids: bool = False,
     ) -> None:
         topology: Topology
         if isinstance(client, RedisCluster):
@@ -99,6 +103,7 @@ class RedisTaskManager(RedisContract):
             wait_timeout=wait_timeout,
             close_client=close_client,
             fair_dispatch=fair_dispatch,
+            whole_task_ids=whole_task_ids,
             cluster_client=client if isinstance(client, RedisCluster) else None,
         )
 
@@ -115,6 +120,7 @@ class RedisTaskManager(RedisContract):
         wait_timeout: float,
         close_client: bool,
         fair_dispatch: bool,
+        whole_task_ids: bool = False,
         cluster_client: RedisCluster | None = None,
         settings: ConnectionSettings | None = None,
         detect: bool = False,
@@ -126,7 +132,12 @@ class RedisTaskManager(RedisContract):
         connector = Connector(keys, partitions, events_maxlen, settings, detect)
         runner = ScriptRunner(topology, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
         super().__init__(
-            keys, connector.first(topology, runner), limits, partitions, fair_dispatch=fair_dispatch
+            keys,
+            connector.first(topology, runner),
+            limits,
+            partitions,
+            fair_dispatch=fair_dispatch,
+            whole_task_ids=whole_task_ids,
         )
         if timeout <= 0 or events_maxlen < 1:
             raise ValueError("timeout and events_maxlen must be positive")
@@ -168,6 +179,7 @@ class RedisTaskManager(RedisContract):
         wait_replicas: int = 0,
         wait_timeout: float = 1.0,
         fair_dispatch: bool = True,
+        whole_task_ids: bool = False,
         **redis_options: Any,
     ) -> RedisTaskManager:
         """Connect to ``url`` (``redis://`` or ``rediss://``); the manager owns the connections.
@@ -201,6 +213,7 @@ class RedisTaskManager(RedisContract):
             wait_timeout=wait_timeout,
             close_client=True,
             fair_dispatch=fair_dispatch,
+            whole_task_ids=whole_task_ids,
             settings=settings,
             detect=cluster is None,
             url=(url, {**redis_options, "max_connections": max_connections}),
@@ -305,6 +318,14 @@ class RedisTaskManager(RedisContract):
         operator: no authorization is checked, and no task data is read. ``None``
         for an unknown, expired or malformed ID."""
         return await inspect_task(self._link.runner, self._keys, task_id)
+
+    async def match_tasks(self, ref: str) -> TaskMatches | None:
+        """The live tasks a task reference (``11.Wt0jM9``, as logs, spans and the
+        dashboard name a task) or any longer prefix of an ID matches, by their
+        whole IDs, for an operator (``redis-tasks inspect <reference>``); ``None``
+        when ``ref`` is neither. A bounded ``SCAN`` of the partition's keys
+        (:func:`.inspect.match_tasks`): the user needs ``+scan``."""
+        return await match_tasks(self._link.topology, self._keys, ref)
 
     @property
     def work_queue(self) -> RedisWorkQueue:

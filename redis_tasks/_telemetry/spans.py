@@ -42,7 +42,9 @@ MAX_CARRIER: Final = PIECE_BYTES * MAX_PIECES
 # Attribute names: OpenTelemetry's messaging conventions where they fit, the
 # library's own (``redis_tasks.*``) for the rest.
 SYSTEM: Final = "redis_tasks"
-TASK_ID: Final = "redis_tasks.task.id"
+#: The task's reference (``redis_tasks._ids.task_ref``): never its whole ID, which is
+#: a capability, unless the manager or worker was told ``whole_task_ids``.
+TASK_REF: Final = "redis_tasks.task.ref"
 TASK_STATUS: Final = "redis_tasks.task.status"
 ATTEMPT: Final = "redis_tasks.task.attempt"
 RECLAIMED: Final = "redis_tasks.run.reclaimed"
@@ -181,7 +183,7 @@ class Tracing:
             tracer = self._tracer = provider.get_tracer(SCOPE)
         return tracer
 
-    def create_span(self, task_id: str) -> _CreateSpan | None:
+    def create_span(self, task: str) -> _CreateSpan | None:
         """See :attr:`.traces.Traces.create_span`."""
         tracer = self._live()
         if tracer is None:
@@ -193,16 +195,15 @@ class Tracing:
                 "messaging.system": SYSTEM,
                 "messaging.operation.type": "send",
                 "messaging.operation.name": "create_task",
-                "messaging.destination.partition.id": task_id.partition(".")[0],
-                "messaging.message.id": task_id,
-                TASK_ID: task_id,
+                "messaging.destination.partition.id": task.partition(".")[0],
+                TASK_REF: task,
             },
             record_exception=False,
         )
         return _CreateSpan(span)
 
     def run_span(
-        self, task_id: str, partition: int, attempt: int, reclaimed: bool, stored: bytes
+        self, task: str, partition: int, attempt: int, reclaimed: bool, stored: bytes
     ) -> _RunSpan | None:
         """See :attr:`.traces.Traces.run_span`."""
         tracer = self._live()
@@ -219,8 +220,7 @@ class Tracing:
                 "messaging.operation.name": "run_task",
                 "messaging.consumer.group.name": "workers",
                 "messaging.destination.partition.id": str(partition),
-                "messaging.message.id": task_id,
-                TASK_ID: task_id,
+                TASK_REF: task,
                 ATTEMPT: attempt,
                 RECLAIMED: reclaimed,
             },
@@ -229,12 +229,12 @@ class Tracing:
         )
         return _RunSpan(span)
 
-    def mark_request(self, task_id: str, status: str | None) -> None:
+    def mark_request(self, task: str, status: str | None) -> None:
         """See :attr:`.traces.Traces.mark_request`."""
         if self._live() is None:
             return
         span = trace.get_current_span()
         if span.is_recording():
-            span.set_attribute(TASK_ID, task_id)
+            span.set_attribute(TASK_REF, task)
             if status is not None:
                 span.set_attribute(TASK_STATUS, status)

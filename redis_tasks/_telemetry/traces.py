@@ -12,7 +12,7 @@ Three kinds of span (:mod:`.spans` makes them):
 - The MCP extension's requests (``tools/call`` creating a task, ``tasks/get``,
   ``tasks/update``, ``tasks/cancel``): the MCP SDK already makes a SERVER span
   for each (its ``OpenTelemetryMiddleware``), so the extension adds the task's
-  ID (and status) to that span instead of making a second one.
+  reference (and status) to that span instead of making a second one.
 
 With the OpenTelemetry API importable (the ``redis-mcp-tasks[otel]`` extra, or the
 MCP SDK, which depends on it) and not ``REDIS_TASKS_TRACES=off``, the hooks use
@@ -21,9 +21,12 @@ then a hook costs one look at the global provider and returns ``None``: no span
 object, no context stored. Without the API every hook is bound once, at import,
 to a function that does nothing, and ``opentelemetry`` is never imported.
 
-Attributes name a task by its ID, partition, attempt and outcome only: never
-its origin, arguments, payload, answers, result, endpoint or partition key, and
-an exception's type, never its message.
+Attributes name a task by its reference, partition, attempt and outcome only:
+never its whole ID (a capability: whoever holds it reaches the task on a server
+without authentication; the hooks are given the reference,
+``redis_tasks._ids.task_ref``, which is the whole ID only where the manager or
+worker was told ``whole_task_ids``), its origin, arguments, payload, answers,
+result, endpoint or partition key, and an exception's type, never its message.
 """
 
 from __future__ import annotations
@@ -81,12 +84,12 @@ class RunSpan(Protocol):
 class Traces(HookSet):
     """The hooks the library makes spans through (see the module); one instance, :data:`TRACES`."""
 
-    #: A ``create_task`` span for the new task ``task_id``, or ``None`` (no tracer).
+    #: A ``create_task`` span for the new task (its reference), or ``None`` (no tracer).
     create_span: Callable[[str], CreateSpan | None]
-    #: A ``run_task`` span for (task ID, partition, attempt, reclaimed, stored
+    #: A ``run_task`` span for (task reference, partition, attempt, reclaimed, stored
     #: context), or ``None`` (no tracer).
     run_span: Callable[[str, int, int, bool, bytes], RunSpan | None]
-    #: Name the task (ID, and status or ``None``) on the current request's span.
+    #: Name the task (reference, and status or ``None``) on the current request's span.
     mark_request: Callable[[str, str | None], None]
 
     HOOKS = ("create_span", "run_span", "mark_request")

@@ -63,7 +63,7 @@ async def record_outcome(
     """
     run.phase = Phase.FINISHING
     execution = run.execution
-    fields = {"task_id": execution.task_id, "fence": execution.fence, "attempt": execution.attempt}
+    fields = {"task": run.task, "fence": execution.fence, "attempt": execution.attempt}
     delay = 0.05
     while True:
         try:

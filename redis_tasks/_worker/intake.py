@@ -259,7 +259,7 @@ class Intake:
                 logging.WARNING,
                 "requeue failed",
                 "requeue_failed",
-                task_id=entry.task_id,
+                task=self._settings.ref(entry.task_id),
                 error=type(exc).__name__,
             )
 

@@ -1,8 +1,10 @@
 """The worker's structured log: an ``event`` name and fields, never a secret.
 
-Records carry ``extra`` fields (``event``, ``task_id``, ``fence``, ``attempt``...)
+Records carry ``extra`` fields (``event``, ``task``, ``fence``, ``attempt``...)
 and never origins, payloads, results, answers or exception messages, which may
 all hold secrets: an exception is logged by its type and where it was raised.
+``task`` is the task's reference (``Settings.ref``), not its ID: the ID is a
+capability, and logs are read by more people than the task's client.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ class Renewal:
                 logging.WARNING,
                 "lease ended; stopping the handler",
                 "lease_ended",
-                task_id=execution.task_id,
+                task=run.task,
                 fence=execution.fence,
                 reason=type(exc).__name__,
             )
@@ -100,7 +100,7 @@ class Renewal:
                     logging.WARNING,
                     "lease ran out while Redis was unreachable; stopping the handler",
                     "lease_expired",
-                    task_id=execution.task_id,
+                    task=run.task,
                     fence=execution.fence,
                     error=type(exc).__name__,
                 )
@@ -115,7 +115,7 @@ class Renewal:
                 logging.INFO,
                 "cancellation requested",
                 "cancel_requested",
-                task_id=execution.task_id,
+                task=run.task,
                 fence=execution.fence,
             )
             execution.cancelled.set()

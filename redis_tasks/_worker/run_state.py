@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any
 
 from redis_tasks._execution import TaskExecution
+from redis_tasks._ids import task_ref
 from redis_tasks._telemetry.traces import RunSpan
 
 from .slots import SlotLease
@@ -32,11 +33,17 @@ class Settings:
     read_batch: int
     input_poll: float
     timeout: float  # seconds one backend call may take
+    #: Logs and spans name tasks by their whole ID, not their reference.
+    whole_task_ids: bool = False
 
     @staticmethod
     def default_name() -> str:
         """``host-pid-random``: unique per process, readable in the consumer list."""
         return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+    def ref(self, task_id: str | None) -> str | None:
+        """How this worker's logs and spans name ``task_id`` (:func:`task_ref`)."""
+        return None if task_id is None else task_ref(task_id, whole=self.whole_task_ids)
 
     @property
     def lease_s(self) -> float:
@@ -82,6 +89,8 @@ class Run:
     """A claimed task this worker is running."""
 
     execution: TaskExecution
+    #: How logs and spans name the task (:meth:`Settings.ref`), never its ID otherwise.
+    task: str
     partition: int
     lease_until: float  # monotonic time the lease is known to last until
     # Its handler slot, held until the handler is done: given back by Runs._supervise

@@ -87,7 +87,7 @@ class Runs:
                 logging.WARNING,
                 "claim failed",
                 "claim_failed",
-                task_id=entry.task_id,
+                task=settings.ref(entry.task_id),
                 error=type(exc).__name__,
             )
             return None
@@ -120,7 +120,7 @@ class Runs:
             run.supervisor = asyncio.current_task()
             await self._supervise_and_forget(run)
         except Exception as exc:
-            self._internal_error(entry.task_id, exc)
+            self._internal_error(self._settings.ref(entry.task_id), exc)
         finally:
             slot.give_back()  # nothing left once a run took it
 
@@ -132,7 +132,9 @@ class Runs:
         if claim is None:
             return None
         task_id = entry.task_id
-        if claim.outcome is not ClaimOutcome.RUN or task_id is None:
+        settings = self._settings
+        task = settings.ref(task_id)
+        if claim.outcome is not ClaimOutcome.RUN or task_id is None or task is None:
             if claim.outcome is not ClaimOutcome.LEASE_HELD:
                 METRICS.claim_settled(claim.outcome.value)
             level = logging.WARNING if claim.outcome is ClaimOutcome.POISONED else logging.INFO
@@ -140,7 +142,7 @@ class Runs:
                 level,
                 f"task not run: {claim.outcome.value}",
                 f"claim_{claim.outcome.value}",
-                task_id=task_id,
+                task=task,
                 reclaimed=reclaimed,
             )
             return None
@@ -155,13 +157,12 @@ class Runs:
                 logging.INFO,
                 "task not run: already running here",
                 "claim_held_here",
-                task_id=task_id,
+                task=task,
                 fence=claim.fence,
                 reclaimed=reclaimed,
             )
             return None
         assert claim.origin is not None
-        settings = self._settings
         lease_until = time.monotonic() + settings.lease_s
         execution = TaskExecution(
             self._manager,
@@ -173,13 +174,12 @@ class Runs:
             input_poll=settings.input_poll,
         )
         # From the claim that gave this worker the lease (None: no tracer).
-        span = TRACES.run_span(
-            task_id, entry.partition, claim.attempt, reclaimed, claim.trace_context
-        )
+        span = TRACES.run_span(task, entry.partition, claim.attempt, reclaimed, claim.trace_context)
         METRICS.claimed(entry.partition)
         # The slot last, when nothing can fail before the run holds it.
         run = Run(
             execution,
+            task,
             entry.partition,
             lease_until,
             slots.split(),
@@ -201,7 +201,7 @@ class Runs:
             logging.INFO,
             "task started",
             "task_started",
-            task_id=execution.task_id,
+            task=run.task,
             fence=execution.fence,
             attempt=execution.attempt,
         )
@@ -231,16 +231,17 @@ class Runs:
         try:
             await work
         except Exception as exc:
-            self._internal_error(run.execution.task_id, exc)
+            self._internal_error(run.task, exc)
 
     @staticmethod
-    def _internal_error(task_id: str | None, exc: Exception) -> None:
+    def _internal_error(task: str | None, exc: Exception) -> None:
+        # ``task``: the task's reference (Settings.ref), never its ID.
         # Never die silently: the lease runs out and the task is run again.
         log(
             logging.ERROR,
             "internal error running a task",
             "internal_error",
-            task_id=task_id,
+            task=task,
             error=type(exc).__name__,
             where=frames(exc),
         )
@@ -301,7 +302,7 @@ class Runs:
         """How the handler ended: the outcome to write, its value, and what went
         wrong (an exception's type name) when it failed."""
         execution = run.execution
-        fields = {"task_id": execution.task_id, "fence": execution.fence}
+        fields = {"task": run.task, "fence": execution.fence}
         if handler.cancelled():
             if execution.cancelled.is_set():
                 return RunOutcome.CANCELLED, None, None
@@ -338,7 +339,7 @@ class Runs:
                 logging.INFO,
                 "task handed back",
                 "task_released",
-                task_id=execution.task_id,
+                task=run.task,
                 fence=execution.fence,
             )
         except (RedisTasksError, TimeoutError) as exc:
@@ -347,7 +348,7 @@ class Runs:
                 logging.WARNING,
                 "hand back failed",
                 "release_failed",
-                task_id=execution.task_id,
+                task=run.task,
                 error=type(exc).__name__,
             )
 

@@ -51,6 +51,10 @@ class Worker:
     :class:`asyncio.CancelledError` after cancellation was requested
     (``cancelled``), or raises anything else (``failed`` with a generic internal
     error; the exception's type and location go to the log).
+
+    The worker's logs and spans name a task by its reference (``11.Wt0jM9``),
+    never its whole ID, which is a capability; ``whole_task_ids=True`` writes
+    whole IDs (default: the manager's ``whole_task_ids``).
     """
 
     def __init__(
@@ -66,6 +70,7 @@ class Worker:
         read_batch: int = 16,
         cancel_hints: bool = True,
         input_poll_interval: timedelta = timedelta(seconds=1),
+        whole_task_ids: bool | None = None,
     ) -> None:
         if concurrency < 1 or max_attempts < 1 or read_batch < 1:
             raise ValueError("concurrency, max_attempts and read_batch must be >= 1")
@@ -86,6 +91,7 @@ class Worker:
             read_batch=read_batch,
             input_poll=input_poll_interval.total_seconds(),
             timeout=queue.timeout,
+            whole_task_ids=manager.whole_task_ids if whole_task_ids is None else whole_task_ids,
         )
         self._slots = Slots(concurrency)
         self._background = Background()

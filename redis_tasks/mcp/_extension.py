@@ -12,8 +12,9 @@ place the manager's exceptions become JSON-RPC errors; the application's hooks
 
 Traces: the SDK's ``OpenTelemetryMiddleware`` makes a SERVER span for every
 request (on the fast path too, which runs the SDK's middleware); the handlers
-here add the task's ID and status to it, and ``create_task`` makes its PRODUCER
-span beneath it (:mod:`redis_tasks._telemetry.traces`).
+here add the task's reference (``11.Wt0jM9``, never the whole ID unless the
+manager's ``whole_task_ids`` says so) and status to it, and ``create_task`` makes
+its PRODUCER span beneath it (:mod:`redis_tasks._telemetry.traces`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mcp.server.extension import Extension, MethodBinding
 from mcp_types import CallToolRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from redis_tasks._ids import task_ref
 from redis_tasks._limits import Limits
 from redis_tasks._manager import TaskManager
 from redis_tasks._models import RequestContext, TaskRequestContext, TaskUpdateContext
@@ -143,6 +145,8 @@ class TasksExtension(Extension):
         self._poll_interval = poll_interval
         limits = getattr(manager, "limits", None)
         self._limits = limits if isinstance(limits, Limits) else Limits()
+        # A manager of another kind names tasks by their reference, the safe choice.
+        self._whole_task_ids = getattr(manager, "whole_task_ids", False) is True
         check_weight(weight, self._limits)
         self._tenant = tenant
         self._weight = weight
@@ -276,7 +280,7 @@ class TasksExtension(Extension):
             refused="Tool arguments exceed the task limits",
         )
         # The SDK's span of this tools/call names the task it created.
-        TRACES.mark_request(task.task_id, task.status.value)
+        self._mark(task.task_id, task.status.value)
         return created_result(task)
 
     async def _run_inline(
@@ -309,7 +313,7 @@ class TasksExtension(Extension):
             raise task_not_found()
         # Named once the task is found: a request for a task it may not see
         # leaves no trace of the ID it asked for.
-        TRACES.mark_request(task.task_id, task.status.value)
+        self._mark(task.task_id, task.status.value)
         return get_result(task)
 
     async def _update(
@@ -318,7 +322,7 @@ class TasksExtension(Extension):
         request = self._admit(ctx, params.task_id)
         update = TaskUpdateContext(request, params.task_id, params.input_responses)
         await guard(lambda: self._manager.update_task(update), refused="Input responses refused")
-        TRACES.mark_request(params.task_id, None)
+        self._mark(params.task_id, None)
         return {"resultType": "complete"}
 
     async def _cancel(
@@ -328,10 +332,14 @@ class TasksExtension(Extension):
         await guard(
             lambda: self._manager.request_cancellation(TaskRequestContext(request, params.task_id))
         )
-        TRACES.mark_request(params.task_id, None)
+        self._mark(params.task_id, None)
         return {"resultType": "complete"}
 
     # -- helpers ----------------------------------------------------------------------
+
+    def _mark(self, task_id: str, status: str | None) -> None:
+        """Name the task (its reference) and ``status`` on the request's span."""
+        TRACES.mark_request(task_ref(task_id, whole=self._whole_task_ids), status)
 
     def _admit(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> RequestContext:
         """Run every request-level check of ``tasks/*``; return the binding to check the task by.

@@ -40,6 +40,7 @@ EXPORTED = [
     "TaskFailed",
     "TaskInspection",
     "TaskManager",
+    "TaskMatches",
     "TaskNotFoundError",
     "TaskOrigin",
     "TaskRequestContext",
@@ -48,6 +49,7 @@ EXPORTED = [
     "TaskUpdateContext",
     "ValidationError",
     "Worker",
+    "task_ref",
 ]
 
 

@@ -39,7 +39,7 @@ from mcp_types import (
 )
 from pydantic import ConfigDict
 
-from redis_tasks import CapacityError, Limits, RedisTaskManager, RequestContext
+from redis_tasks import CapacityError, Limits, RedisTaskManager, RequestContext, task_ref
 from redis_tasks.mcp import (
     CreatedTask,
     TasksClient,
@@ -52,7 +52,7 @@ from redis_tasks.mcp import (
 from redis_tasks.mcp._fast_path import FastPath
 from redis_tasks.testing import RedisServer
 from tests.support.backends import EXTRA_SERVERS, server_url
-from tests.support.helpers import wait_until
+from tests.support.helpers import wait_until, whole_task_ids
 from tests.support.mcp_stack import SECRET, McpStack, until_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -74,6 +74,8 @@ def stack(request: pytest.FixtureRequest) -> Iterator[McpStack]:
             yield stack
         finally:
             stack.stop()
+        # No process logged a whole task ID in the module's every test (issue 30).
+        assert whole_task_ids(stack.log_text()) == []
 
 
 def check_task_shape(task: dict[str, Any], result_type: str) -> None:
@@ -283,7 +285,8 @@ async def test_a_crashing_tool_fails_with_a_generic_error_and_logs_no_secret(
     assert final["error"] == {"code": -32603, "message": "Internal error"}
 
     def logged_failure() -> bool:
-        return task_id in stack.log_text() and "handler_error" in stack.log_text()
+        # The worker names the task by its reference: never its whole ID (see the stack).
+        return task_ref(task_id) in stack.log_text() and "handler_error" in stack.log_text()
 
     await wait_until(lambda: asyncio.sleep(0, logged_failure()), within=10, what="the log")
     assert SECRET not in stack.log_text()

@@ -1,16 +1,20 @@
 """``redis-tasks dashboard``: a real dashboard process, read over HTTP and in Chromium.
 
 The page test runs Debian's headless Chromium (``/usr/bin/chromium``, driven by
-Playwright, which downloads no browser) against a dashboard process while a
-real worker process drains a load the test keeps creating: the figures must
-appear and move, every chart must draw its lines, and the screenshot must show
-them (pixels of each series' colour inside each chart). Nothing of the tasks'
-origins or payloads, and no tenant key, may reach the page: tenants show by digest.
+Playwright, which downloads no browser) against a dashboard process, logged in
+with its token, while a real worker process drains a load the test keeps
+creating: the figures must appear and move, every chart must draw its lines, and
+the screenshot must show them (pixels of each series' colour inside each chart).
+Nothing of the tasks' origins or payloads, no tenant key (tenants show by digest)
+and no task ID (a lease shows its task's reference) may reach the page: with
+tasks leased, no byte of any route holds one. Beyond loopback the dashboard does
+not start without a token, and with one it refuses every request that lacks it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -24,11 +28,12 @@ from typing import Any
 
 import pytest
 
-from redis_tasks import RedisTaskManager, TaskOrigin
+from redis_tasks import RedisTaskManager, TaskExecution, TaskOrigin, Worker, task_ref
+from redis_tasks._dashboard.auth import TOKEN_ENV
 from redis_tasks._tenancy import tenant_digest
 from redis_tasks.testing import RedisServer, start_redis_server
 from tests.support.fleet import ROOT, Fleet
-from tests.support.helpers import ALICE, wait_until
+from tests.support.helpers import ALICE, wait_until, whole_task_ids
 
 SECRET = "s3cr3t-" + uuid.uuid4().hex
 #: A tenant key: its digest may show, the key never.
@@ -57,7 +62,14 @@ SERIES = {
 class Dashboard:
     """A ``redis-tasks dashboard`` process and its JSON log."""
 
-    def __init__(self, directory: Path, url: str, prefix: str, *options: str) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        url: str,
+        prefix: str,
+        *options: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.log = directory / f"dashboard-{uuid.uuid4().hex[:6]}.log"
         self.process = subprocess.Popen(
             [
@@ -65,6 +77,7 @@ class Dashboard:
                 *("--prefix", prefix, "--port", "0", *options),
             ],
             cwd=ROOT,
+            env={**_without_token(), **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("wb"),
         )
@@ -101,10 +114,15 @@ async def manager(server: RedisServer, prefix: str) -> AsyncIterator[RedisTaskMa
         yield m
 
 
+def _without_token() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name != TOKEN_ENV}
+
+
 class Reply:
-    """An HTTP reply: status, headers (lower-case names) and body text."""
+    """An HTTP reply: status, headers (lower-case names), body text, and every byte."""
 
     def __init__(self, raw: bytes) -> None:
+        self.raw = raw
         head, _, body = raw.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         self.status = int(lines[0].split()[1])
@@ -118,11 +136,19 @@ class Reply:
         return json.loads(self.text)
 
 
-async def http(port: int, path: str, method: str = "GET", host: str = "127.0.0.1") -> Reply:
-    """One request on loopback (``Connection: close``, so the reply ends with the stream)."""
+async def http(
+    port: int,
+    path: str,
+    method: str = "GET",
+    host: str = "127.0.0.1",
+    authorization: str | None = None,
+) -> Reply:
+    """One request on loopback (``Connection: close``, so the reply ends with the stream),
+    with an ``Authorization`` header when given."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    extra = "" if authorization is None else f"Authorization: {authorization}\r\n"
     writer.write(
-        f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+        f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}"
         "Content-Length: 0\r\n\r\n".encode()
     )
     await writer.drain()
@@ -131,8 +157,8 @@ async def http(port: int, path: str, method: str = "GET", host: str = "127.0.0.1
     return Reply(raw)
 
 
-async def state(port: int) -> dict[str, Any]:
-    reply = await http(port, "/api/state")
+async def state(port: int, authorization: str | None = None) -> dict[str, Any]:
+    reply = await http(port, "/api/state", authorization=authorization)
     assert reply.status == 200
     document: dict[str, Any] = reply.json()
     return document
@@ -228,6 +254,150 @@ def test_bad_arguments_are_refused() -> None:
         assert done.stderr.startswith("redis-tasks dashboard: ")
 
 
+#: Every route, and the refusals of a wrong method, path, host and query.
+ROUTES = [
+    ("GET", "/", "127.0.0.1"),
+    ("GET", "/app.js", "127.0.0.1"),
+    ("GET", "/style.css", "127.0.0.1"),
+    ("GET", "/api/state", "127.0.0.1"),
+    ("GET", "/api/state?since=0", "127.0.0.1"),
+    ("GET", "/api/state?since=x", "127.0.0.1"),
+    ("GET", "/no-such-page", "127.0.0.1"),
+    ("POST", "/api/state", "127.0.0.1"),
+    ("GET", "/api/state", "evil.example"),
+]
+
+
+async def test_no_byte_the_dashboard_serves_holds_a_task_id(
+    server: RedisServer, manager: RedisTaskManager, prefix: str, tmp_path: Path
+) -> None:
+    release = asyncio.Event()
+
+    async def hold(execution: TaskExecution) -> dict[str, Any]:
+        await release.wait()
+        return {"content": [], "isError": False}
+
+    made = [(await manager.create_task(ALICE, ORIGIN)).task_id for _ in range(6)]
+    dashboard = Dashboard(tmp_path, server.url, prefix, "--interval", "0.2")
+    async with Worker(manager, hold) as worker:
+        running = asyncio.create_task(worker.run())
+        try:
+            port = await dashboard.port()
+
+            async def leased() -> dict[str, Any] | None:
+                document = await state(port)
+                shown = document["inspection"]
+                leases = (
+                    [] if shown is None else [x for p in shown["partitions"] for x in p["leases"]]
+                )
+                return document if len(leases) == len(made) else None
+
+            document = await wait_until(leased, what="every task's lease on the page")
+            # The page lists each task, by reference: enough to match `inspect`'s line.
+            listed = {x["task"] for p in document["inspection"]["partitions"] for x in p["leases"]}
+            assert listed == {task_ref(task_id) for task_id in made}
+            replies = [await http(port, path, method, host) for method, path, host in ROUTES]
+            assert [r.status for r in replies] == [200, 200, 200, 200, 200, 400, 404, 405, 400]
+            for (_, path, _), reply in zip(ROUTES, replies, strict=True):
+                served = reply.raw.decode("latin-1")
+                assert whole_task_ids(served) == [], path
+                # Nor the random part alone.
+                assert not [t for t in made if t.partition(".")[2] in served], path
+        finally:
+            release.set()
+            await worker.stop()
+            await running
+            dashboard.stop()
+
+
+def _run(*options: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "dashboard", "--redis-url", "redis://x", *options],
+        cwd=ROOT,
+        env={**_without_token(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+async def test_beyond_loopback_the_dashboard_needs_a_token(
+    server: RedisServer, prefix: str, tmp_path: Path
+) -> None:
+    # No token: refused at start, with one line saying how to give one.
+    for host in ("0.0.0.0", "::", "dashboard.example"):
+        refused = _run("--host", host)
+        assert refused.returncode == 2, host
+        (line,) = refused.stderr.splitlines()
+        assert line.startswith(f"redis-tasks dashboard: --host {host}: "), line
+        for how in (TOKEN_ENV, "--token", "secrets.token_urlsafe"):
+            assert how in line, line
+    weak = "short-" + uuid.uuid4().hex[:4]
+    weak_ones: list[tuple[tuple[str, ...], dict[str, str] | None]] = [
+        ((), {TOKEN_ENV: weak}),
+        (("--token", weak), None),
+    ]
+    for options, env in weak_ones:
+        refused = _run("--host", "0.0.0.0", *options, env=env)
+        assert refused.returncode == 2
+        assert "16 to 1024 characters" in refused.stderr
+        assert weak not in refused.stderr + refused.stdout  # never repeated
+    spaced = _run("--host", "0.0.0.0", "--token", "a token with spaces in it")
+    assert spaced.returncode == 2
+    assert "printable ASCII" in spaced.stderr
+    # With one (from the environment here), every request must carry it.
+    token = "tk-" + uuid.uuid4().hex
+    dashboard = Dashboard(tmp_path, server.url, prefix, "--host", "0.0.0.0", env={TOKEN_ENV: token})
+    try:
+        port = await dashboard.port()
+        for wrong in (
+            None,
+            f"Bearer {token}x",
+            f"Bearer {token[:-1]}",
+            "Bearer ",
+            token,
+            f"Token {token}",
+            _basic("ops", token + "x"),
+            _basic(token, ""),
+            "Basic !!not-base64!!",
+        ):
+            for method, path, host in ROUTES:
+                reply = await http(port, path, method, host, authorization=wrong)
+                assert (reply.status, reply.text) == (401, ""), (wrong, method, path, host)
+                assert reply.headers["www-authenticate"].startswith("Basic realm=")
+        assert (await http(port, "/", authorization=f"Bearer {token}")).status == 200
+        assert (await state(port, f"bearer  {token}"))["prefix"] == prefix
+        # A browser's way: the token as the password of the Basic login, any user name.
+        assert (await http(port, "/app.js", authorization=_basic("ops", token))).status == 200
+        named = await http(port, "/", host="evil.example", authorization=f"Bearer {token}")
+        assert named.status == 200  # beyond loopback any host name, unless --allow-host
+    finally:
+        dashboard.stop()
+    assert dashboard.process.returncode == 0
+    assert token not in dashboard.log.read_text()
+    assert any(e.get("event") == "dashboard_token_required" for e in dashboard.events())
+
+
+async def test_a_token_given_on_loopback_is_required_too(
+    server: RedisServer, prefix: str, tmp_path: Path
+) -> None:
+    token = "tk-" + uuid.uuid4().hex
+    dashboard = Dashboard(tmp_path, server.url, prefix, "--token", token)
+    try:
+        port = await dashboard.port()
+        refused = await http(port, "/api/state")
+        assert (refused.status, refused.text) == (401, "")
+        assert (await http(port, "/api/state", authorization=f"Bearer {token}")).status == 200
+    finally:
+        dashboard.stop()
+    assert token not in dashboard.log.read_text()
+
+
 def _colour_pixels(image: Any, box: dict[str, float], colour: tuple[int, int, int]) -> int:
     """Pixels within ``box`` (CSS px = image px) close to ``colour``."""
     left, top = int(box["x"]), int(box["y"])
@@ -253,7 +423,8 @@ async def test_the_page_in_chromium_moves_while_a_load_runs(
     # 4 handlers of 50 ms: about 80 tasks/s. Bursts of 120 every 2 s average 60/s, so the
     # backlog rises and falls with every burst while the throughput stays up.
     fleet.start("--concurrency", "4")
-    dashboard = Dashboard(tmp_path, server.url, prefix, "--interval", "0.5")
+    token = "tk-" + uuid.uuid4().hex  # the browser logs in with it (HTTP Basic's password)
+    dashboard = Dashboard(tmp_path, server.url, prefix, "--interval", "0.5", env={TOKEN_ENV: token})
     stop = asyncio.Event()
     payload = json.dumps({"mode": "count", "seconds": 0.05, "secret": SECRET}).encode()
 
@@ -274,7 +445,10 @@ async def test_the_page_in_chromium_moves_while_a_load_runs(
         port = await dashboard.port()
         async with playwright.async_playwright() as driver:
             browser = await driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
-            page = await browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = await browser.new_page(
+                viewport={"width": 1400, "height": 1000},
+                http_credentials={"username": "ops", "password": token},
+            )
             await page.goto(f"http://127.0.0.1:{port}/")
 
             async def value(selector: str) -> str:
@@ -329,6 +503,7 @@ async def test_the_page_in_chromium_moves_while_a_load_runs(
             body = await page.content()
             await browser.close()
         assert SECRET not in body
+        assert whole_task_ids(body) == []  # the leases table names tasks by reference
         with image_module.open(shot) as picture:
             picture = picture.convert("RGB")
             for chart, series in SERIES.items():

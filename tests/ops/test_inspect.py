@@ -19,6 +19,7 @@ import json
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -39,20 +40,23 @@ from redis_tasks import (
     TaskOrigin,
     TaskUpdateContext,
     Worker,
+    task_ref,
 )
 from redis_tasks._inspection import (
     PICKUP_BOUNDS_MS,
     PICKUP_FIELDS,
     Inspection,
     PickupHistogram,
+    TaskMatches,
     pickup_bucket,
 )
 from redis_tasks._inspection.text import render_inspection, render_task
 from redis_tasks._redis import scripts as lua
+from redis_tasks._redis.inspect import match_tasks
 from redis_tasks._tenancy import home_partition, tenant_digest
 from redis_tasks.testing import RedisServer
-from tests.support.backends import Backend, BackendFactory
-from tests.support.helpers import ALICE, ELICIT, ELICIT_ANSWER, wait_until
+from tests.support.backends import SERVERS, Backend, BackendFactory, acl_user, server_url
+from tests.support.helpers import ALICE, ELICIT, ELICIT_ANSWER, wait_until, whole_task_ids
 
 SECRET = "s3cr3t-do-not-show"
 SECRET_ORIGIN = TaskOrigin.from_persisted_string(
@@ -127,7 +131,16 @@ async def _known_load(backend: Backend) -> None:
         assert seen.statuses["working"] == 6
         assert [(c.name, c.pending) for c in seen.consumers()] == [("inspect-w1", 8)]
         leases = seen.leases()
-        assert {lease.task_id for lease in leases} == {t.task_id for t in held + asking}
+        # A lease names its task by reference, never by ID (a capability).
+        by_ref = {task_ref(t.task_id): t.task_id for t in held + asking}
+        assert {lease.task for lease in leases} == set(by_ref)
+        queue_view = [
+            repr(seen),
+            json.dumps(seen.to_json()),
+            *render_inspection(seen, prefix="rt", expiring_ms=round(LEASE.total_seconds() * 1000)),
+        ]
+        assert all(ref in "\n".join(queue_view) for ref in by_ref)
+        assert [text for text in queue_view if whole_task_ids(text)] == []
         assert not seen.sampled
         for lease in leases:
             assert lease.lease_owner == lease.consumer == "inspect-w1"
@@ -135,7 +148,7 @@ async def _known_load(backend: Backend) -> None:
             assert lease.deliveries == 1
             assert lease.remaining_ms is not None
             assert 0 < lease.remaining_ms <= LEASE / timedelta(milliseconds=1)
-            one = await m.inspect_task(lease.task_id)
+            one = await m.inspect_task(by_ref[lease.task])
             assert one is not None
             assert (one.fence, one.attempts, one.lease_owner) == (lease.fence, 1, "inspect-w1")
             assert one.entry_state == "delivered"
@@ -374,6 +387,78 @@ async def test_the_command_line(redis_server: RedisServer, prefix: str) -> None:
     async with RedisTaskManager.from_url(url, prefix=prefix) as m:
         for task in tasks:
             await m.cancel_task(task.task_id)
+
+
+# -- by reference ----------------------------------------------------------------------
+
+
+async def _sharing_a_first_character(m: RedisTaskManager) -> tuple[list[str], str]:
+    """Tasks created (in a manager of one partition) until two share the random part's
+    first character, which 65 make sure of (the alphabet has 64); their IDs, and the
+    prefix ``0.<that character>`` they share."""
+    ids: list[str] = []
+    while True:
+        ids.append((await m.create_task(ALICE, SECRET_ORIGIN)).task_id)
+        shared = [c for c, n in Counter(i[2] for i in ids).items() if n > 1]
+        if shared:
+            return ids, f"0.{shared[0]}"
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_a_reference_finds_the_tasks_it_names(
+    request: pytest.FixtureRequest, server: str, prefix: str
+) -> None:
+    url = server_url(request, server)
+    async with RedisTaskManager.from_url(url, prefix=prefix, partitions=1) as m:
+        ids, start = await _sharing_a_first_character(m)
+        assert await m.match_tasks(task_ref(ids[0])) == TaskMatches(0, (ids[0],), True)
+        several = tuple(sorted(i for i in ids if i.startswith(start)))
+        assert len(several) >= 2
+        assert await m.match_tasks(start) == TaskMatches(0, several, True)
+        # Bounded: past `limit` matches the scan stops, and says so.
+        capped = await match_tasks(m._topology, m.keyspace, start, limit=1)
+        assert capped == TaskMatches(0, several[:1], False)
+        assert await m.match_tasks("5.AAAAAA") == TaskMatches(5, (), True)  # nothing there
+        for neither in (ids[0], "0.", "0.*", "0.A?", "x.AAAAAA", "99999.A", ""):
+            assert await m.match_tasks(neither) is None, neither
+        for task_id in ids:
+            await m.cancel_task(task_id)
+
+
+async def test_the_command_line_takes_a_reference(redis_server: RedisServer, prefix: str) -> None:
+    url = redis_server.url
+    async with RedisTaskManager.from_url(url, prefix=prefix, partitions=1) as m:
+        ids, start = await _sharing_a_first_character(m)
+    common = ("--redis-url", url, "--prefix", prefix, "--partitions", "1")
+    one = await asyncio.to_thread(_cli, *common, task_ref(ids[0]))
+    assert one.returncode == 0, one.stderr
+    assert "1 live task(s) match, in partition 0" in one.stdout
+    assert whole_task_ids(one.stdout) == [ids[0]]  # the operator's view names the task
+    assert "work entry" in one.stdout
+    several = await asyncio.to_thread(_cli, *common, start, "--json")
+    assert several.returncode == 0, several.stderr
+    found = [json.loads(line)["task_id"] for line in several.stdout.splitlines()]
+    assert found == sorted(i for i in ids if i.startswith(start))
+    none = await asyncio.to_thread(_cli, *common, "0.-_-_-_")
+    assert (none.returncode, none.stdout) == (1, "0 live task(s) match, in partition 0\n")
+    bad = await asyncio.to_thread(_cli, *common, "task-7")
+    assert bad.returncode == 2
+    assert "not a task ID or reference" in bad.stderr
+    for output in (one, several, none, bad):
+        assert SECRET not in output.stdout + output.stderr
+    # The README's user has no +scan (SCAN lists every key name on the server).
+    async with acl_user(redis_server, prefix) as (user_url, admin):
+        refused = await asyncio.to_thread(
+            _cli, "--redis-url", user_url, *common[2:], task_ref(ids[0])
+        )
+        assert refused.returncode == 1
+        assert "needs +scan" in refused.stderr
+        by_id = await asyncio.to_thread(_cli, "--redis-url", user_url, *common[2:], ids[0])
+        assert by_id.returncode == 0, by_id.stderr
+        await admin.acl_log_reset()  # the refusal was the point
+    async with RedisTaskManager.from_url(url, prefix=prefix, partitions=1) as m:
+        for task_id in ids:
+            await m.cancel_task(task_id)
 
 
 # -- tenants ---------------------------------------------------------------------------

@@ -25,10 +25,10 @@ from typing import Any
 import httpx2
 import pytest
 
-from redis_tasks import RedisTaskManager, TaskOrigin
+from redis_tasks import RedisTaskManager, TaskOrigin, task_ref
 from redis_tasks.testing import RedisServer
 from tests.support.fleet import Fleet, terminal
-from tests.support.helpers import ALICE, wait_until
+from tests.support.helpers import ALICE, wait_until, whole_task_ids
 from tests.support.mcp_stack import McpStack
 
 pytest.importorskip("opentelemetry.sdk.trace")
@@ -57,9 +57,11 @@ async def exited(process: subprocess.Popen[bytes]) -> int:
 
 
 def assert_no_secret(spans: list[dict[str, Any]]) -> None:
-    """No attribute, event, link or status of any span holds the planted secret."""
+    """No attribute, event, link or status of any span holds the planted secret, nor a
+    whole task ID."""
     for span in spans:
         assert SECRET not in json.dumps(span), span["name"]
+        assert whole_task_ids(json.dumps(span)) == [], span["name"]
 
 
 async def test_a_worker_process_links_its_run_span_to_the_span_that_created_the_task(
@@ -93,7 +95,7 @@ async def test_a_worker_process_links_its_run_span_to_the_span_that_created_the_
     assert link["context"]["trace_id"] == hex_id(created.context.trace_id, 32)
     assert link["context"]["span_id"] == hex_id(created.context.span_id, 16)
     assert run["context"]["trace_id"] != link["context"]["trace_id"]
-    assert run["attributes"]["redis_tasks.task.id"] == task.task_id
+    assert run["attributes"]["redis_tasks.task.ref"] == task_ref(task.task_id)
     assert run["attributes"]["redis_tasks.run.outcome"] == "completed"
     # The handler's own span is a child of the run's, in the worker process.
     assert inside["parent_id"] == run["context"]["span_id"]
@@ -175,7 +177,7 @@ def by_name(spans: list[dict[str, Any]], name: str, task_id: str) -> list[dict[s
     return [
         s
         for s in spans
-        if s["name"] == name and s["attributes"].get("redis_tasks.task.id") == task_id
+        if s["name"] == name and s["attributes"].get("redis_tasks.task.ref") == task_ref(task_id)
     ]
 
 

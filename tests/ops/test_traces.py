@@ -32,6 +32,7 @@ from redis_tasks import (
     TaskRequestContext,
     TaskStatus,
     Worker,
+    task_ref,
 )
 from redis_tasks._lease import Claim, ClaimOutcome
 from redis_tasks._telemetry.traces import TRACES
@@ -39,7 +40,7 @@ from redis_tasks._work_queue import WorkerBackend
 from redis_tasks.testing import RedisServer
 from tests.redis.test_redis import LoseNextReply
 from tests.support.backends import Backend, real_backend
-from tests.support.helpers import ALICE, wait_until
+from tests.support.helpers import ALICE, wait_until, whole_task_ids
 
 trace = pytest.importorskip("opentelemetry.trace")
 sampling = pytest.importorskip("opentelemetry.sdk.trace.sampling")
@@ -130,11 +131,13 @@ def only(exporter: Any, name: str) -> Any:
 
 
 def assert_no_task_data(exporter: Any) -> None:
-    """No attribute, event or status of any span holds the origin, arguments or payload."""
+    """No attribute, event or status of any span holds the origin, arguments or payload,
+    nor a whole task ID."""
     for span in exporter.get_finished_spans():
         text = span.to_json()
         assert SECRET not in text, span.name
         assert "tool-" not in text, span.name
+        assert whole_task_ids(text) == [], span.name
 
 
 async def terminal(manager: WorkerBackend, task_id: str) -> Any:
@@ -156,8 +159,7 @@ async def test_create_task_makes_a_producer_span_whose_context_is_stored_with_th
     assert dict(span.attributes) == {
         **PRODUCER_ATTRIBUTES,
         "messaging.destination.partition.id": str(partition_of(task.task_id)),
-        "messaging.message.id": task.task_id,
-        "redis_tasks.task.id": task.task_id,
+        "redis_tasks.task.ref": task_ref(task.task_id),
     }
     assert span.status.status_code is trace.StatusCode.UNSET
     fields = await record(subject, task.task_id)
@@ -196,8 +198,7 @@ async def test_a_run_span_is_linked_to_the_creating_span_and_holds_the_handlers_
     assert dict(run.attributes) == {
         **CONSUMER_ATTRIBUTES,
         "messaging.destination.partition.id": str(partition_of(task.task_id)),
-        "messaging.message.id": task.task_id,
-        "redis_tasks.task.id": task.task_id,
+        "redis_tasks.task.ref": task_ref(task.task_id),
         "redis_tasks.task.attempt": 1,
         "redis_tasks.run.reclaimed": False,
         "redis_tasks.run.outcome": "completed",
@@ -249,14 +250,14 @@ async def test_failed_and_cancelled_runs_name_the_error_type_never_its_message(
         runs = await wait_until(all_ended, what="three run spans")
         await worker.stop()
         await running
-    by_task = {s.attributes["redis_tasks.task.id"]: s for s in runs}
+    by_task = {s.attributes["redis_tasks.task.ref"]: s for s in runs}
     expected = {
         "raise": ("failed", "RuntimeError"),
         "fail": ("failed", "TaskFailed"),
         "wait": ("cancelled", None),
     }
     for how, (outcome, error) in expected.items():
-        span = by_task[ids[how]]
+        span = by_task[task_ref(ids[how])]
         assert span.attributes["redis_tasks.run.outcome"] == outcome, how
         assert span.attributes.get("error.type") == error, how
         code = trace.StatusCode.UNSET if error is None else trace.StatusCode.ERROR
@@ -378,7 +379,7 @@ async def test_tracestate_is_kept_in_pieces_and_returned_whole(
     (big_span,) = [
         s
         for s in exporter.get_finished_spans()
-        if s.attributes["redis_tasks.task.id"] == big.task_id
+        if s.attributes["redis_tasks.task.ref"] == task_ref(big.task_id)
     ]
     assert (await claim_next(m, big.task_id)).trace_context == traceparent(big_span)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -52,6 +53,16 @@ SAMPLE_ANSWER = {
     "stopReason": "endTurn",
 }
 ROOTS_ANSWER = {"roots": [{"uri": "file:///home/user/project", "name": "project"}]}
+
+#: A whole task ID wherever it stands in a text (a partition, a dot and the 24 characters
+#: of the random part); a reference (``11.Wt0jM9``) does not match. Logs, spans and pages
+#: must hold none (a task ID is a capability) unless told ``whole_task_ids``.
+WHOLE_TASK_ID = re.compile(r"(?<![A-Za-z0-9_.-])(?:0|[1-9][0-9]{0,4})\.[A-Za-z0-9_-]{24}")
+
+
+def whole_task_ids(text: str) -> list[str]:
+    """Every whole task ID in ``text``."""
+    return WHOLE_TASK_ID.findall(text)
 
 
 async def wait_until(

@@ -12,7 +12,8 @@ those names) and ``RT_TEST_SSE_PING`` (seconds: the SDK's SSE keepalive interval
 shortened so a test can see a reply commit to SSE). ``RT_TEST_TRACES=1`` gives the
 process an SDK tracer provider with the in-memory exporter (``tests.support.tracing``):
 a server serves its finished spans at ``/test/spans``, a worker dumps them to
-``$RT_TEST_SPANS`` at exit.
+``$RT_TEST_SPANS`` at exit. ``RT_TEST_WHOLE_IDS=1`` gives the manager
+``whole_task_ids=True`` (spans name tasks by whole ID).
 
 Test hooks, by request header (so the differential test can drive both paths
 through the same rare branches): ``x-test-authorizer: fail`` makes the
@@ -112,6 +113,7 @@ def _manager() -> RedisTaskManager:
         prefix=os.environ.get("RT_TEST_PREFIX", "rt"),
         timeout=float(os.environ.get("RT_TEST_TIMEOUT", "5")),
         limits=Limits(max_open_tasks_per_tenant=int(max_open)) if max_open else None,
+        whole_task_ids=os.environ.get("RT_TEST_WHOLE_IDS") == "1",
     )
 
 

@@ -93,8 +93,11 @@ class McpStack:
             self.start_server(name)
         self.start_worker()
 
-    def start_worker(self, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-        """Start one worker process (``env``: the app's ``RT_TEST_*`` options)."""
+    def start_worker(
+        self, env: Mapping[str, str] | None = None, options: Sequence[str] = ()
+    ) -> subprocess.Popen[bytes]:
+        """Start one worker process (``env``: the app's ``RT_TEST_*`` options; ``options``:
+        more of ``redis-tasks worker``'s)."""
         return self._spawn(
             "worker",
             [
@@ -110,6 +113,7 @@ class McpStack:
                 "10",
                 "--timeout",
                 str(self.timeout),
+                *options,
             ],
             env,
         )

@@ -25,6 +25,7 @@ from redis_tasks import (
     TaskRequestContext,
     TaskStatus,
     TaskUpdateContext,
+    task_ref,
 )
 from redis_tasks.testing import start_redis_server
 from tests.support.fleet import (
@@ -66,7 +67,7 @@ async def test_a_worker_killed_mid_handler_is_replaced_and_the_task_completes_on
     task = await terminal(manager, task_id)
     assert task.status is TaskStatus.COMPLETED
     assert task.result["fence"] == again["fence"]
-    assert await recorded(fleet.workers, {task_id}) == {task_id: 1}
+    assert await recorded(fleet.workers, {task_id}) == {task_ref(task_id): 1}
 
 
 async def test_a_zombie_workers_late_complete_is_refused_by_the_fence(
@@ -93,7 +94,8 @@ async def test_a_zombie_workers_late_complete_is_refused_by_the_fence(
         return [
             e
             for e in zombie.events()
-            if e.get("task_id") == task_id and e.get("event") in ("lease_lost", "lease_ended")
+            if e.get("task") == task_ref(task_id)
+            and e.get("event") in ("lease_lost", "lease_ended")
         ]
 
     async def zombie_refused() -> bool:
@@ -106,7 +108,7 @@ async def test_a_zombie_workers_late_complete_is_refused_by_the_fence(
     assert task is not None
     assert task.result is not None
     assert task.result["fence"] == second["fence"]
-    assert await recorded(fleet.workers, {task_id}) == {task_id: 1}
+    assert await recorded(fleet.workers, {task_id}) == {task_ref(task_id): 1}
 
 
 async def test_a_task_killed_while_waiting_for_input_replays_to_the_recorded_answers(
@@ -169,9 +171,9 @@ async def test_a_poison_task_that_crashes_its_worker_fails_after_max_attempts(
 
     async def poisoned() -> list[str]:
         events = fleet.workers[-1].events()
-        return [e["task_id"] for e in events if e.get("event") == "claim_poisoned"]
+        return [e["task"] for e in events if e.get("event") == "claim_poisoned"]
 
-    assert await wait_until(poisoned, what="the poisoned claim in the log") == [task_id]
+    assert await wait_until(poisoned, what="the poisoned claim in the log") == [task_ref(task_id)]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -192,7 +194,7 @@ async def test_a_stop_signal_hands_running_tasks_to_another_worker_at_once(
     await go(control, fleet, second)
     assert (await terminal(manager, task_id)).result["pid"] == staying.process.pid
     released = [e for e in leaving.events() if e.get("event") == "task_released"]
-    assert [e["task_id"] for e in released] == [task_id]
+    assert [e["task"] for e in released] == [task_ref(task_id)]
 
 
 async def test_work_streams_and_pending_lists_are_empty_after_ten_thousand_tasks(

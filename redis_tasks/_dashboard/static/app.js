@@ -120,7 +120,7 @@ function render(state) {
   const leases = ins.partitions.flatMap((p) => p.leases)
     .filter((l) => l.remaining_ms !== null)
     .sort((a, b) => a.remaining_ms - b.remaining_ms).slice(0, 10);
-  rows("leases", leases, (l) => [[l.task_id, "id"], [l.status || "expired"], [l.lease_owner || "-"],
+  rows("leases", leases, (l) => [[l.task, "id"], [l.status || "expired"], [l.lease_owner || "-"],
     [String(l.attempt)], [duration(l.remaining_ms)]]);
   const tenants = ins.tenants;
   set("tenants-waiting", number(tenants.waiting));
