@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import signal
 import tempfile
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -42,10 +39,9 @@ from redis_tasks import (
     task_ref,
 )
 from redis_tasks._ids import MAX_PARTITIONS, REF_CHARS, new_task_id, parse_task_ref
-from redis_tasks._logs import JsonFormatter
 from redis_tasks._work_queue import WorkEntry
 from redis_tasks.testing import RedisServer
-from tests.support.helpers import ALICE, ORIGIN, wait_until, whole_task_ids
+from tests.support.helpers import ALICE, ORIGIN, every_log_line, wait_until, whole_task_ids
 from tests.support.mcp_stack import McpStack
 
 pytest.importorskip("opentelemetry.sdk.trace")
@@ -105,31 +101,6 @@ def test_reprs_name_a_task_by_reference() -> None:
     for text in shown:
         assert task_ref(task_id) in text, text
         assert whole_task_ids(text) == [], text
-
-
-class _Keep(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-        self.setFormatter(JsonFormatter())
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-
-@contextmanager
-def every_log_line() -> Iterator[list[str]]:
-    """Every record of the ``redis_tasks`` loggers meanwhile (DEBUG: all are made), as the
-    command line writes them (JSON: the message and every field)."""
-    logger = logging.getLogger("redis_tasks")
-    keep, level = _Keep(), logger.level
-    logger.addHandler(keep)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield keep.lines
-    finally:
-        logger.removeHandler(keep)
-        logger.setLevel(level)
 
 
 @pytest.mark.parametrize("whole", [False, True], ids=["references", "whole_task_ids"])

@@ -7,7 +7,8 @@ import logging
 import re
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from redis_tasks import (
@@ -63,6 +64,30 @@ WHOLE_TASK_ID = re.compile(r"(?<![A-Za-z0-9_.-])(?:0|[1-9][0-9]{0,4})\.[A-Za-z0-
 def whole_task_ids(text: str) -> list[str]:
     """Every whole task ID in ``text``."""
     return WHOLE_TASK_ID.findall(text)
+
+
+@contextmanager
+def every_log_line() -> Iterator[list[str]]:
+    """Every record of the ``redis_tasks`` loggers meanwhile (at DEBUG, so every one is
+    made), rendered as the command line writes it (JSON: the message and every field)."""
+    from redis_tasks._logs import JsonFormatter  # only the log audits need it
+
+    lines: list[str] = []
+    formatter = JsonFormatter()
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(formatter.format(record))
+
+    logger = logging.getLogger("redis_tasks")
+    keep, level = Keep(logging.DEBUG), logger.level
+    logger.addHandler(keep)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(keep)
+        logger.setLevel(level)
 
 
 async def wait_until(

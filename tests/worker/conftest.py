@@ -9,37 +9,17 @@ fixture, on their log files.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
 import pytest
 
-from redis_tasks._logs import JsonFormatter
-from tests.support.helpers import whole_task_ids
-
-
-class _Keep(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
+from tests.support.helpers import every_log_line, whole_task_ids
 
 
 @pytest.fixture(autouse=True)
-def no_whole_task_id_logged() -> Iterator[list[logging.LogRecord]]:
-    """Every record the test logged; after it, none holds a whole task ID."""
-    logger = logging.getLogger("redis_tasks")
-    keep = _Keep()
-    level = logger.level
-    logger.addHandler(keep)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield keep.records
-    finally:
-        logger.removeHandler(keep)
-        logger.setLevel(level)
-    formatter = JsonFormatter()
-    leaked = [line for r in keep.records if whole_task_ids(line := formatter.format(r))]
+def no_whole_task_id_logged() -> Iterator[list[str]]:
+    """Every line the test logged; after it, none holds a whole task ID."""
+    with every_log_line() as lines:
+        yield lines
+    leaked = [line for line in lines if whole_task_ids(line)]
     assert leaked == [], f"{len(leaked)} log records name a whole task ID: {leaked[:3]}"
