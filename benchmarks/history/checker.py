@@ -12,9 +12,10 @@ Tasks are independent, so each task's history is checked alone and stays small (
 of operations). A history with no such order is an anomaly, reported with the
 smallest sub-history that still has none: operations whose outcome is known are
 dropped one at a time while the rest stays unexplainable. The create and every
-operation nobody heard back from are kept: dropping an unknown operation never makes
-a history explainable (it may always be left out), so the search alone would drop
-them all, and with them the write a read saw before a failover rolled it back.
+write nobody heard back from are kept: dropping an unknown operation never makes a
+history explainable (it may always be left out), so the search alone would drop
+them all, and with them the write a read saw before a failover rolled it back. (An
+unknown read changed nothing, so it is dropped like a known one.)
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ async def check_task(task: str, ops: Iterable[Op], model: TaskModel) -> Anomaly 
         return Anomaly(task, tuple(history), undecided=True)
     keep = history
     for op in sorted(history, key=lambda o: o.index, reverse=True):
-        if op.kind == "create" or not op.known:
+        if op.kind == "create" or (not op.known and op.kind != "find"):
             continue
         trial = [o for o in keep if o is not op]
         try:

@@ -103,12 +103,12 @@ def classify(anomaly: Anomaly) -> str:
     ]
     if len(wins) > 1:
         return "two winners"
-    if any(not op.known for op in ops):
+    if any(not op.known and op.kind != "find" for op in ops):
         # A state seen that only an unconfirmed write (a timeout, a lost connection,
         # ReplicationError) could have made, and that a later operation did not see.
         return "unconfirmed write seen, then rolled back"
     last = ops[-1]
-    if last.kind == "find" and last.value is None:
+    if (last.kind == "find" and last.value is None) or last.value == "not_found":
         return "acknowledged task lost"
     if last.kind == "find":
         return "stale read or lost write"

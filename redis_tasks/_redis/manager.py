@@ -52,21 +52,24 @@ class RedisTaskManager(RedisContract):
     ``WAIT`` confirms ``N`` replicas within ``wait_timeout`` seconds (else
     :class:`ReplicationError`, with the write applied on the primary only): such a
     write survives the loss of its primary. That is ``create_task``, a client's
-    answers and cancellation requests, and a task's outcome. (Answers and
-    cancellations waited only since issue 26: its history checker saw both
-    acknowledged, then lost in a failover.) The price is a round trip to the
-    replicas on each of those writes, and errors while a shard has fewer replicas
-    than asked (right after a failover, until a replica is attached again).
-    Without it, a failover may lose the failed primary's last writes: a task
-    created just before may be unknown, or a finished one run again.
+    answers and cancellation requests, and every outcome, a claim's included (one
+    that found a cancellation request or the poison cap and ended the task). The
+    answers, cancellations and claims' outcomes wait since issue 26: its history
+    checker saw each acknowledged, then rolled back by a failover. The price is a
+    round trip to the replicas on each of those writes, and errors while a shard
+    has fewer replicas than asked (right after a failover, until a replica is
+    attached again). Without it, a failover may lose the failed primary's last
+    writes: a task created just before may be unknown, or a finished one run again.
 
-    A worker's claims, lease renewals, status messages and input requests do not
-    wait, so a shard without replicas still runs the tasks it holds. A failover may
-    roll one back: a lost claim is harmless, since the next claim gets a higher
-    fence and the lost holder's writes are refused; a lost input request is asked
-    again at the worker's next poll of its answers. Reads are served by the
-    primary, so they may see a write its replicas never got (one still waiting,
-    or one that reported ``ReplicationError``) before a failover rolls it back.
+    A claim that runs its task, a lease renewal, a status message and an input
+    request are not confirmed, so a shard without replicas still runs the tasks it
+    holds (a claim still sends its ``WAIT``, which such a shard answers after
+    ``wait_timeout``). A failover may roll one back: a lost claim is harmless,
+    since the next claim gets a higher fence and the lost holder's writes are
+    refused; a lost input request is asked again at the worker's next poll of its
+    answers. Reads are served by the primary, so they may see a write its replicas
+    never got (one still waiting, or one that reported ``ReplicationError``)
+    before a failover rolls it back.
 
     Logs and spans name a task by its reference (``11.Wt0jM9``), never its whole
     ID, unless ``whole_task_ids=True`` (see :attr:`whole_task_ids`).

@@ -136,6 +136,20 @@ def claim(reply: Any) -> Claim:
     return _one_claim(one, "claim", backlog=bool(backlog))
 
 
+#: Claim outcomes that ended the task (a terminal transition the claim wrote).
+_ENDED: Final = frozenset({ClaimOutcome.CANCELLED, ClaimOutcome.POISONED})
+
+
+def claim_ended(reply: list[Any]) -> bool:
+    """Whether a ``claim`` reply ended its task (so ``wait_replicas`` must confirm it)."""
+    return claim(reply).outcome in _ENDED
+
+
+def claim_batch_ended(reply: list[Any]) -> bool:
+    """Whether a ``claim_next`` reply ended any of its tasks."""
+    return any(one.outcome in _ENDED for _, _, one in claim_batch(reply))
+
+
 def claim_batch(reply: Any) -> list[tuple[str, str | None, Claim]]:
     """``claim_next``: ``{RC_OK, entry_id, task_id, claim, ...}``: each entry's ID, its
     task ID (``None`` for an entry that named no task) and its claim."""

@@ -7,6 +7,7 @@ from named arguments) is :mod:`.scripts`; this module only runs the calls.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import NoScriptError
@@ -69,9 +70,20 @@ class ScriptRunner:
             raise error_for(code, detail)
         return reply
 
-    async def run_raw(self, call: Call, *, durable: bool = False, batch: bool = True) -> list[Any]:
+    async def run_raw(
+        self,
+        call: Call,
+        *,
+        durable: bool = False,
+        batch: bool = True,
+        wrote: Callable[[list[Any]], bool] | None = None,
+    ) -> list[Any]:
         """Run ``call`` on the node that owns its keys and return its reply,
         whatever its code.
+
+        ``wrote`` says which of a durable call's replies made a write its replicas
+        must confirm (by default, any that answered OK): a worker's claim waits only
+        when it ended a task.
 
         ``batch=False`` sends the call on a connection of its own at once instead
         of with the auto-pipeline's next batch: for a call that others wait on (a
@@ -108,8 +120,8 @@ class ScriptRunner:
             # Only a script that answered OK wrote something for the replicas to
             # confirm. Any other answer (a stale fence, a terminal task) changed
             # nothing: it reaches the caller as what it is, not as unconfirmed.
-            wrote = isinstance(reply, list) and bool(reply) and reply[0] == ReturnCode.OK
-            if wrote and acked < self.wait_replicas:
+            ok = isinstance(reply, list) and bool(reply) and reply[0] == ReturnCode.OK
+            if ok and (wrote is None or wrote(reply)) and acked < self.wait_replicas:
                 raise counted(
                     ReplicationError(
                         f"only {acked} of {self.wait_replicas} replicas confirmed the write in time"

@@ -161,6 +161,20 @@ def test_each_broken_promise_is_named(name: str) -> None:
     assert len(checked(history(CREATE, *rows))) == 1  # the search finds it too
 
 
+def test_an_acknowledged_create_lost_is_named_so_whatever_read_timed_out_meanwhile() -> None:
+    """A read nobody heard back from changed nothing: it is no part of the smallest
+    history, and the anomaly is the acknowledged task lost (as wait_replicas=0 shows)."""
+    ops = history(
+        CREATE,
+        ("c", "find", 2.0, None, None, {}),
+        ("c", "find", 3.0, 4.0, None, {}),
+    )
+    (anomaly,) = checked(ops)
+    assert [op.index for op in anomaly.history] == [0, 2]
+    assert classify(anomaly) == "acknowledged task lost"
+    assert [b.kind for b in breaches("t", ops)] == ["create lost"]
+
+
 def test_an_unconfirmed_write_seen_then_rolled_back_breaks_no_promise() -> None:
     """What a failover can do to a write whose caller heard nothing back: a read sees
     it, a later one does not. No order explains it, but nobody was told it succeeded."""
