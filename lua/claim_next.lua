@@ -61,7 +61,14 @@ local now = now_ms()
 local function read_and_claim(wanted)
   local read = redis.call('XREADGROUP', 'GROUP', WORK_GROUP, consumer,
     'COUNT', wanted, 'STREAMS', work_key, '>')
-  local entries = read and read[1][2] or {}
+  -- Redis answers {{stream, entries}}, or false when nothing is new. The embedded
+  -- Redis (fakeredis) answers a RESP3 caller {stream, entries}, or {}.
+  local entries = {}
+  if read and type(read[1]) == 'table' then
+    entries = read[1][2]
+  elseif read and read[2] then
+    entries = read[2]
+  end
   local met = 0
   for _, entry in ipairs(entries) do
     local entry_id, fields = entry[1], entry[2]

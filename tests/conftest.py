@@ -22,6 +22,7 @@ from redis_tasks import Worker, testing
 from redis_tasks.testing import (
     RedisCluster,
     RedisServer,
+    embedded_redis,
     extra_servers,
     server_version,
     start_redis_cluster,
@@ -76,6 +77,13 @@ def redis_server() -> Iterator[RedisServer]:
             yield server
         finally:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def embedded_url() -> Iterator[str]:
+    """The embedded Redis (fakeredis on a loopback socket) the demo runs on by default."""
+    with embedded_redis() as url:
+        yield url
 
 
 def _extra_server(name: str) -> Iterator[RedisServer]:

@@ -105,8 +105,8 @@ class Intake:
                 # nothing: a round trip and a script per task.
                 try:
                     entries = await reader.read(_IDLE_READ)
-                except RedisTasksError:
-                    backoff = await self._backoff("read", backoff)
+                except RedisTasksError as exc:
+                    backoff = await self._backoff("read", backoff, exc)
                     continue
                 health.read_done(partition)
                 backoff = 0.05
@@ -168,6 +168,7 @@ class Intake:
         """
         settings = self._settings
         claimed: list[tuple[WorkEntry, Claim]] | None = None
+        failure: RedisTasksError | None = None
         try:
             claimed = await self._queue.claim_next(
                 partition,
@@ -178,8 +179,8 @@ class Intake:
                 # No slot left here: if tasks still wait, wake a worker that has some.
                 wake=self._slots.free == 0,
             )
-        except RedisTasksError:
-            pass
+        except RedisTasksError as exc:
+            failure = exc
         else:
             self._health.read_done(partition)
             for entry, claim in claimed:
@@ -189,7 +190,7 @@ class Intake:
         if claimed is None:
             # Entries the call read before its reply was lost stay pending with
             # us and are reclaimed after a lease, like any claim that failed.
-            return False, await self._backoff("read", backoff)
+            return False, await self._backoff("read", backoff, failure)
         return bool(claimed), 0.05
 
     async def reclaim_loop(self, partitions: tuple[int, ...]) -> None:
@@ -274,13 +275,17 @@ class Intake:
         with contextlib.suppress(RedisTasksError):
             await self._queue.drop(entry)
 
-    async def _backoff(self, what: str, delay: float) -> float:
+    async def _backoff(self, what: str, delay: float, error: BaseException | None) -> float:
+        cause = error.__cause__ if error is not None else None
         log(
             logging.WARNING,
             f"Redis unavailable during {what}; retrying",
             "redis_retry",
             worker=self._settings.name,
             retry_in=round(delay, 3),
+            # The class of what failed (a timeout, a lost connection, a reply the
+            # client could not parse), never its message: messages quote keys.
+            error=type(cause or error).__name__ if error is not None else None,
         )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), timeout=delay)

@@ -46,8 +46,10 @@ from redis_tasks._work_queue import QueueDepth, WorkEntry, WorkerBackend, WorkQu
 from tests.support.backends import server_url
 from tests.support.helpers import ALICE, ORIGIN
 
-#: The backends the suite runs on: the in-memory queue and a standalone redis-server.
-QUEUE_BACKENDS = ("memory", "redis", "cluster")
+#: The backends the suite runs on: the in-memory queue, the demo's embedded Redis
+#: (fakeredis served on a socket: the worker's blocking reads need one), a standalone
+#: redis-server and a cluster.
+QUEUE_BACKENDS = ("memory", "embedded", "redis", "cluster")
 
 LONG = timedelta(seconds=30)  # a lease that outlives the test
 SHORT = timedelta(milliseconds=200)  # a lease a test waits out

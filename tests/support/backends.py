@@ -38,12 +38,15 @@ SERVER_FIXTURES = {
     "cluster": "redis_cluster",
     "valkey": "valkey_server",
     "redis8": "redis8_server",
+    "embedded": "embedded_url",
 }
 
 
 def server_url(request: pytest.FixtureRequest, kind: str) -> str:
-    """The URL of the session's real server of ``kind``: one of SERVERS or EXTRA_SERVERS."""
-    url: str = request.getfixturevalue(SERVER_FIXTURES[kind]).url
+    """The URL of the session's server of ``kind``: one of SERVERS or EXTRA_SERVERS, or
+    the demo's "embedded" Redis."""
+    server = request.getfixturevalue(SERVER_FIXTURES[kind])
+    url: str = server if isinstance(server, str) else server.url
     return url
 
 
