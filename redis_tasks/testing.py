@@ -15,15 +15,14 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
 
+from ._embedded import embedded_redis
 from ._server_builds import EXTRA_SERVERS, ExtraServer, extra_servers, server_version
 
 __all__ = [
@@ -67,33 +66,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-@contextmanager
-def embedded_redis() -> Iterator[str]:
-    """An in-process Redis (fakeredis, with Lua) served on a loopback port; yields its URL.
-
-    Other processes can reach it, so a worker fleet can share it. It is a stand-in
-    for trying things out: one Python thread per connection, no persistence, and
-    fakeredis's own reading of each command. Needs the ``embedded`` extra.
-    """
-    try:
-        from fakeredis import TcpFakeServer
-    except ImportError:
-        raise SystemExit(
-            "the embedded Redis needs the 'embedded' extra: pip install 'redis-mcp-tasks[embedded]'"
-            " (or set REDIS_URL)"
-        ) from None
-    # Port 0: the kernel picks a free port as it binds, so no other process can take it first.
-    server = TcpFakeServer(("127.0.0.1", 0))
-    port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, name="embedded-redis", daemon=True)
-    thread.start()
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def wait_listening(port: int, process: subprocess.Popen[bytes], within: float = 60) -> None:
