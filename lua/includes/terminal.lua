@@ -14,10 +14,14 @@
 -- keys: {task, requests, issued, answers, journal, work, events, stats}
 -- account: the record's {tn, oq, tc} (each false when absent)
 -- updated: whether the record stored `ua` (hmget's `.updated`): see the DEL below
+-- batch: nil, or finish_batch's shared state {now, entries, counts}: the clock read
+-- once for the whole call, and the work entries to acknowledge and the statuses to
+-- count, which that script then writes with one command each for all its tasks.
 local function terminate(keys, task_id, entry, last_update, updated, status, message,
-                         outcome_field, outcome, event_opts, account)
+                         outcome_field, outcome, event_opts, account, batch)
   local task_key = keys[1]
-  local fields = {'st', status, 'ua', int_text(next_update(now_ms(), last_update))}
+  local now = batch and batch.now or now_ms()
+  local fields = {'st', status, 'ua', int_text(next_update(now, last_update))}
   if message then
     add_field(fields, 'sm', message)
   end
@@ -40,7 +44,9 @@ local function terminate(keys, task_id, entry, last_update, updated, status, mes
   if updated then
     redis.call('DEL', keys[2], keys[3], keys[4], keys[5])
   end
-  if entry then
+  if entry and batch then
+    batch.entries[#batch.entries + 1] = entry
+  elseif entry then
     -- pcall: an operator may have deleted the group; the entry goes regardless.
     redis.pcall('XACK', keys[6], WORK_GROUP, entry)
     redis.call('XDEL', keys[6], entry)
@@ -55,6 +61,10 @@ local function terminate(keys, task_id, entry, last_update, updated, status, mes
       release_tenant_slot(tag, tenant, task_id)
     end
   end
-  redis.call('HINCRBY', keys[8], status, 1)
+  if batch then
+    batch.counts[status] = (batch.counts[status] or 0) + 1
+  else
+    redis.call('HINCRBY', keys[8], status, 1)
+  end
   emit(keys[7], event_opts, task_id)
 end

@@ -9,10 +9,12 @@ connections and start-up are :class:`~.manager.RedisTaskManager`'s.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from redis_tasks._base import NewTask, Outcome, TaskManagerBase
-from redis_tasks._errors import TaskNotFoundError
+from redis_tasks._codes import ReturnCode, error_for
+from redis_tasks._errors import InternalError, TaskNotFoundError
+from redis_tasks._ids import parse_task_id
 from redis_tasks._limits import Limits
 from redis_tasks._models import Task
 from redis_tasks._record import EncodedAnswer, EncodedRequest, decode_answers, decode_task
@@ -22,8 +24,13 @@ from . import scripts as lua
 from .keys import KeySpace, TaskKeys
 from .link import Link
 from .scripts import Arg
+from .turn_batches import TurnBatches
 
 __all__ = ["RedisContract"]
+
+#: The most fenced finishes one ``finish_batch`` call carries: a script runs alone on
+#: its server, so a bigger batch would hold every other client up for longer.
+FINISH_BATCH: Final = 64
 
 
 def _message_args(message: bytes | None) -> tuple[bytes, bytes]:
@@ -51,6 +58,10 @@ class RedisContract(TaskManagerBase):
         self._keys = keys
         # Read once per call, so a call's runner and events argument belong together.
         self._link = link
+        #: A worker's fenced finishes of one turn, one script call per partition.
+        self._finishes: TurnBatches[tuple[str, Outcome]] = TurnBatches(
+            self._finish_one, self._finish_many, FINISH_BATCH
+        )
 
     # -- helpers -------------------------------------------------------------------
 
@@ -228,10 +239,57 @@ class RedisContract(TaskManagerBase):
         return decode_answers(replies.answers(reply, "take_answers"))
 
     async def _finish(self, task_id: str, outcome: Outcome) -> None:
+        """A fenced finish joins the turn's others of its partition (:mod:`.turn_batches`);
+        an unfenced one (an operation ID, a signal to the worker) is one ``finish`` call."""
+        partition = parse_task_id(task_id)
+        if partition is None:
+            raise TaskNotFoundError()
+        if outcome.operation:
+            await self._finish_one((task_id, outcome))
+        else:
+            # Only the ID and its partition: the batch names each task's keys itself.
+            await self._finishes.submit(partition, (task_id, outcome))
+
+    async def _finish_many(
+        self, partition: int, finishes: list[tuple[str, Outcome]]
+    ) -> list[BaseException | None]:
+        """One ``finish_batch`` call for fenced ``finishes`` of ``partition``: each one's
+        error, or ``None``."""
+        link = self._link
+        outcomes: list[Arg] = []
+        for task_id, outcome in finishes:
+            has_message, message = _message_args(outcome.message)
+            outcomes += (
+                task_id,
+                outcome.fence,
+                outcome.status.value,
+                has_message,
+                message,
+                outcome.result_field,
+                outcome.value,
+            )
+        keys = self._keys
+        reply, unconfirmed = await link.runner.run_confirmed(
+            lua.finish_batch(
+                work=keys.work(partition),
+                events=keys.events(partition),
+                stats=keys.stats(partition),
+                tag=keys.tag(partition),
+                event_opts=link.events,
+                outcomes=outcomes,
+            )
+        )
+        codes = reply[1:]
+        if len(codes) != len(finishes) or not all(isinstance(code, int) for code in codes):
+            raise InternalError("unexpected script reply")
+        return [unconfirmed if code == ReturnCode.OK else error_for(code, None) for code in codes]
+
+    async def _finish_one(self, finish: tuple[str, Outcome]) -> None:
         """One ``finish`` script call."""
+        task_id, outcome = finish
+        keys = self._worker_keys(task_id)
         link = self._link
         has_message, message = _message_args(outcome.message)
-        keys = self._worker_keys(task_id)
         await link.runner.run(
             lua.finish(
                 task=keys.task,
@@ -243,7 +301,7 @@ class RedisContract(TaskManagerBase):
                 events=keys.events,
                 stats=keys.stats,
                 signals=keys.signals,
-                task_id=task_id,
+                task_id=keys.task_id,
                 fence=outcome.fence,
                 status=outcome.status.value,
                 has_message=has_message,

@@ -89,6 +89,36 @@ class ScriptRunner:
         of with the auto-pipeline's next batch: for a call that others wait on (a
         worker's claim).
         """
+        reply, acked = await self._run(call, durable, batch)
+        if acked is not None:
+            # Only a script that answered OK wrote something for the replicas to
+            # confirm. Any other answer (a stale fence, a terminal task) changed
+            # nothing: it reaches the caller as what it is, not as unconfirmed.
+            ok = reply[0] == ReturnCode.OK
+            if ok and (wrote is None or wrote(reply)) and acked < self.wait_replicas:
+                raise self._unconfirmed(acked)
+        return reply
+
+    async def run_confirmed(self, call: Call) -> tuple[list[Any], ReplicationError | None]:
+        """Run a durable ``call`` and return its reply, whatever its code, with the
+        error its writes get if fewer than ``wait_replicas`` replicas confirmed them
+        (``None`` when they did, or none were asked for): for a call whose parts each
+        answer for themselves (``finish_batch``), where only the parts that wrote
+        are unconfirmed."""
+        reply, acked = await self._run(call, True, True)
+        if acked is None or acked >= self.wait_replicas:
+            return reply, None
+        return reply, self._unconfirmed(acked)
+
+    def _unconfirmed(self, acked: int) -> ReplicationError:
+        return counted(
+            ReplicationError(
+                f"only {acked} of {self.wait_replicas} replicas confirmed the write in time"
+            )
+        )
+
+    async def _run(self, call: Call, durable: bool, batch: bool) -> tuple[list[Any], int | None]:
+        """``call``'s reply, and how many replicas confirmed it (``None``: not asked)."""
         script, keys, args = call
         wait = self._wait if durable else None
         topology = self.topology
@@ -115,18 +145,9 @@ class ScriptRunner:
             reply = await topology.call(
                 topology.slot(keys[0]), attempt, deadline=deadline, timed=False
             )
+        acked: int | None = None
         if wait is not None:
             reply, acked = reply
-            # Only a script that answered OK wrote something for the replicas to
-            # confirm. Any other answer (a stale fence, a terminal task) changed
-            # nothing: it reaches the caller as what it is, not as unconfirmed.
-            ok = isinstance(reply, list) and bool(reply) and reply[0] == ReturnCode.OK
-            if ok and (wrote is None or wrote(reply)) and acked < self.wait_replicas:
-                raise counted(
-                    ReplicationError(
-                        f"only {acked} of {self.wait_replicas} replicas confirmed the write in time"
-                    )
-                )
         if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
             raise InternalError("unexpected script reply")
-        return reply
+        return reply, acked

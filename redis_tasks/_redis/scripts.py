@@ -50,6 +50,7 @@ __all__ = [
     "create",
     "find",
     "finish",
+    "finish_batch",
     "inspect_queue",
     "inspect_task",
     "load_all",
@@ -267,6 +268,13 @@ def finish(
             event_opts,
         ),
     )
+
+
+@_binding
+def finish_batch(
+    *, work: str, events: str, stats: str, tag: str, event_opts: str, outcomes: Sequence[Arg]
+) -> Call:
+    return scripts["finish_batch"], (work, events, stats), (tag, event_opts, *outcomes)
 
 
 @_binding

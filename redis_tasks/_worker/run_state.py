@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
-from typing import Any
 
 from redis_tasks._execution import TaskExecution
 from redis_tasks._ids import task_ref
@@ -93,15 +92,15 @@ class Run:
     task: str
     partition: int
     lease_until: float  # monotonic time the lease is known to last until
-    # Its handler slot, held until the handler is done: given back by Runs._supervise
-    # (or by Runs._launch if the handler could not start).
+    # Its handler slot, held until the handler is done: given back by Runs (see
+    # Runs.let_go), once, whichever way the run ends.
     slot: SlotLease
-    handler: asyncio.Future[dict[str, Any]] | None = None
-    supervisor: asyncio.Future[Any] | None = None
+    #: The run's one asyncio task: its handler, then its outcome or its hand-back.
+    runner: asyncio.Future[None] | None = None
+    in_handler: bool = False  # the task is in the handler now (so abandon cancels it)
+    released: bool = False  # its slot is given back (and, at shutdown, its task handed back)
     phase: Phase = Phase.RUNNING
     abandoned: str | None = None  # why the worker stopped the handler: "shutdown", "lease"
-    # Resolved when the handler ends or the worker abandons it, whichever is first.
-    wake: asyncio.Future[None] | None = None
     renewing: bool = False  # a renewal is in flight (hints must not stack more)
     entry_id: str = "0-0"  # the work entry claimed: its ms part is when it was enqueued
     reclaimed: bool = False  # the entry was taken over from another consumer
@@ -124,5 +123,7 @@ class Run:
         """Stop the handler: its outcome will not be written."""
         if self.phase is Phase.RUNNING:
             self.phase, self.abandoned = Phase.ABANDONED, reason
-            if self.wake is not None and not self.wake.done():
-                self.wake.set_result(None)
+            # A task not yet in its handler sees ``abandoned`` and never enters it; one
+            # already past it is writing its outcome (phase FINISHING, not here).
+            if self.in_handler and self.runner is not None:
+                self.runner.cancel()

@@ -6,7 +6,15 @@ the moment the handler is done, before the outcome is written.
 
 A run takes its slot from the lease its caller took (:class:`~.slots.SlotLease`)
 when it is admitted, and gives it back once its handler is done, in one place
-(:meth:`Runs._supervise`), or at once if the handler could not even start.
+(:meth:`Runs.let_go`), or at once if the handler could not even start.
+
+Each run is one asyncio task: its handler, then its outcome (or its hand-back). A
+handler task plus a supervisor task waiting on it cost a task, a future and a
+callback more per job, about a tenth of a draining worker's CPU (profiled). The
+worker stops a handler by cancelling the run's task while it is in the handler
+(:meth:`~.run_state.Run.abandon`); a handler that ignores that keeps its slot
+until it ends, except at shutdown, which hands its task back after the call
+timeout and leaves it to end on its own.
 """
 
 from __future__ import annotations
@@ -14,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
 from typing import Any
 
 from redis_tasks._errors import RedisTasksError
@@ -31,11 +38,6 @@ from .run_state import Run, RunOutcome, Settings
 from .slots import Background, SlotLease
 
 __all__ = ["Runs"]
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class Runs:
@@ -65,7 +67,7 @@ class Runs:
 
     def handlers_running(self) -> int:
         """Handlers not yet done (safe from an exporter's thread: a copy is counted)."""
-        return sum(1 for run in tuple(self.active) if run.handler and not run.handler.done())
+        return sum(1 for run in tuple(self.active) if run.in_handler)
 
     # -- claiming and starting --------------------------------------------------------
 
@@ -100,10 +102,8 @@ class Runs:
         """Start the run of a task claimed for ``slots``, if it runs: the run takes one
         of them (the caller gives back the rest)."""
         run = self._admit(entry, claim, slots, reclaimed=False)
-        if run is None:
-            return
-        self._launch(run)
-        run.supervisor = self._background.spawn(self._guarded(run, self._supervise_and_forget(run)))
+        if run is not None:
+            self._launch(run)
 
     def start_reclaimed(self, entry: WorkEntry, slot: SlotLease) -> None:
         """Claim and run a reclaimed entry for ``slot``, a lease of one slot the caller
@@ -114,11 +114,8 @@ class Runs:
         try:
             claim = await self.claim(entry)
             run = self._admit(entry, claim, slot, reclaimed=True)
-            if run is None:
-                return
-            self._launch(run)
-            run.supervisor = asyncio.current_task()
-            await self._supervise_and_forget(run)
+            if run is not None:
+                self._launch(run)
         except Exception as exc:
             self._internal_error(self._settings.ref(entry.task_id), exc)
         finally:
@@ -194,8 +191,8 @@ class Runs:
         return run
 
     def _launch(self, run: Run) -> None:
-        """Start ``run``'s handler now, in the caller's step: its first step is then
-        scheduled before whatever the caller does next (pickup latency)."""
+        """Start ``run``'s task now, in the caller's step: its handler's first step is
+        then scheduled before whatever the caller does next (pickup latency)."""
         execution = run.execution
         log(
             logging.INFO,
@@ -205,33 +202,22 @@ class Runs:
             fence=execution.fence,
             attempt=execution.attempt,
         )
-        # One future to wait on, not a waiter task plus asyncio.wait: this runs
-        # for every task, and the profile showed the difference.
-        wake = run.wake = asyncio.get_running_loop().create_future()
         run.started = time.monotonic()
         span = run.span
+        body = self._run(run)
         try:
-            handler = run.handler = (
-                asyncio.ensure_future(self._handler(execution))
-                if span is None
-                else span.spawn(self._handler(execution))
-            )
+            # Held by the run (in ``active``) until it ends: not a background task,
+            # since a handler that ignores cancellation must not hold up a stop.
+            run.runner = asyncio.ensure_future(body) if span is None else span.spawn(body)
         except BaseException:
-            run.slot.give_back()  # no handler, no supervisor: the slot comes back here
+            body.close()
+            self.let_go(run)  # no task: the slot comes back here
             raise
-        handler.add_done_callback(lambda _: _resolve(wake))
         if METRICS.enabled and not run.reclaimed:
             # A reclaimed entry waited out a lease as well: that is no pickup.
             METRICS.pickup(run.enqueued_ago())
 
-    # -- supervising ------------------------------------------------------------------
-
-    async def _guarded(self, run: Run, work: Awaitable[None]) -> None:
-        """Await ``work``; an unexpected error is logged, not raised."""
-        try:
-            await work
-        except Exception as exc:
-            self._internal_error(run.task, exc)
+    # -- running ----------------------------------------------------------------------
 
     @staticmethod
     def _internal_error(task: str | None, exc: Exception) -> None:
@@ -246,89 +232,108 @@ class Runs:
             where=frames(exc),
         )
 
-    async def _supervise_and_forget(self, run: Run) -> None:
+    async def _run(self, run: Run) -> None:
+        """The run's task: its handler, then its outcome; an unexpected error is
+        logged, not raised, and the run is forgotten whichever way it ends."""
         task_id = run.execution.task_id
         try:
-            await self._supervise(run)
+            await self._handle(run)
+        except Exception as exc:
+            self._internal_error(run.task, exc)
         finally:
+            self.let_go(run)  # on every path out: a cancelled task's slot too
             self.active.discard(run)
             if self.latest.get(task_id) is run:
                 del self.latest[task_id]
             if run.span is not None:
-                run.span.end()  # once: unless _supervise ended it, an error did
+                run.span.end()  # once: unless _handle ended it, an error did
 
-    async def _supervise(self, run: Run) -> None:
-        """Wait for the handler (or for the worker to abandon it), give its slot back,
-        then write its outcome.
+    async def _handle(self, run: Run) -> None:
+        """Run the handler, give its slot back, then write its outcome; or, when the
+        worker abandoned it, hand the task back (at shutdown) instead.
 
         The slot comes back as soon as the handler is done, before its outcome is
         written: ``concurrency`` bounds handlers, and a write in flight is no
         handler. The next task starts one round trip sooner, which is what a
         worker waiting on latency (not CPU) needs; writes in flight stay
-        bounded, since every task needs a claim first. An abandoned handler's
-        slot comes back once it was stopped and its task handed back.
+        bounded, since every task needs a claim first.
         """
-        try:
-            handler, wake = run.handler, run.wake
-            assert handler is not None
-            assert wake is not None
-            await wake
-            if run.abandoned is not None:
-                METRICS.run_ended("abandoned", time.monotonic() - run.started)
-                handler.cancel()
-                # A handler that swallows CancelledError must not hold up shutdown: its
-                # late writes are refused by the fence anyway.
-                await asyncio.wait({handler}, timeout=self._settings.timeout)
-                if run.abandoned == "shutdown":
-                    await self._hand_back(run)
-                if run.span is not None:
-                    # Handed back at shutdown is no error; a lease lost is.
-                    run.span.end("abandoned", "lease_lost" if run.abandoned == "lease" else None)
-                return
-            outcome, value, error = self._outcome_of(run, handler)
-            METRICS.run_ended(outcome.ended, time.monotonic() - run.started)
-        finally:
-            run.slot.give_back(time.monotonic() - run.started)
+        execution = run.execution
+        outcome = RunOutcome.FAILED
+        value: Any = INTERNAL_ERROR
+        error: str | None = None
+        if run.abandoned is None:  # abandoned before it started: no handler at all
+            run.in_handler = True
+            try:
+                value = await self._handler(execution)
+                outcome = RunOutcome.COMPLETED
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if run.abandoned is not None:
+                    pass  # the worker stopped it: see below
+                elif task is not None and task.cancelling():
+                    raise  # the run itself is cancelled from outside: nothing is written
+                elif execution.cancelled.is_set():
+                    outcome, value = RunOutcome.CANCELLED, None
+                else:
+                    log(
+                        logging.ERROR,
+                        "handler raised CancelledError without a cancellation request;"
+                        " failing the task",
+                        "handler_cancelled_itself",
+                        task=run.task,
+                        fence=execution.fence,
+                        attempt=execution.attempt,
+                    )
+                    error = "CancelledError"
+            except TaskFailed as exc:
+                value, error = exc.error, "TaskFailed"
+            except Exception as exc:
+                log(
+                    logging.ERROR,
+                    "handler raised",
+                    "handler_error",
+                    exception=type(exc).__name__,
+                    where=frames(exc),
+                    attempt=execution.attempt,
+                    task=run.task,
+                    fence=execution.fence,
+                )
+                error = type(exc).__name__
+            finally:
+                run.in_handler = False
+        if run.abandoned is not None:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                task.uncancel()  # our own stop, delivered (or swallowed) in the handler
+            await self._abandoned(run)
+            return
+        METRICS.run_ended(outcome.ended, time.monotonic() - run.started)
+        self.let_go(run)
         written, refused = await record_outcome(self._manager, run, outcome, value)
         if run.span is not None:
             if written is not outcome:
                 error = "result_invalid"  # the result could not be stored: failed instead
             run.span.end(written.ended, refused or error)
 
-    @staticmethod
-    def _outcome_of(
-        run: Run, handler: asyncio.Future[dict[str, Any]]
-    ) -> tuple[RunOutcome, Any, str | None]:
-        """How the handler ended: the outcome to write, its value, and what went
-        wrong (an exception's type name) when it failed."""
-        execution = run.execution
-        fields = {"task": run.task, "fence": execution.fence}
-        if handler.cancelled():
-            if execution.cancelled.is_set():
-                return RunOutcome.CANCELLED, None, None
-            log(
-                logging.ERROR,
-                "handler raised CancelledError without a cancellation request; failing the task",
-                "handler_cancelled_itself",
-                attempt=execution.attempt,
-                **fields,
-            )
-            return RunOutcome.FAILED, INTERNAL_ERROR, "CancelledError"
-        exc = handler.exception()
-        if isinstance(exc, TaskFailed):
-            return RunOutcome.FAILED, exc.error, "TaskFailed"
-        if exc is not None:
-            log(
-                logging.ERROR,
-                "handler raised",
-                "handler_error",
-                exception=type(exc).__name__,
-                where=frames(exc),
-                attempt=execution.attempt,
-                **fields,
-            )
-            return RunOutcome.FAILED, INTERNAL_ERROR, type(exc).__name__
-        return RunOutcome.COMPLETED, handler.result(), None
+    def let_go(self, run: Run) -> None:
+        """Give ``run``'s slot back, once, however many paths ask."""
+        if not run.released:
+            run.released = True
+            run.slot.give_back(time.monotonic() - run.started)
+
+    async def _abandoned(self, run: Run) -> None:
+        """A run the worker stopped: its slot back and, at shutdown, its task handed
+        back; once, from its own task or from a stop it held up."""
+        if run.released:
+            return
+        METRICS.run_ended("abandoned", time.monotonic() - run.started)
+        self.let_go(run)
+        if run.abandoned == "shutdown":
+            await self._hand_back(run)
+        if run.span is not None:
+            # Handed back at shutdown is no error; a lease lost is.
+            run.span.end("abandoned", "lease_lost" if run.abandoned == "lease" else None)
 
     async def _hand_back(self, run: Run) -> None:
         execution = run.execution
@@ -358,18 +363,35 @@ class Runs:
         """Give running handlers ``grace`` seconds, then stop and hand back the rest."""
         # Claims already sent still become runs; wait for them to register.
         await self._claims_settled.wait()
-        supervisors = [r.supervisor for r in self.active if r.supervisor]
-        if supervisors:
+        tasks = [r.runner for r in self.active if r.runner]
+        if tasks:
             log(
                 logging.INFO,
                 "waiting for running handlers",
                 "draining",
-                running=len(supervisors),
+                running=len(tasks),
                 grace=grace,
             )
-            await asyncio.wait(supervisors, timeout=grace)
+            await asyncio.wait(tasks, timeout=grace)
         for run in list(self.active):
             run.abandon("shutdown")
-        rest = [r.supervisor for r in self.active if r.supervisor]
-        if rest:
-            await asyncio.gather(*rest, return_exceptions=True)
+        rest = [r for r in self.active if r.runner]
+        if not rest:
+            return
+        # Stopped handlers hand their tasks back themselves. One that goes on past a
+        # call's timeout (it ignored the cancellation) is handed back from here, and
+        # left to end on its own: its outcome is refused by the fence anyway.
+        await asyncio.wait([r.runner for r in rest if r.runner], timeout=self._settings.timeout)
+        stubborn = [r for r in rest if r.in_handler]
+        for run in stubborn:
+            log(
+                logging.WARNING,
+                "handler went on after it was stopped; its task is handed back",
+                "handler_ignored_stop",
+                task=run.task,
+            )
+        await asyncio.gather(*(self._abandoned(run) for run in stubborn))
+        # The others end once their hand-back or outcome write does (each bounded).
+        ending = [r.runner for r in rest if r.runner and not r.in_handler]
+        if ending:
+            await asyncio.wait(ending)
