@@ -580,6 +580,74 @@ async def test_another_call_finds_the_task_terminal_even_with_the_identical_outc
     assert await find(m, task_id) == before
 
 
+async def test_fenced_finishes_made_together_each_get_their_own_answer(backend: Backend) -> None:
+    """A worker's fenced finishes of one loop turn go to Redis as one call per
+    partition (finish_batch.lua); each still gets exactly the answer it gets alone,
+    and each task ends exactly as it would alone. Kinds: a fresh task, the holder's
+    same transition again, another transition on a terminal task, a stale fence, an
+    unknown ID, a task that asked for input first, and a cancel with a message."""
+    m = backend.manager
+    gathered: list[int] = []
+    batches = getattr(m, "_finishes", None)
+    if batches is not None:  # the Redis backends: see that batches really formed
+        send_many = batches._many
+
+        async def counted(partition: int, items: list[Any]) -> list[BaseException | None]:
+            gathered.append(len(items))
+            answers: list[BaseException | None] = await send_many(partition, items)
+            return answers
+
+        batches._many = counted
+    kinds = ["fresh", "again", "other", "stale", "unknown", "asked", "cancel"]
+    plan: list[tuple[str, str]] = []
+    for i in range(8 * len(kinds)):  # enough for partitions with several of each turn
+        kind = kinds[i % len(kinds)]
+        if kind == "unknown":
+            task_id = f"{i % m.partitions}." + "Unknown0" * 3
+        else:
+            task_id = await new_task(m)
+        if kind in ("again", "other"):
+            await finish(m, task_id, "complete", "first", fence=0)
+        elif kind == "asked":
+            await m.request_input(task_id, {"k": ELICIT}, "asking", fence=0)
+        plan.append((kind, task_id))
+
+    def call(kind: str, task_id: str) -> Any:
+        if kind == "again":
+            return finish(m, task_id, "complete", "first", fence=0)
+        if kind == "other":
+            return finish(m, task_id, "fail", "second", fence=0)
+        if kind == "stale":
+            return finish(m, task_id, "complete", "late", fence=5)
+        if kind == "cancel":
+            return finish(m, task_id, "cancel", "bye", fence=0)
+        return finish(m, task_id, "complete", kind, fence=0)
+
+    answers = await asyncio.gather(*(call(k, t) for k, t in plan), return_exceptions=True)
+    expected: dict[str, type[BaseException] | None] = {
+        "other": TaskTerminalError,
+        "stale": LeaseLostError,
+        "unknown": TaskNotFoundError,
+    }
+    for (kind, task_id), answer in zip(plan, answers, strict=True):
+        wanted = expected.get(kind)
+        assert (type(answer) if answer is not None else None) is wanted, (kind, answer)
+        if kind == "unknown":
+            continue
+        task = await find(m, task_id)
+        if kind == "cancel":
+            assert (task.status, task.status_message) == (TaskStatus.CANCELLED, "bye")
+        elif kind == "stale":
+            assert task.status is TaskStatus.WORKING
+        else:
+            assert (task.status, winner_of(task)) == (
+                TaskStatus.COMPLETED,
+                "first" if kind in ("again", "other") else kind,
+            )
+    if batches is not None:
+        assert max(gathered) >= 2, gathered
+
+
 async def test_a_retry_of_the_same_call_is_accepted(backend: Backend) -> None:
     """What the script runner sends again after a lost reply: the same arguments,
     operation ID included. Only that call may repeat; the same outcome under

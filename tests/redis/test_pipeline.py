@@ -13,6 +13,7 @@ from redis.exceptions import NoScriptError
 
 from redis_tasks._redis import pipeline as _pipeline
 from redis_tasks._redis.pipeline import MAX_BATCH, MAX_IN_FLIGHT, AutoPipeline, pack
+from redis_tasks._redis.turn_batches import TurnBatches
 from redis_tasks.testing import RedisServer
 
 
@@ -179,3 +180,48 @@ async def test_calls_made_while_two_batches_are_out_go_in_the_next_write(
     assert MAX_IN_FLIGHT == 2
     assert writes == [3, 3, 6]  # turns three and four waited, then went out together
     await pipeline.aclose()
+
+
+async def test_turn_batches_gather_per_partition_and_answer_each_call() -> None:
+    """TurnBatches (a worker's finishes): one send per partition and turn, at most
+    ``limit`` items each, a lone item sent alone; each caller gets its own error, a
+    send that fails fails its callers alone, and a caller cancelled before the
+    send withdraws its item."""
+    sent: list[tuple[str, int | None, list[str]]] = []
+
+    async def one(item: str) -> None:
+        sent.append(("one", None, [item]))
+        if item.startswith("bad"):
+            raise ValueError(item)
+
+    async def many(partition: int, items: list[str]) -> list[BaseException | None]:
+        sent.append(("many", partition, items))
+        if partition == 3:
+            raise RedisConnectionError("lost")
+        return [KeyError(i) if i.startswith("bad") else None for i in items]
+
+    batches: TurnBatches[str] = TurnBatches(one, many, limit=3)
+    calls = {
+        "a1": (1, "a1"), "a2": (1, "bad-a2"), "a3": (1, "a3"), "a4": (1, "a4"),
+        "b": (2, "bad-b"), "c1": (3, "c1"), "c2": (3, "c2"), "gone": (1, "gone"),
+    }  # fmt: skip
+    tasks = {name: asyncio.ensure_future(batches.submit(*call)) for name, call in calls.items()}
+    await asyncio.sleep(0)  # every submit has queued its item
+    tasks["gone"].cancel()
+    replies = await asyncio.gather(*tasks.values(), return_exceptions=True)
+    answers = dict(zip(tasks, replies, strict=True))
+    assert sorted(sent, key=str) == sorted(
+        [
+            ("many", 1, ["a1", "bad-a2", "a3"]),
+            ("one", None, ["a4"]),
+            ("one", None, ["bad-b"]),
+            ("many", 3, ["c1", "c2"]),
+        ],
+        key=str,
+    )
+    assert [answers[name] for name in ("a1", "a3", "a4")] == [None, None, None]
+    assert isinstance(answers["a2"], KeyError)
+    assert isinstance(answers["b"], ValueError)
+    assert isinstance(answers["c1"], RedisConnectionError)
+    assert isinstance(answers["c2"], RedisConnectionError)
+    assert isinstance(answers["gone"], asyncio.CancelledError)

@@ -404,15 +404,33 @@ async def test_input_round_trip_resumes_the_handler_with_the_answers(
 async def test_graceful_stop_hands_unfinished_tasks_to_another_worker_at_once(
     worker_backend: Backend,
 ) -> None:
-    m = worker_backend.manager
+    await stop_and_hand_over(worker_backend.manager, ignores_stop=False)
+
+
+async def test_a_stop_hands_back_the_task_of_a_handler_that_ignores_it() -> None:
+    """The handler swallows the cancellation that stops it: the stop hands its task
+    back after a call's timeout and gives its slot back, and the handler, ending
+    later on its own, writes nothing. (What runs here is the worker's own; the
+    hand-back itself is the test above's, on every backend.)"""
+    async with InMemoryTaskManager() as m:
+        await stop_and_hand_over(m, ignores_stop=True)
+
+
+async def stop_and_hand_over(m: WorkerBackend, *, ignores_stop: bool) -> None:
     runs: list[tuple[str, int, int]] = []
     first_started = asyncio.Event()
+    let_go = asyncio.Event()
 
     async def stubborn(execution: TaskExecution) -> dict[str, Any]:
         runs.append(("a", execution.fence, execution.attempt))
         first_started.set()
-        await asyncio.Event().wait()  # never finishes by itself
-        return {}
+        while True:
+            try:
+                await let_go.wait()  # never finishes by itself
+                return {"by": "a"}
+            except asyncio.CancelledError:
+                if not ignores_stop:
+                    raise
 
     async def finisher(execution: TaskExecution) -> dict[str, Any]:
         runs.append(("b", execution.fence, execution.attempt))
@@ -425,9 +443,17 @@ async def test_graceful_stop_hands_unfinished_tasks_to_another_worker_at_once(
         async with running(m, finisher, lease=lease, name="b"):
             stopped_at = time.monotonic()
             await a.stop(grace=0.1)
+            assert a._slots.out == 0  # the stop gave back every slot, the stubborn one's too
             task = await settled(m, task_id, within=10)
+            let_go.set()  # the handler that ignored its stop ends now, to no effect
+
+            async def a_is_done() -> bool:
+                return a.running == 0
+
+            await wait_until(a_is_done)
     assert time.monotonic() - stopped_at < lease.total_seconds() / 4
     assert task.result == {"by": "b"}
+    assert (await settled(m, task_id)).result == {"by": "b"}
     # The hand-back bumped the fence and did not count as a failed attempt.
     (a_name, a_fence, a_attempt), (b_name, b_fence, b_attempt) = runs
     assert (a_name, a_attempt, b_name, b_attempt) == ("a", 1, "b", 1)
