@@ -40,7 +40,7 @@
   Events: one entry; and one signal when the call is unfenced (not the lease
   holder's: a running worker's handler is then stopped at once).
 ]]
--- KEYS go to terminate() whole, in the order above.
+-- KEYS go to finish_task() (and so terminate()) whole, in the order above.
 local task_key = KEYS[1]
 local signals_key = KEYS[9]
 local task_id = ARGV[1]
@@ -53,25 +53,11 @@ local outcome = ARGV[7]
 local operation = ARGV[8]
 local event_opts = ARGV[9]
 
-local t = hmget(task_key, 'st', 'fn', 'ua', 'wk', 'sm',
-  outcome_field ~= '' and outcome_field or 'st', 'op', 'tn', 'oq', 'tc')
-local guard = worker_guard(t[1], t[2], fence)
-if guard == RC_TERMINAL then
-  if operation ~= '' then
-    if t[7] == operation then
-      return {RC_OK}  -- this very call again: a retry after a lost reply
-    end
-  elseif not t[7] and t[1] == status
-      and t[5] == (has_message and message or false)
-      and (outcome_field == '' or t[6] == outcome) then
-    return {RC_OK}  -- the lease holder's same transition again (fence checked above)
-  end
+local code, wrote = finish_task(KEYS, task_id, fence, status, has_message and message or nil,
+  outcome_field, outcome, operation, event_opts, nil)
+if not wrote then
+  return {code}
 end
-if guard ~= RC_OK then
-  return {guard}
-end
-terminate(KEYS, task_id, t[4], t[3], t.updated, status, has_message and message or nil,
-  outcome_field, outcome, event_opts, {t[8], t[9], t[10]})
 if operation ~= '' then
   redis.call('HSET', task_key, 'op', operation)
 end

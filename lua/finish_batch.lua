@@ -44,20 +44,8 @@ local function finish_one(task_id, fence, status, has_message, message, outcome_
     return RC_NOT_FOUND
   end
   local keys = task_keys(tag, task_id, work_key, events_key, stats_key)
-  local t = hmget(keys[1], 'st', 'fn', 'ua', 'wk', 'sm',
-    outcome_field ~= '' and outcome_field or 'st', 'op', 'tn', 'oq', 'tc')
-  local guard = worker_guard(t[1], t[2], fence)
-  if guard == RC_TERMINAL and not t[7] and t[1] == status
-      and t[5] == (has_message and message or false)
-      and (outcome_field == '' or t[6] == outcome) then
-    return RC_OK  -- the lease holder's same transition again (fence checked above)
-  end
-  if guard ~= RC_OK then
-    return guard
-  end
-  terminate(keys, task_id, t[4], t[3], t.updated, status, has_message and message or nil,
-    outcome_field, outcome, event_opts, {t[8], t[9], t[10]}, batch)
-  return RC_OK
+  return (finish_task(keys, task_id, fence, status, has_message and message or nil,
+    outcome_field, outcome, '', event_opts, batch))
 end
 
 for i = first_outcome, #ARGV - per_outcome + 1, per_outcome do

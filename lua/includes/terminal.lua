@@ -1,4 +1,5 @@
--- terminate(), the one terminal write, for finish and claim.
+-- terminate(), the one terminal write, for finish and claim; finish_task(), finish's
+-- decision and write for one task, for finish and finish_batch.
 -- Includes: common, keys, tenants
 
 -- The one terminal write, shared by finish and claim (cancelled or poisoned at
@@ -67,4 +68,34 @@ local function terminate(keys, task_id, entry, last_update, updated, status, mes
     redis.call('HINCRBY', keys[8], status, 1)
   end
   emit(keys[7], event_opts, task_id)
+end
+
+-- What finish does for one task, shared by finish and finish_batch (which finish
+-- batch's tasks exactly as finish would, one by one): the checks in their order,
+-- the answer to a retry, and the terminal write. `message` is nil when none is
+-- given; `operation` is "" for a fenced call; `batch` as terminate() takes it.
+-- Returns the code and whether it wrote (a retry of a transition already applied
+-- answers RC_OK and writes nothing).
+-- keys: as terminate()'s
+local function finish_task(keys, task_id, fence, status, message, outcome_field, outcome,
+                           operation, event_opts, batch)
+  local t = hmget(keys[1], 'st', 'fn', 'ua', 'wk', 'sm',
+    outcome_field ~= '' and outcome_field or 'st', 'op', 'tn', 'oq', 'tc')
+  local guard = worker_guard(t[1], t[2], fence)
+  if guard == RC_TERMINAL then
+    if operation ~= '' then
+      if t[7] == operation then
+        return RC_OK, false  -- this very call again: a retry after a lost reply
+      end
+    elseif not t[7] and t[1] == status and t[5] == (message or false)
+        and (outcome_field == '' or t[6] == outcome) then
+      return RC_OK, false  -- the lease holder's same transition again (fence checked above)
+    end
+  end
+  if guard ~= RC_OK then
+    return guard, false
+  end
+  terminate(keys, task_id, t[4], t[3], t.updated, status, message, outcome_field, outcome,
+    event_opts, {t[8], t[9], t[10]}, batch)
+  return RC_OK, true
 end

@@ -70,8 +70,9 @@ def test_every_script_has_a_header_matching_its_python_contract() -> None:
         assert scripts[name].sha
         assert "RC_OK" in scripts[name].source
         # Every KEYS and ARGV slot is bound to a named local (or KEYS handed whole
-        # to terminate() or claim_entry(), whose parameter order the header documents).
-        whole = "terminate(KEYS" in source or "claim_entry(KEYS" in source
+        # to terminate(), finish_task() or claim_entry(), whose parameter order the
+        # header documents).
+        whole = any(f"{f}(KEYS" in source for f in ("terminate", "finish_task", "claim_entry"))
         for n in range(1, len(spec.keys) + 1):
             assert f"= KEYS[{n}]" in source or whole, (name, n)
         for n in range(1, len(spec.argv) + 1):
