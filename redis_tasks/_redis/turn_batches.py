@@ -28,7 +28,6 @@ from redis_tasks._errors import InternalError
 __all__ = ["TurnBatches"]
 
 _ItemT = TypeVar("_ItemT")
-_NO_CONTEXT = contextvars.Context()
 
 
 class _Pending(Generic[_ItemT]):
@@ -73,8 +72,10 @@ class TurnBatches(Generic[_ItemT]):
         if not self._scheduled:
             self._scheduled = True
             # A batch belongs to no one caller: not to the first one's context (its
-            # span, say), which the sends would otherwise inherit.
-            loop.call_soon(self._flush, context=_NO_CONTEXT)
+            # span, say), which the sends would otherwise inherit. A new empty one
+            # each turn: one shared Context cannot be entered by two loops' threads
+            # at once.
+            loop.call_soon(self._flush, context=contextvars.Context())
         await future
 
     def _flush(self) -> None:
