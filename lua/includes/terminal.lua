@@ -15,11 +15,15 @@
 -- keys: {task, requests, issued, answers, journal, work, events, stats}
 -- account: the record's {tn, oq, tc} (each false when absent)
 -- updated: whether the record stored `ua` (hmget's `.updated`): see the DEL below
+-- pieced: nil, or which of the dropped long fields (pl, tp, sm) may be stored in
+-- pieces, as the caller learned from reading their first continuation piece
+-- (`<field>+1`, there iff the value was pieced): only those pieces' names go to
+-- the HDEL, which otherwise names 21 fields a task rarely has (7 us a task).
 -- batch: nil, or finish_batch's shared state {now, entries, counts}: the clock read
 -- once for the whole call, and the work entries to acknowledge and the statuses to
 -- count, which that script then writes with one command each for all its tasks.
 local function terminate(keys, task_id, entry, last_update, updated, status, message,
-                         outcome_field, outcome, event_opts, account, batch)
+                         outcome_field, outcome, event_opts, account, pieced, batch)
   local task_key = keys[1]
   local now = batch and batch.now or now_ms()
   local fields = {'st', status, 'ua', int_text(next_update(now, last_update))}
@@ -31,9 +35,12 @@ local function terminate(keys, task_id, entry, last_update, updated, status, mes
   end
   -- Old pieces go before the new value lands: a shorter message must not be
   -- joined with the tail of a longer one.
-  local dropped = add_pieces(add_pieces({'pl', 'wk', 'ld', 'lo', 'tp', 'tn', 'oq', 'tc'}, 'pl'),
-    'sm')
-  add_pieces(dropped, 'tp')
+  local dropped = {'pl', 'wk', 'ld', 'lo', 'tp', 'tn', 'oq', 'tc'}
+  for _, name in ipairs({'pl', 'sm', 'tp'}) do
+    if not pieced or pieced[name] then
+      add_pieces(dropped, name)
+    end
+  end
   if not message then
     dropped[#dropped + 1] = 'sm'
   end
@@ -79,23 +86,27 @@ end
 -- keys: as terminate()'s
 local function finish_task(keys, task_id, fence, status, message, outcome_field, outcome,
                            operation, event_opts, batch)
-  local t = hmget(keys[1], 'st', 'fn', 'ua', 'wk', 'sm',
-    outcome_field ~= '' and outcome_field or 'st', 'op', 'tn', 'oq', 'tc')
+  local t = hmget(keys[1], 'st', 'fn', 'ua', 'wk', 'op', 'tn', 'oq', 'tc',
+    pieces_of('pl')[1], pieces_of('tp')[1], pieces_of('sm')[1])
   local guard = worker_guard(t[1], t[2], fence)
   if guard == RC_TERMINAL then
     if operation ~= '' then
-      if t[7] == operation then
+      if t[5] == operation then
         return RC_OK, false  -- this very call again: a retry after a lost reply
       end
-    elseif not t[7] and t[1] == status and t[5] == (message or false)
-        and (outcome_field == '' or t[6] == outcome) then
-      return RC_OK, false  -- the lease holder's same transition again (fence checked above)
+    elseif not t[5] and t[1] == status then
+      -- Only a retry compares what was written: the message and the outcome are
+      -- read here, not for every finish.
+      local done = hmget(keys[1], 'sm', outcome_field ~= '' and outcome_field or 'st')
+      if done[1] == (message or false) and (outcome_field == '' or done[2] == outcome) then
+        return RC_OK, false  -- the lease holder's same transition again (fence checked above)
+      end
     end
   end
   if guard ~= RC_OK then
     return guard, false
   end
   terminate(keys, task_id, t[4], t[3], t.updated, status, message, outcome_field, outcome,
-    event_opts, {t[8], t[9], t[10]}, batch)
+    event_opts, {t[6], t[7], t[8]}, {pl = t[9], tp = t[10], sm = t[11]}, batch)
   return RC_OK, true
 end
