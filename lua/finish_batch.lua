@@ -4,7 +4,8 @@
   same checks in the same order, the same terminal write, the same answer to a
   retry of the very same transition. What the tasks share is written once: the
   clock is read once, their work entries are acknowledged and deleted with one
-  XACK and one XDEL, and the stats count each status with one HINCRBY. A worker
+  XACK and one XDEL, the stats count each status with one HINCRBY, and on a
+  cluster one SPUBLISH carries every task's hint (one line each). A worker
   whose handlers end together so sends one script call per partition where it
   sent one per task. Unfenced finishes (a client's or an operator's) stay with
   finish.lua: they carry an operation ID and signal the task's worker.
@@ -24,7 +25,7 @@
     {RC_OK, code, code, ...}  one code per outcome, in order: RC_OK (also for the
     lease holder's same transition again), RC_NOT_FOUND (a task ID that names no
     task of this partition included), RC_LEASE_LOST or RC_TERMINAL
-  Events: one entry per task it ends.
+  Events: one entry per task it ends; published ("p"), one message for them all.
 ]]
 local work_key = KEYS[1]
 local events_key = KEYS[2]
@@ -35,7 +36,7 @@ local first_outcome = 3
 local per_outcome = 7
 
 local out = {RC_OK}
-local batch = {now = now_ms(), entries = {}, counts = {}}
+local batch = {now = now_ms(), entries = {}, counts = {}, hints = {}}
 
 -- One outcome, as finish.lua decides it for a fenced call; its return code.
 local function finish_one(task_id, fence, status, has_message, message, outcome_field, outcome)
@@ -61,4 +62,5 @@ end
 for status, count in pairs(batch.counts) do
   redis.call('HINCRBY', stats_key, status, count)
 end
+publish_hints(events_key, batch.hints)
 return out

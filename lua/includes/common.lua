@@ -160,8 +160,12 @@ end
 -- that is how tails learn of changes without one blocking read per partition.
 -- The stream stays the record; pcall, since a lost wake-up is allowed.
 -- The options are parsed once per script call (a batch emits once per task).
+-- `hints`: nil, or a batch's list that gathers the published hints for one
+-- SPUBLISH at the end of the call (publish_hints). On a cluster each SPUBLISH is
+-- also a cluster-bus message to every replica of the shard, with a header of
+-- about 2 KiB: one per task cost the primary more than the rest of the event.
 local parsed_event_opts = {}
-local function emit(events_key, event_opts, task_id)
+local function emit(events_key, event_opts, task_id, hints)
   local opts = parsed_event_opts[event_opts]
   if not opts then
     local maxlen, publish = string.match(event_opts, '^(%d+)(p?)$')
@@ -170,7 +174,19 @@ local function emit(events_key, event_opts, task_id)
   end
   local id = redis.call('XADD', events_key, 'MAXLEN', '~', opts[1], '*', 't', task_id)
   if opts[2] then
-    redis.pcall('SPUBLISH', events_key, id .. ' ' .. task_id)
+    local hint = id .. ' ' .. task_id
+    if hints then
+      hints[#hints + 1] = hint
+    else
+      redis.pcall('SPUBLISH', events_key, hint)
+    end
+  end
+end
+
+-- The hints a batch gathered (emit's `hints`), as one message of lines.
+local function publish_hints(events_key, hints)
+  if #hints > 0 then
+    redis.pcall('SPUBLISH', events_key, table.concat(hints, '\n'))
   end
 end
 

@@ -19,9 +19,10 @@
 -- pieces, as the caller learned from reading their first continuation piece
 -- (`<field>+1`, there iff the value was pieced): only those pieces' names go to
 -- the HDEL, which otherwise names 21 fields a task rarely has (7 us a task).
--- batch: nil, or finish_batch's shared state {now, entries, counts}: the clock read
--- once for the whole call, and the work entries to acknowledge and the statuses to
--- count, which that script then writes with one command each for all its tasks.
+-- batch: nil, or finish_batch's shared state {now, entries, counts, hints}: the
+-- clock read once for the whole call, and the work entries to acknowledge, the
+-- statuses to count and the hints to publish, which that script then writes with
+-- one command each for all its tasks.
 local function terminate(keys, task_id, entry, last_update, updated, status, message,
                          outcome_field, outcome, event_opts, account, pieced, batch)
   local task_key = keys[1]
@@ -74,7 +75,7 @@ local function terminate(keys, task_id, entry, last_update, updated, status, mes
   else
     redis.call('HINCRBY', keys[8], status, 1)
   end
-  emit(keys[7], event_opts, task_id)
+  emit(keys[7], event_opts, task_id, batch and batch.hints)
 end
 
 -- What finish does for one task, shared by finish and finish_batch (which finish

@@ -100,6 +100,21 @@ def test_a_read_cut_short_leaves_the_count_unknown_until_the_end() -> None:
     assert stream.settle(3, b"3-0")
 
 
+def count_batches(manager: RedisTaskManager) -> list[int]:
+    """The sizes of the ``finish_batch`` calls ``manager`` makes from now on."""
+    batches = manager._finishes  # type: ignore[attr-defined]
+    sizes: list[int] = []
+    send_many = batches._many
+
+    async def counted(partition: int, items: list[Any]) -> list[BaseException | None]:
+        sizes.append(len(items))
+        answers: list[BaseException | None] = await send_many(partition, items)
+        return answers
+
+    batches._many = counted
+    return sizes
+
+
 @asynccontextmanager
 async def writer_and_reader(
     url: str, prefix: str, **writer_options: Any
@@ -121,7 +136,16 @@ async def test_every_hint_arrives_once_over_pushes_and_stream_reads(
             await reader.event_publisher.wait_ready()
             tail = shard_tail(reader)
             tasks = await asyncio.gather(*(writer.create_task(ALICE, ORIGIN) for _ in range(400)))
-            await asyncio.gather(*(writer.complete_task(t.task_id, {"ok": 1}) for t in tasks))
+            # Half unfenced (finish.lua, a message each), half fenced together: one
+            # finish_batch call per partition, whose hints go out as one message.
+            batched = count_batches(writer)
+            await asyncio.gather(
+                *(
+                    writer.complete_task(t.task_id, {"ok": 1}, fence=0 if i % 2 else None)
+                    for i, t in enumerate(tasks)
+                )
+            )
+            assert max(batched) >= 2, batched
             for task in tasks:
                 await log.wait_for(task.task_id, 2)
             reads = tail.reads
