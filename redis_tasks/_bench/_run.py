@@ -213,6 +213,11 @@ async def _drains(
         out.setdefault("drain", {})[str(workers)] = {
             "rate": round(statistics.median(rates)),
             "rounds": [round(rate) for rate in rates],
+            # Each round's CPU per job (workers and primaries), in the order run: the
+            # cluster's round i ran right after standalone's, so their ratio pairs them.
+            "cpu_rounds": [
+                usage_["worker_us_per_job"] + usage_["redis_us_per_job"] for _, _, usage_ in rounds
+            ],
             "commands_per_job": round(sum(calls.values()) / n, 1),
             "commands": {
                 cmd: round(count / n, 2) for cmd, count in sorted(calls.items()) if count >= n / 20

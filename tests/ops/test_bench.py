@@ -186,10 +186,18 @@ def test_both_topologies_in_one_run_are_compared() -> None:
     for run in results["topologies"].values():  # one replica per primary on both
         assert run["environment"]["replicas_per_primary"] == 1
     ratios_ = results["comparison"]["cluster_over_standalone"]
-    assert set(ratios_) == {"drain_w1", "lifecycle_w1", "find", "pickup_p50", "pickup_p99"}
+    assert set(ratios_) == {
+        "drain_w1",
+        "cpu_w1",
+        "lifecycle_w1",
+        "find",
+        "pickup_p50",
+        "pickup_p99",
+    }
     assert all(value > 0 for value in ratios_.values())
     assert set(results["comparison"]["targets"]) == {
         "drain_w1",
+        "cpu_w1",
         "lifecycle_w1",
         "find",
         "pickup_p99",
@@ -354,10 +362,19 @@ def test_the_cluster_is_judged_against_standalone_of_the_same_run(tmp_path: Path
     other = results(ours_drain=2700, ours_p99=1.7, find=8_000)
     other["lifecycle"] = {"1": {"rate": 950, "p50": 6, "p99": 10, "p99.9": 13, "clients": 32}}
     other["environment"] = {**other["environment"], "redis_mode": "cluster", "primaries": 3}
+    # CPU per job: each cluster round over the standalone round run just before it.
+    # The pairs' ratios are 1.1, 1.15 and 1.07: their median is 1.1, where the ratio
+    # of the two medians (160 / 150) would hide the drift the pairs cancel.
+    base["systems"]["redis-tasks"]["drain"]["1"]["cpu_rounds"] = [100, 200, 150]
+    other["systems"]["redis-tasks"]["drain"]["1"]["cpu_rounds"] = [110, 230, 160]
+    base["systems"]["redis-tasks"]["drain"]["2"]["cpu_rounds"] = [100, 100, 100]
+    other["systems"]["redis-tasks"]["drain"]["2"]["cpu_rounds"] = [120, 110, 116]
     verdict = compare({"standalone": base, "cluster": other})
     assert verdict["cluster_over_standalone"] == {
         "drain_w1": 0.9,
+        "cpu_w1": 1.1,
         "drain_w2": 0.91,
+        "cpu_w2": 1.16,
         "lifecycle_w1": 0.95,
         "find": 0.8,
         "pickup_p50": 1.0,
@@ -366,7 +383,9 @@ def test_the_cluster_is_judged_against_standalone_of_the_same_run(tmp_path: Path
     met = {name: target["met"] for name, target in verdict["targets"].items()}
     assert met == {
         "drain_w1": True,
+        "cpu_w1": True,
         "drain_w2": True,
+        "cpu_w2": False,
         "lifecycle_w1": True,
         "find": False,
         "pickup_p99": False,
@@ -377,6 +396,7 @@ def test_the_cluster_is_judged_against_standalone_of_the_same_run(tmp_path: Path
     assert "== standalone ==" in text
     assert "== cluster ==" in text
     assert "target cluster find >= 0.9x: NOT met (0.8x)" in text
+    assert "target cluster cpu_w2 <= 1.15x: NOT met (1.16x)" in text
     path = tmp_path / "both.png"
     plot(both, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
