@@ -29,6 +29,7 @@ from tests.support.helpers import (
     ALICE,
     ORIGIN,
     EventLog,
+    count_finish_batches,
     told_once_with_traceback,
     wait_until,
 )
@@ -100,21 +101,6 @@ def test_a_read_cut_short_leaves_the_count_unknown_until_the_end() -> None:
     assert stream.settle(3, b"3-0")
 
 
-def count_batches(manager: RedisTaskManager) -> list[int]:
-    """The sizes of the ``finish_batch`` calls ``manager`` makes from now on."""
-    batches = manager._finishes  # type: ignore[attr-defined]
-    sizes: list[int] = []
-    send_many = batches._many
-
-    async def counted(partition: int, items: list[Any]) -> list[BaseException | None]:
-        sizes.append(len(items))
-        answers: list[BaseException | None] = await send_many(partition, items)
-        return answers
-
-    batches._many = counted
-    return sizes
-
-
 @asynccontextmanager
 async def writer_and_reader(
     url: str, prefix: str, **writer_options: Any
@@ -138,13 +124,14 @@ async def test_every_hint_arrives_once_over_pushes_and_stream_reads(
             tasks = await asyncio.gather(*(writer.create_task(ALICE, ORIGIN) for _ in range(400)))
             # Half unfenced (finish.lua, a message each), half fenced together: one
             # finish_batch call per partition, whose hints go out as one message.
-            batched = count_batches(writer)
+            batched = count_finish_batches(writer)
             await asyncio.gather(
                 *(
                     writer.complete_task(t.task_id, {"ok": 1}, fence=0 if i % 2 else None)
                     for i, t in enumerate(tasks)
                 )
             )
+            assert batched is not None
             assert max(batched) >= 2, batched
             for task in tasks:
                 await log.wait_for(task.task_id, 2)

@@ -51,6 +51,7 @@ from tests.support.helpers import (
     SAMPLE_ANSWER,
     WORKER_OPERATIONS,
     EventLog,
+    count_finish_batches,
     expect_each_raises,
     operations,
     wait_until,
@@ -587,17 +588,7 @@ async def test_fenced_finishes_made_together_each_get_their_own_answer(backend: 
     same transition again, another transition on a terminal task, a stale fence, an
     unknown ID, a task that asked for input first, and a cancel with a message."""
     m = backend.manager
-    gathered: list[int] = []
-    batches = getattr(m, "_finishes", None)
-    if batches is not None:  # the Redis backends: see that batches really formed
-        send_many = batches._many
-
-        async def counted(partition: int, items: list[Any]) -> list[BaseException | None]:
-            gathered.append(len(items))
-            answers: list[BaseException | None] = await send_many(partition, items)
-            return answers
-
-        batches._many = counted
+    gathered = count_finish_batches(m)  # the Redis backends: see that batches really formed
     kinds = ["fresh", "again", "other", "stale", "unknown", "asked", "cancel"]
     plan: list[tuple[str, str]] = []
     for i in range(8 * len(kinds)):  # enough for partitions with several of each turn
@@ -644,7 +635,7 @@ async def test_fenced_finishes_made_together_each_get_their_own_answer(backend: 
                 TaskStatus.COMPLETED,
                 "first" if kind in ("again", "other") else kind,
             )
-    if batches is not None:
+    if gathered is not None:
         assert max(gathered) >= 2, gathered
 
 

@@ -193,3 +193,21 @@ async def reaches(manager: Any, task_id: str, status: Any, who: RequestContext =
         return task if task is not None and task.status is status else None
 
     return await wait_until(there, what=f"status {status}")
+
+
+def count_finish_batches(manager: Any) -> list[int] | None:
+    """The sizes of the ``finish_batch`` calls ``manager`` makes from now on; ``None``
+    for a backend that sends no batches (the in-memory one)."""
+    batches = getattr(manager, "_finishes", None)
+    if batches is None:
+        return None
+    sizes: list[int] = []
+    send_many = batches._many
+
+    async def counted(partition: int, items: list[Any]) -> list[BaseException | None]:
+        sizes.append(len(items))
+        answers: list[BaseException | None] = await send_many(partition, items)
+        return answers
+
+    batches._many = counted
+    return sizes
