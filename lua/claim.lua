@@ -46,7 +46,9 @@
     {RC_LEASE_HELD}  another worker's lease has not expired: nothing changed
     {RC_DEFERRED}    its tenant is at its concurrency cap: back in its queue
   A retry by the same consumer for the same entry while its lease lasts gets
-  that lease back ({RC_OK, ...}) without a second fence bump.
+  that lease back ({RC_OK, ...}) without a second fence bump; a retry of the
+  claim that ended the task (the record's `ce`) gets RC_CANCELLED or
+  RC_POISONED again, not RC_TERMINAL.
   Events: one entry when the task ends here.
 ]]
 -- KEYS go to claim_entry() (and from there to terminate()) whole, in the order above.

@@ -73,14 +73,20 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   local task_key = keys[1]
   local work_key = keys[6]
   local t = hmget(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo', 'tp',
-    'tn', 'oq', 'tc', 'ca')
+    'tn', 'oq', 'tc', 'ca', 'ce')
   local status = t[1]
   if not status then
     drop_entry(work_key, entry_id)
     return {RC_NOT_FOUND}
   end
+  local this_claim = entry_id .. ' ' .. consumer
   if TERMINAL[status] then
     drop_entry(work_key, entry_id)
+    if t[16] == this_claim then
+      -- The claim that ended the task, run again after its reply was lost: it is
+      -- told what it was told then, not that some other call ended the task.
+      return {status == ST_CANCELLED and RC_CANCELLED or RC_POISONED}
+    end
     return {RC_TERMINAL}
   end
   if t[5] and tonumber(t[5]) > now then
@@ -96,12 +102,14 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   if t[4] == '1' then
     terminate(keys, task_id, entry, t[6], t.updated, ST_CANCELLED, nil, '', '', event_opts,
       account, nil)
+    redis.call('HSET', task_key, 'ce', this_claim)
     return {RC_CANCELLED}
   end
   local attempt = (tonumber(t[3]) or 0) + 1
   if attempt > max_attempts then
     terminate(keys, task_id, entry, t[6], t.updated, ST_FAILED, nil, 'er', poison_error,
       event_opts, account, nil)
+    redis.call('HSET', task_key, 'ce', this_claim)
     return {RC_POISONED}
   end
   local run_key = nil

@@ -16,6 +16,7 @@ from redis_tasks._lease import Claim, ClaimOutcome
 from redis_tasks._record import (
     FIELD_ATTEMPTS,
     FIELD_CANCEL_REQUESTED,
+    FIELD_CLAIM_THAT_ENDED,
     FIELD_ERROR,
     FIELD_FENCE,
     FIELD_LEASE_DEADLINE,
@@ -59,8 +60,12 @@ def claim_entry(
         streams.drop_entry(partition, entry_id)
         return Claim(ClaimOutcome.EXPIRED)
     fields = record.fields
+    this_claim = f"{entry_id} {consumer}".encode()
     if fields[FIELD_STATUS] in TERMINAL:
         streams.drop_entry(partition, entry_id)
+        if fields.get(FIELD_CLAIM_THAT_ENDED) == this_claim:  # the ending claim, again
+            cancelled = fields[FIELD_STATUS] == _CANCELLED
+            return Claim(ClaimOutcome.CANCELLED if cancelled else ClaimOutcome.POISONED)
         return Claim(ClaimOutcome.TERMINAL)
     now = records.now()
     deadline = fields.get(FIELD_LEASE_DEADLINE)
@@ -74,12 +79,14 @@ def claim_entry(
     entry = fields.get(FIELD_WORK_ENTRY, entry_id.encode()).decode()
     if fields.get(FIELD_CANCEL_REQUESTED) == b"1":
         terminate(records, streams, record, task_id, entry, _CANCELLED, None, "", b"")
+        fields[FIELD_CLAIM_THAT_ENDED] = this_claim
         return Claim(ClaimOutcome.CANCELLED)
     attempt = int(fields.get(FIELD_ATTEMPTS, b"0")) + 1
     if attempt > max_attempts:
         terminate(
             records, streams, record, task_id, entry, _FAILED, None, FIELD_ERROR, poison_error
         )
+        fields[FIELD_CLAIM_THAT_ENDED] = this_claim
         return Claim(ClaimOutcome.POISONED)
     tenant, cap = fields.get(FIELD_TENANT), fields.get(FIELD_TENANT_CAP)
     tenants = streams.partition(partition).tenants

@@ -24,6 +24,7 @@ __all__ = [
     "FIELD_BINDING",
     "FIELD_BINDING_DIGEST",
     "FIELD_CANCEL_REQUESTED",
+    "FIELD_CLAIM_THAT_ENDED",
     "FIELD_CREATED_AT",
     "FIELD_ENDPOINT",
     "FIELD_ERROR",
@@ -79,6 +80,7 @@ FIELD_TRACE_CONTEXT: Final = "tp"
 FIELD_TENANT: Final = "tn"
 FIELD_OPEN_QUOTA: Final = "oq"
 FIELD_TENANT_CAP: Final = "tc"
+FIELD_CLAIM_THAT_ENDED: Final = "ce"
 
 #: Every field of the stored record (a Redis hash, or a dict in memory), by name.
 RECORD_FIELDS: Final[dict[str, str]] = {
@@ -111,6 +113,8 @@ RECORD_FIELDS: Final[dict[str, str]] = {
     FIELD_OPEN_QUOTA: '"1" while the task counts against its tenant\'s open-task quota '
     "(absent: no quota)",
     FIELD_TENANT_CAP: "its tenant's concurrency cap while the task may run (absent: none)",
+    FIELD_CLAIM_THAT_ENDED: '"<work entry> <consumer>" of the claim that ended the task '
+    "(cancelled or poisoned), so that its retry is answered the same (absent: none)",
 }
 #: The fields a Redis record may keep in pieces (see the module docstring).
 LONG_FIELDS: Final = frozenset(

@@ -439,6 +439,10 @@ async def test_a_claim_after_cancellation_was_requested_ends_it_cancelled(
     assert await status_of(subject, task_id) is TaskStatus.CANCELLED
     assert await subject.pending() == {}
     assert await subject.entries() == []
+    # The same claim again (a retry after a lost reply) is told what it was told;
+    # any other claim of the entry learns that the task has ended.
+    assert (await claim(subject, entry)).outcome is ClaimOutcome.CANCELLED
+    assert (await claim(subject, entry, "w2")).outcome is ClaimOutcome.TERMINAL
 
 
 async def test_a_task_claimed_more_than_max_attempts_times_fails_as_poison(
@@ -452,6 +456,7 @@ async def test_a_task_claimed_more_than_max_attempts_times_fails_as_poison(
     assert (await claim(subject, entry, "w2", lease=SHORT, max_attempts=2)).attempt == 2
     await asyncio.sleep(PAST_SHORT)
     _, (entry,) = await reclaim(subject, "w3")
+    assert (await claim(subject, entry, "w3", max_attempts=2)).outcome is ClaimOutcome.POISONED
     assert (await claim(subject, entry, "w3", max_attempts=2)).outcome is ClaimOutcome.POISONED
     task = await subject.manager.find_task(TaskRequestContext(ALICE, task_id))
     assert task is not None
