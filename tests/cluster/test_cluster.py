@@ -206,23 +206,26 @@ async def test_a_primary_killed_mid_run_loses_no_task_with_wait_replicas(
         for _ in range(2):
             fleet.start("--lease", "3", "--wait-replicas", "1", "--concurrency", "16")
         await fleet.wait_started()
+        # Once promoted, the victim's replica has no replica of its own: every create
+        # in its slots waits out wait_timeout and is refused (ReplicationError). A
+        # short wait_timeout and 400 creates after the kill keep that near 10 s.
         async with RedisTaskManager.from_url(
-            seed.url, prefix=prefix, wait_replicas=1, timeout=5.0
+            seed.url, prefix=prefix, wait_replicas=1, timeout=5.0, wait_timeout=0.5
         ) as manager:
             killed = False
 
             async def progress(count: int) -> None:
                 nonlocal killed
-                if count >= 600 and not killed:
+                if count >= 500 and not killed:
                     victim.process.kill()  # SIGKILL: no goodbye to the cluster
                     killed = True
 
-            created, failed = await _create_while(manager, 2000, progress)
+            created, failed = await _create_while(manager, 900, progress)
             assert killed
             await asyncio.to_thread(wait_failover, private_cluster, victim)
             await all_completed_once(manager, fleet.workers, created)
-        assert len(created) + failed == 2000
-        assert len(created) > 1000
+        assert len(created) + failed == 900
+        assert len(created) > 600
         print(f"failover run: {len(created)} creates returned, {failed} refused")
         for worker in fleet.workers:
             assert worker.process.poll() is None  # carried on without a restart
