@@ -40,6 +40,13 @@ local function tiebreak_of(consumer)
   return tiebreak
 end
 
+-- The record's `ce` for a claim that ends its task: which claim it was, so that the
+-- same claim run again (its reply lost) is told the same. Built only on those rare
+-- paths, never for a claim that runs its task.
+local function claim_mark(entry_id, consumer)
+  return entry_id .. ' ' .. consumer
+end
+
 -- A capped tenant is at its cap: its task goes back to the head of its queue (it
 -- keeps its place in the tenant's order), its entry is dropped, and the tenant
 -- waits parked; nothing else about the task changes (no attempt is counted).
@@ -79,10 +86,9 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     drop_entry(work_key, entry_id)
     return {RC_NOT_FOUND}
   end
-  local this_claim = entry_id .. ' ' .. consumer
   if TERMINAL[status] then
     drop_entry(work_key, entry_id)
-    if t[16] == this_claim then
+    if t[16] and t[16] == claim_mark(entry_id, consumer) then
       -- The claim that ended the task, run again after its reply was lost: it is
       -- told what it was told then, not that some other call ended the task.
       return {status == ST_CANCELLED and RC_CANCELLED or RC_POISONED}
@@ -102,14 +108,14 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   if t[4] == '1' then
     terminate(keys, task_id, entry, t[6], t.updated, ST_CANCELLED, nil, '', '', event_opts,
       account, nil)
-    redis.call('HSET', task_key, 'ce', this_claim)
+    redis.call('HSET', task_key, 'ce', claim_mark(entry_id, consumer))
     return {RC_CANCELLED}
   end
   local attempt = (tonumber(t[3]) or 0) + 1
   if attempt > max_attempts then
     terminate(keys, task_id, entry, t[6], t.updated, ST_FAILED, nil, 'er', poison_error,
       event_opts, account, nil)
-    redis.call('HSET', task_key, 'ce', this_claim)
+    redis.call('HSET', task_key, 'ce', claim_mark(entry_id, consumer))
     return {RC_POISONED}
   end
   local run_key = nil

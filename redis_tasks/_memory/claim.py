@@ -60,10 +60,9 @@ def claim_entry(
         streams.drop_entry(partition, entry_id)
         return Claim(ClaimOutcome.EXPIRED)
     fields = record.fields
-    this_claim = f"{entry_id} {consumer}".encode()
     if fields[FIELD_STATUS] in TERMINAL:
         streams.drop_entry(partition, entry_id)
-        if fields.get(FIELD_CLAIM_THAT_ENDED) == this_claim:  # the ending claim, again
+        if fields.get(FIELD_CLAIM_THAT_ENDED) == _mark(entry_id, consumer):  # that claim again
             cancelled = fields[FIELD_STATUS] == _CANCELLED
             return Claim(ClaimOutcome.CANCELLED if cancelled else ClaimOutcome.POISONED)
         return Claim(ClaimOutcome.TERMINAL)
@@ -79,14 +78,14 @@ def claim_entry(
     entry = fields.get(FIELD_WORK_ENTRY, entry_id.encode()).decode()
     if fields.get(FIELD_CANCEL_REQUESTED) == b"1":
         terminate(records, streams, record, task_id, entry, _CANCELLED, None, "", b"")
-        fields[FIELD_CLAIM_THAT_ENDED] = this_claim
+        fields[FIELD_CLAIM_THAT_ENDED] = _mark(entry_id, consumer)
         return Claim(ClaimOutcome.CANCELLED)
     attempt = int(fields.get(FIELD_ATTEMPTS, b"0")) + 1
     if attempt > max_attempts:
         terminate(
             records, streams, record, task_id, entry, _FAILED, None, FIELD_ERROR, poison_error
         )
-        fields[FIELD_CLAIM_THAT_ENDED] = this_claim
+        fields[FIELD_CLAIM_THAT_ENDED] = _mark(entry_id, consumer)
         return Claim(ClaimOutcome.POISONED)
     tenant, cap = fields.get(FIELD_TENANT), fields.get(FIELD_TENANT_CAP)
     tenants = streams.partition(partition).tenants
@@ -109,6 +108,11 @@ def claim_entry(
     if cap is not None and tenant is not None:
         tenants.hold_slot(tenant.decode(), task_id, now + lease_ms, now)
     return _run(record, fence, attempt)
+
+
+def _mark(entry_id: str, consumer: str) -> bytes:
+    """Mirror of ``claim_mark``: the record's ``ce`` for a claim that ends its task."""
+    return f"{entry_id} {consumer}".encode()
 
 
 def _defer(
