@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
 
-.PHONY: demo test lint typecheck unit redis-server chromium clean bench bench-peers bench-fastmcp conformance
+.PHONY: demo test lint typecheck unit redis-server chromium valgrind clean bench bench-peers bench-fastmcp conformance
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,13 @@ chromium:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q chromium; }
 	@chromium --version
 
+## valgrind: Debian's valgrind, for `redis-tasks bench --instructions` (callgrind counts the work per job)
+valgrind:
+	@{ command -v valgrind && command -v callgrind_control; } >/dev/null 2>&1 || { \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q valgrind; }
+	@valgrind --version
+
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -43,8 +50,8 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
 
-## test: lint, mypy --strict and the whole suite against a real redis-server (fastmcp-tasks' venv too: a test runs the MCP scenario's comparator; Chromium for the dashboard's page)
-test: redis-server chromium lint typecheck bench-fastmcp conformance
+## test: lint, mypy --strict and the whole suite against a real redis-server (fastmcp-tasks' venv too: a test runs the MCP scenario's comparator; Chromium for the dashboard's page; valgrind for the bench's instruction counts)
+test: redis-server chromium valgrind lint typecheck bench-fastmcp conformance
 	$(BIN)/pytest
 
 ## conformance: the official MCP conformance suite (npm, pinned), run by tests/mcp/test_conformance.py

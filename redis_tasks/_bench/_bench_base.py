@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Final
 
+from ._callgrind import Callgrind
 from ._namespace import RunNames
 from ._progress import Progress, percentile
 from ._systems import AdapterError, AdapterProcess, System
@@ -55,6 +58,10 @@ class Settings:
     #: fairness: create the many tenants' tasks interleaved (task i of every tenant,
     #: then task i + 1) instead of tenant after tenant.
     fair_interleaved: bool = False
+    #: drain: the folder of the callgrind dumps when the private servers and our
+    #: workers run under callgrind (``--instructions``): each round then counts
+    #: their instructions per job too.
+    callgrind: Path | None = None
 
 
 def _ms(seconds: float) -> float:
@@ -105,9 +112,14 @@ class BenchBase:
             )
             started.append(client)
             procs = []
+            # With --instructions our workers run under callgrind too (the drain counts them).
+            worker_system = system
+            if self.settings.callgrind is not None and system.is_ours:
+                under = Callgrind(self.settings.callgrind).command()
+                worker_system = dataclasses.replace(system, command=(*under, *system.command))
             for i in range(workers):
                 proc = await AdapterProcess.start(
-                    system,
+                    worker_system,
                     ("worker", self.url, queue, str(self.settings.concurrency)),
                     self.log,
                     f"{system.name} worker {i}",

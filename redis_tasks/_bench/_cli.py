@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
+import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -20,6 +23,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from redis_tasks._bench._callgrind import Callgrind
 from redis_tasks._bench._footprint import footprint
 from redis_tasks._bench._leftovers import RunKeys, remove_earlier_runs
 from redis_tasks._bench._mcp_settings import mcp_settings
@@ -112,6 +116,8 @@ def run_bench(args: argparse.Namespace) -> int:
     if unknown:
         return _say(f"unknown scenario {unknown[0]!r}", 2)
     scenarios = tuple(args.scenarios) or SCENARIOS
+    if args.instructions and args.redis_url and not (args.topology or args.start_cluster):
+        return _say("--instructions counts the servers the bench starts: give --topology", 2)
     if args.redis_url is not None:
         problem = url_problem(args.redis_url)
         if problem is not None:
@@ -145,7 +151,14 @@ def run_bench(args: argparse.Namespace) -> int:
         servers: list[Any] = []
         urls: dict[str, str] = {}
         progress = Progress(quiet=args.quiet)
+        named = os.environ.get("REDIS_SERVER")
+        binary = named or shutil.which("redis-server") or "redis-server"
         try:
+            if args.instructions:
+                counter = Callgrind(Path(scratch) / "callgrind")
+                # The testing helpers start $REDIS_SERVER: the wrapper, for this run.
+                os.environ["REDIS_SERVER"] = str(counter.wrapper(binary))
+                settings = dataclasses.replace(settings, callgrind=counter.directory)
             if topology in ("standalone", "both"):
                 replicas = args.replicas or 0
                 servers.append(
@@ -193,6 +206,11 @@ def run_bench(args: argparse.Namespace) -> int:
         finally:
             for server in servers:
                 server.stop()
+            if args.instructions:  # the servers are gone: $REDIS_SERVER as it was
+                if named is None:
+                    os.environ.pop("REDIS_SERVER", None)
+                else:
+                    os.environ["REDIS_SERVER"] = named
     if args.json is not None:
         text = json.dumps(results, indent=2)
         if str(args.json) == "-":

@@ -60,6 +60,13 @@ def add_bench_command(commands: Any) -> None:
         help="replicas per primary of the private servers (default: none for standalone, "
         "one per primary for the cluster); with --topology both, give the same to both",
     )
+    bench.add_argument(
+        "--instructions",
+        action="store_true",
+        help="run the private servers and our workers under valgrind's callgrind and report "
+        "the instructions per drained job they ran: work, whatever the machine's speed (user "
+        "space only; everything runs many times slower, so size --tasks down)",
+    )
     care = bench.add_argument_group(
         "on a Redis you run (every key the run writes is named *rtbench-<run>-*, and goes "
         "when it ends, Ctrl-C included)"

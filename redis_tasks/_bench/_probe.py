@@ -156,6 +156,10 @@ class Probe:
             for reply in await self._each_primary("INFO", "cpu")
         ]
 
+    async def primary_pids(self) -> list[int]:
+        """The process ID of each primary's server, in :meth:`cpu_by_primary`'s order."""
+        return [int(reply["process_id"]) for reply in await self._each_primary("INFO", "server")]
+
     async def cpu_seconds(self) -> float:
         """CPU seconds the primaries' server processes have used, together."""
         return sum(await self.cpu_by_primary())

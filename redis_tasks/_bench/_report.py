@@ -118,7 +118,9 @@ def compare(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     The CPU ratio is the median of the rounds' own ratios, each cluster round over
     the standalone round run just before it: on a shared machine whose speed
     drifts by half within minutes, a pair sees the same drift, which a ratio of
-    two medians does not cancel.
+    two medians does not cancel. Under callgrind (``--instructions``), the
+    instructions per drained job of the workers and primaries are paired the same
+    way (``instructions_w<N>``; no target of its own: the kernel's part is not in it).
     """
     base, other = runs["standalone"], runs["cluster"]
     ours_base = base.get("systems", {}).get(OURS, {})
@@ -133,6 +135,10 @@ def compare(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             pairs = list(zip(*cpu, strict=False))
             if pairs and all(mine > 0 for _, mine in pairs):
                 found[f"cpu_w{workers}"] = statistics.median(t / m for t, m in pairs)
+            counted = (theirs.get("instructions_rounds", ()), row.get("instructions_rounds", ()))
+            pairs = list(zip(*counted, strict=False))
+            if pairs and all(mine > 0 for _, mine in pairs):
+                found[f"instructions_w{workers}"] = statistics.median(t / m for t, m in pairs)
     for workers, row in base.get("lifecycle", {}).items():
         theirs = other.get("lifecycle", {}).get(workers)
         if theirs:
@@ -220,6 +226,15 @@ def _table(results: dict[str, Any]) -> str:
             if first and "redis_us_per_job_by_primary" in first:
                 shares = " / ".join(str(us) for us in first["redis_us_per_job_by_primary"])
                 lines.append(f"{'':{w_name}}Redis CPU us/job by primary: {shares}")
+            if first and "redis_instructions_per_job" in first:
+                counted = (
+                    first.get("worker_instructions_per_job", 0),
+                    first["redis_instructions_per_job"],
+                )
+                lines.append(
+                    f"{'':{w_name}}instructions/job (callgrind) wrk+redis: "
+                    f"{counted[0]:,} + {counted[1]:,}"
+                )
         lines.append(
             f"(drain: {settings['tasks']} jobs, median of {settings['rounds']} rounds; "
             f"pickup: {settings['pickups']} jobs one at a time)"

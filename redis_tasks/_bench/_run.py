@@ -111,7 +111,12 @@ async def run(
         run["ratios"] = ratios(run)
     header: dict[str, Any] = {
         "date": datetime.date.today().isoformat(),
-        "settings": {**settings.__dict__, "workers": list(settings.workers)},
+        "settings": {
+            **settings.__dict__,
+            "workers": list(settings.workers),
+            # Where the dumps went is this run's scratch; whether they were taken is the fact.
+            "callgrind": settings.callgrind is not None,
+        },
     }
     if "mcp" in scenarios:
         header["settings"]["mcp"] = (mcp or McpSettings()).__dict__
@@ -218,6 +223,18 @@ async def _drains(
             "cpu_rounds": [
                 usage_["worker_us_per_job"] + usage_["redis_us_per_job"] for _, _, usage_ in rounds
             ],
+            # The same pairing for the instructions (under callgrind), workers and primaries.
+            **(
+                {
+                    "instructions_rounds": [
+                        usage_.get("worker_instructions_per_job", 0)
+                        + usage_["redis_instructions_per_job"]
+                        for _, _, usage_ in rounds
+                    ]
+                }
+                if all("redis_instructions_per_job" in usage_ for _, _, usage_ in rounds)
+                else {}
+            ),
             "commands_per_job": round(sum(calls.values()) / n, 1),
             "commands": {
                 cmd: round(count / n, 2) for cmd, count in sorted(calls.items()) if count >= n / 20

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ._bench_base import MEMORY_WARM, BenchBase, latencies
+from ._callgrind import Callgrind
 from ._probe import Probe, calls_between
 from ._systems import System
 
@@ -38,9 +39,11 @@ class SystemScenarios(BenchBase):
         Returns jobs/s (from the resume until the last job started), the calls per
         command Redis ran for enqueueing and draining them, and where the CPU went
         while draining: microseconds per job in the workers and in Redis (in all,
-        and per primary on a cluster), and how many cores each kept busy.
+        and per primary on a cluster), and how many cores each kept busy. Under
+        callgrind, also the instructions per job our workers and the primaries ran.
         """
         n = self.settings.tasks
+        counter = None if self.settings.callgrind is None else Callgrind(self.settings.callgrind)
         async with (
             Probe(self.url) as probe,
             self._processes(system, self.new_queue(), workers) as (client, procs),
@@ -48,6 +51,10 @@ class SystemScenarios(BenchBase):
             for proc in procs:
                 await proc.ask("reset")
             cpu_before = sum([(await proc.report())[2] for proc in procs])
+            # Our workers count from here: stopped for the enqueue, they run nothing.
+            workers_counted = [p.pid for p in procs] if counter and system.is_ours else []
+            if counter is not None:
+                await counter.start(workers_counted)
             for proc in procs:
                 proc.pause()
             calls_before = await probe.command_calls()
@@ -55,6 +62,9 @@ class SystemScenarios(BenchBase):
                 await client.ask(f"enqueue {min(_ENQUEUE_CHUNK, n - start)}")
                 self.progress.update(f"{label} enqueue", min(n, start + _ENQUEUE_CHUNK), n)
             redis_before = await probe.cpu_by_primary()
+            pids = await probe.primary_pids() if counter is not None else []
+            if counter is not None:
+                await counter.start(pids)
             started = time.time()
             for proc in procs:
                 proc.resume()
@@ -66,6 +76,12 @@ class SystemScenarios(BenchBase):
                     break
                 await asyncio.sleep(_REPORT_EVERY)
             redis_after = await probe.cpu_by_primary()
+            instructions: list[int] = []
+            in_workers: list[int] = []
+            if counter is not None:
+                instructions, in_workers = await asyncio.gather(
+                    counter.take(pids), counter.take(workers_counted)
+                )
             finished = max(last for _, last, _ in reports)
             worker_cpu = sum(cpu for _, _, cpu in reports) - cpu_before
             # The last poll came up to one report interval after the last job.
@@ -83,6 +99,14 @@ class SystemScenarios(BenchBase):
         }
         if len(per_primary) > 1:
             usage["redis_us_per_job_by_primary"] = [round(cpu / n * 1e6) for cpu in per_primary]
+        if in_workers:
+            usage["worker_instructions_per_job"] = round(sum(in_workers) / n)
+        if instructions:
+            usage["redis_instructions_per_job"] = round(sum(instructions) / n)
+            if len(instructions) > 1:
+                usage["redis_instructions_per_job_by_primary"] = [
+                    round(count / n) for count in instructions
+                ]
         return n / span, calls, usage
 
     async def pickup(self, system: System, label: str | None = None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import io
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,9 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 
+from redis_tasks._bench._callgrind import Callgrind
 from redis_tasks._bench._cli import SCENARIOS
 from redis_tasks._bench._namespace import ANY_RUN
 from redis_tasks._bench._probe import RedisAddress
@@ -21,7 +24,7 @@ from redis_tasks._bench._progress import Progress, percentile
 from redis_tasks._bench._report import compare, plot, ratios, table
 from redis_tasks._bench._scenarios import Bench, Settings
 from redis_tasks._bench._systems import AdapterError, AdapterProcess, System, ours, peer
-from redis_tasks.testing import RedisCluster, RedisServer
+from redis_tasks.testing import RedisCluster, RedisServer, start_redis_server
 from tests.support.backends import SERVERS, server_url
 
 pytestmark = pytest.mark.slow
@@ -204,12 +207,57 @@ def test_both_topologies_in_one_run_are_compared() -> None:
     }
 
 
+def test_instructions_count_the_drain_in_our_workers_and_the_primaries() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "drain", "--topology", "standalone",
+         "--instructions", "--tasks", "200", "--rounds", "1", "--workers", "1",
+         "--concurrency", "8", "--json", "-", "--quiet"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert results["settings"]["callgrind"] is True
+    drain = results["systems"]["redis-tasks"]["drain"]["1"]
+    worker, redis_ = drain["worker_instructions_per_job"], drain["redis_instructions_per_job"]
+    # Each job is scripts in Redis and Python in the worker: some hundred thousand
+    # instructions each (a dozen at most: more would be the run's setup counted too).
+    assert 50_000 < redis_ < 12_000_000
+    assert 50_000 < worker < 12_000_000
+    assert drain["instructions_rounds"] == [worker + redis_]
+    assert f"instructions/job (callgrind) wrk+redis: {worker:,} + {redis_:,}" in table(results)
+
+
+async def test_callgrind_counts_what_a_server_ran_between_start_and_take(tmp_path: Path) -> None:
+    counter = Callgrind(tmp_path / "callgrind")
+    binary = counter.wrapper(shutil.which("redis-server") or "redis-server")
+    server = start_redis_server(tmp_path / "redis", binary=binary, startup_timeout=60)
+    client = redis.asyncio.Redis.from_url(server.url)
+    try:
+        (pid,) = [int((await client.info("server"))["process_id"])]
+
+        async def counted(pings: int) -> int:
+            await counter.start([pid])
+            for _ in range(pings):
+                await client.ping()
+            (count,) = await counter.take([pid])
+            return count
+
+        idle, once, twice = await counted(0), await counted(300), await counted(600)
+    finally:
+        await client.aclose()
+        server.stop()
+    # Each stretch is its own: twice the pings, about twice the count; none, next to nothing.
+    assert 1.7 < twice / once < 2.3
+    assert idle < once / 10
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["bench", "nonsense"], "unknown scenario"),
         (["bench", "--peers", "celery"], "unknown peer"),
         (["bench", "--peers", "saq", "--peers-python", "/nonexistent/python"], "no "),
+        (["bench", "--instructions", "--redis-url", "redis://127.0.0.1:1/0"], "give --topology"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_reason(argv: list[str], message: str) -> None:
@@ -367,12 +415,16 @@ def test_the_cluster_is_judged_against_standalone_of_the_same_run(tmp_path: Path
     # of the two medians (160 / 150) would hide the drift the pairs cancel.
     base["systems"]["redis-tasks"]["drain"]["1"]["cpu_rounds"] = [100, 200, 150]
     other["systems"]["redis-tasks"]["drain"]["1"]["cpu_rounds"] = [110, 230, 160]
+    # Under callgrind the instructions pair the same way; a figure with no target.
+    base["systems"]["redis-tasks"]["drain"]["1"]["instructions_rounds"] = [1000, 1000, 900]
+    other["systems"]["redis-tasks"]["drain"]["1"]["instructions_rounds"] = [1030, 1050, 990]
     base["systems"]["redis-tasks"]["drain"]["2"]["cpu_rounds"] = [100, 100, 100]
     other["systems"]["redis-tasks"]["drain"]["2"]["cpu_rounds"] = [120, 110, 116]
     verdict = compare({"standalone": base, "cluster": other})
     assert verdict["cluster_over_standalone"] == {
         "drain_w1": 0.9,
         "cpu_w1": 1.1,
+        "instructions_w1": 1.05,
         "drain_w2": 0.91,
         "cpu_w2": 1.16,
         "lifecycle_w1": 0.95,
