@@ -1,7 +1,8 @@
 """This checkout's worker against an earlier revision's, side by side in one run.
 
 Usage: python -m benchmarks.before_after --rev c37a6b7 [--rounds 3] [--json FILE]
-       [--topology standalone|cluster|both] [--pickups N] [--metrics] [SCENARIO ...]
+       [--topology standalone|cluster|both] [--pickups N] [--metrics] [--workers 1,2]
+       [--instructions] [SCENARIO ...]
 
 A change to a hot path is judged by the same harness on the same servers in the
 same run: the earlier revision is checked out into a temporary git worktree and
@@ -18,11 +19,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from redis_tasks._bench._args import counts
+from redis_tasks._bench._callgrind import Callgrind
 from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import table
 from redis_tasks._bench._run import run
@@ -75,6 +80,12 @@ def main() -> None:
     # No choices= here: argparse (3.11) checks an empty list against them and refuses it.
     parser.add_argument("scenarios", nargs="*", help="drain and/or pickup (default: both)")
     parser.add_argument("--uvloop", action="store_true", help="ours on uvloop too")
+    parser.add_argument("--workers", type=counts, default=(1, 2), help="worker processes (1,2)")
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="servers and workers under callgrind: instructions per job (bench --instructions)",
+    )
     parser.add_argument(
         "--metrics",
         action="store_true",
@@ -94,6 +105,10 @@ def main() -> None:
             systems.append(ours_on_uvloop())
         servers: list[RedisServer | RedisCluster] = []
         urls: dict[str, str] = {}
+        counter = Callgrind(Path(scratch) / "callgrind") if args.instructions else None
+        if counter is not None:  # the servers started below run $REDIS_SERVER
+            binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
+            os.environ["REDIS_SERVER"] = str(counter.wrapper(binary or "redis-server"))
         try:
             if args.topology in ("standalone", "both"):
                 servers.append(start_redis_server(Path(scratch) / "redis"))
@@ -102,7 +117,11 @@ def main() -> None:
                 servers.append(start_redis_cluster(Path(scratch) / "cluster"))
                 urls["cluster"] = servers[-1].url
             settings = Settings(
-                tasks=args.tasks, workers=(1, 2), rounds=args.rounds, pickups=args.pickups
+                tasks=args.tasks,
+                workers=args.workers,
+                rounds=args.rounds,
+                pickups=args.pickups,
+                callgrind=None if counter is None else counter.directory,
             )
             with (Path(scratch) / "bench.log").open("ab") as log:
                 results = asyncio.run(

@@ -114,8 +114,9 @@ class BenchBase:
             procs = []
             # With --instructions our workers run under callgrind too (the drain counts them).
             worker_system = system
-            if self.settings.callgrind is not None and system.is_ours:
-                under = Callgrind(self.settings.callgrind).command()
+            if self.settings.callgrind is not None and system.is_redis_tasks:
+                # Children too: a variant's command may start with `env`, which execs Python.
+                under = Callgrind(self.settings.callgrind).command(children=True)
                 worker_system = dataclasses.replace(system, command=(*under, *system.command))
             for i in range(workers):
                 proc = await AdapterProcess.start(

@@ -46,9 +46,10 @@ class Callgrind:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def command(self) -> list[str]:
+    def command(self, *, children: bool = False) -> list[str]:
         """The valgrind command line a counted program's own follows: callgrind, not
-        counting until told, dumps in :attr:`directory`."""
+        counting until told, dumps in :attr:`directory`; with ``children``, what the
+        program execs is counted in its place (``env ... python``)."""
         valgrind = shutil.which("valgrind")
         if valgrind is None or shutil.which("callgrind_control") is None:
             raise CallgrindError("--instructions needs valgrind (apt-get install valgrind)")
@@ -64,6 +65,7 @@ class Callgrind:
             "--collect-atstart=yes",  # a toggle alone would count serverCron only
             f"--callgrind-out-file={self.directory}/cg.%p",
             f"--log-file={self.directory}/valgrind.%p.log",
+            *(["--trace-children=yes"] if children else []),
         ]
 
     def wrapper(self, binary: str) -> Path:

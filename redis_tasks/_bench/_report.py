@@ -231,9 +231,10 @@ def _table(results: dict[str, Any]) -> str:
                     first.get("worker_instructions_per_job", 0),
                     first["redis_instructions_per_job"],
                 )
+                enqueue = first.get("redis_enqueue_instructions_per_job", 0)
                 lines.append(
                     f"{'':{w_name}}instructions/job (callgrind) wrk+redis: "
-                    f"{counted[0]:,} + {counted[1]:,}"
+                    f"{counted[0]:,} + {counted[1]:,}; redis for the enqueue: {enqueue:,}"
                 )
         lines.append(
             f"(drain: {settings['tasks']} jobs, median of {settings['rounds']} rounds; "

@@ -40,7 +40,8 @@ class SystemScenarios(BenchBase):
         command Redis ran for enqueueing and draining them, and where the CPU went
         while draining: microseconds per job in the workers and in Redis (in all,
         and per primary on a cluster), and how many cores each kept busy. Under
-        callgrind, also the instructions per job our workers and the primaries ran.
+        callgrind, also the instructions per job our workers and the primaries ran,
+        and apart, what the primaries ran for the enqueue.
         """
         n = self.settings.tasks
         counter = None if self.settings.callgrind is None else Callgrind(self.settings.callgrind)
@@ -52,17 +53,20 @@ class SystemScenarios(BenchBase):
                 await proc.ask("reset")
             cpu_before = sum([(await proc.report())[2] for proc in procs])
             # Our workers count from here: stopped for the enqueue, they run nothing.
-            workers_counted = [p.pid for p in procs] if counter and system.is_ours else []
+            workers_counted = [p.pid for p in procs] if counter and system.is_redis_tasks else []
             if counter is not None:
                 await counter.start(workers_counted)
             for proc in procs:
                 proc.pause()
             calls_before = await probe.command_calls()
+            pids = await probe.primary_pids() if counter is not None else []
+            if counter is not None:  # the primaries' part of the enqueue, counted alone
+                await counter.start(pids)
             for start in range(0, n, _ENQUEUE_CHUNK):
                 await client.ask(f"enqueue {min(_ENQUEUE_CHUNK, n - start)}")
                 self.progress.update(f"{label} enqueue", min(n, start + _ENQUEUE_CHUNK), n)
+            enqueued = await counter.take(pids) if counter is not None else []
             redis_before = await probe.cpu_by_primary()
-            pids = await probe.primary_pids() if counter is not None else []
             if counter is not None:
                 await counter.start(pids)
             started = time.time()
@@ -103,6 +107,7 @@ class SystemScenarios(BenchBase):
             usage["worker_instructions_per_job"] = round(sum(in_workers) / n)
         if instructions:
             usage["redis_instructions_per_job"] = round(sum(instructions) / n)
+            usage["redis_enqueue_instructions_per_job"] = round(sum(enqueued) / n)
             if len(instructions) > 1:
                 usage["redis_instructions_per_job_by_primary"] = [
                     round(count / n) for count in instructions

@@ -41,6 +41,11 @@ class System:
         """Whether this is redis-tasks itself."""
         return self.name == "redis-tasks"
 
+    @property
+    def is_redis_tasks(self) -> bool:
+        """Whether this is redis-tasks of any revision or variant (uvloop, metrics)."""
+        return self.name.startswith("redis-tasks")
+
 
 def ours() -> System:
     """redis-tasks, run by this interpreter."""

@@ -223,8 +223,17 @@ def test_instructions_count_the_drain_in_our_workers_and_the_primaries() -> None
     # instructions each (a dozen at most: more would be the run's setup counted too).
     assert 50_000 < redis_ < 12_000_000
     assert 50_000 < worker < 12_000_000
+    assert 10_000 < drain["redis_enqueue_instructions_per_job"] < 12_000_000
     assert drain["instructions_rounds"] == [worker + redis_]
-    assert f"instructions/job (callgrind) wrk+redis: {worker:,} + {redis_:,}" in table(results)
+    assert f"instructions/job (callgrind) wrk+redis: {worker:,} + {redis_:,};" in table(results)
+
+
+async def test_a_create_s_instructions_are_counted_on_a_fresh_server() -> None:
+    from benchmarks.create_instructions import measure
+
+    # One script call per create: some hundred thousand instructions (208,005 when
+    # measured); a count never started falls outside.
+    assert 50_000 < await measure(100) < 2_000_000
 
 
 async def test_callgrind_counts_what_a_server_ran_between_start_and_take(tmp_path: Path) -> None:

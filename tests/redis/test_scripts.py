@@ -11,6 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 from redis_tasks import InternalError
+from redis_tasks._codes import ReturnCode
 from redis_tasks._ids import MAX_PARTITIONS, new_task_id, parse_task_id
 from redis_tasks._record import RECORD_FIELDS
 from redis_tasks._redis import scripts as lua
@@ -167,6 +168,34 @@ def test_each_script_gets_the_includes_it_names_and_what_they_need() -> None:
     assert "local function claim_entry" not in lua.scripts["finish"].source
 
 
+async def test_a_script_keeps_only_the_definitions_it_uses_and_theirs(
+    redis_server: RedisServer,
+) -> None:
+    # cancel_requested uses fence_matches and three return codes of all the rest.
+    small = lua.scripts["cancel_requested"].source
+    assert "local function fence_matches" in small
+    assert "local function now_ms" not in small
+    assert "local PICKUP_FIELDS" not in small
+    assert "local RC_TERMINAL" not in small
+    # worker_guard needs fence_matches and TERMINAL, which needs ST_*: each kept, each
+    # before its use; a name right after `..` is a use too.
+    body = "return {worker_guard(ARGV[1], ARGV[2], ARGV[3]), 'x' ..KEY_TASK}\n"
+    source = lua.assemble(("common",), body)
+    order = [source.index(f"local {name}") for name in ("ST_COMPLETED", "TERMINAL")]
+    assert order == sorted(order) < [source.index("local function worker_guard")] * 2
+    assert "local function now_ms" not in source
+    client = Redis.from_url(redis_server.url)
+    try:
+        working = await client.eval(source, 0, TaskStatus.WORKING.value, "3", "3")
+        done = await client.eval(source, 0, TaskStatus.COMPLETED.value, "3", "3")
+        stale = await client.eval(source, 0, TaskStatus.WORKING.value, "4", "3")
+    finally:
+        await client.aclose()
+    assert working == [ReturnCode.OK, b"x:task:"]
+    assert done[0] == ReturnCode.TERMINAL
+    assert stale[0] == ReturnCode.LEASE_LOST
+
+
 def test_the_order_includes_are_named_in_does_not_matter(tmp_path: Path) -> None:
     directory = _copy_of_lua(tmp_path)
     _edit(
@@ -221,6 +250,12 @@ def test_the_order_includes_are_named_in_does_not_matter(tmp_path: Path) -> None
             "local function task_keys(",
             "local function drop_entry() end\nlocal function task_keys(",
             "drop_entry is defined by both",
+        ),
+        (  # a statement would go with the definition above it, when that one is left out
+            "includes/keys.lua",
+            "local function task_keys(",
+            "redis.setresp(3)\nlocal function task_keys(",
+            "keys.lua holds only definitions at its top level, not 'redis.setresp",
         ),
     ],
 )
