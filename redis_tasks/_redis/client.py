@@ -22,9 +22,9 @@ from typing import Any, Final, TypeAlias, TypeVar
 
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, parse_url
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import OutOfMemoryError, RedisClusterException, RedisError, ResponseError
-from redis.retry import Retry
 
 from redis_tasks._errors import BackendError, CapacityError
 from redis_tasks._telemetry.metrics import METRICS
