@@ -371,7 +371,7 @@ def join_source(order: list[str], body: str, includes: dict[str, Include]) -> st
     every definition cost callgrind 60,000 instructions a call, and 31,000 with only
     those it used. Definitions keep their order, so each still comes before its uses.
     """
-    pieces = definitions(_PRELUDE)
+    pieces = [*definitions(_PRELUDE)]
     for include in order:
         pieces += definitions(includes[include].text)
     return keep_used(pieces, body) + body

@@ -8,6 +8,7 @@ body needs. Nothing here knows a script's contract.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 
@@ -34,7 +35,10 @@ def code(source: str) -> str:
     return LUA_TOKENS.sub(lambda m: "''" if m.group(0)[0] in "'\"" else " ", source)
 
 
-def definitions(text: str) -> list[tuple[str | None, str]]:
+# Every script is joined from the same constants and a few includes: each text is
+# cut, and each piece read for the names it uses, once per process, not per script.
+@functools.cache
+def definitions(text: str) -> tuple[tuple[str | None, str], ...]:
     """``text`` cut before each top-level definition: ``(name, text)`` each, in order,
     after what comes before the first (an include's opening comment), which has none."""
     starts = [match.start() for match in _DEFINITION.finditer(text)]
@@ -45,7 +49,13 @@ def definitions(text: str) -> list[tuple[str | None, str]]:
         if defined is None:  # _DEFINITION found a `local` there
             raise InternalError(f"no definition in {piece[:60]!r}")
         pieces.append((defined.group(1), piece))
-    return pieces
+    return tuple(pieces)
+
+
+@functools.cache
+def _uses(text: str) -> frozenset[str]:
+    """The names ``text``'s code uses."""
+    return frozenset(_USED.findall(code(text)))
 
 
 def keep_used(pieces: list[tuple[str | None, str]], body: str) -> str:
@@ -56,12 +66,12 @@ def keep_used(pieces: list[tuple[str | None, str]], body: str) -> str:
         if defines is not None:
             defined.setdefault(defines, []).append(text)
     needed: set[str] = set()
-    todo = set(_USED.findall(code(body)))
+    todo = set(_uses(body))
     while todo:
         name = todo.pop()
         if name in needed or name not in defined:
             continue
         needed.add(name)
         for text in defined[name]:
-            todo |= set(_USED.findall(code(text)))
+            todo |= _uses(text)
     return "".join(text for name, text in pieces if name is None or name in needed)
