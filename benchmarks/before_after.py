@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -107,8 +106,7 @@ def main() -> None:
         urls: dict[str, str] = {}
         counter = Callgrind(Path(scratch) / "callgrind") if args.instructions else None
         if counter is not None:  # the servers started below run $REDIS_SERVER
-            binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
-            os.environ["REDIS_SERVER"] = str(counter.wrapper(binary or "redis-server"))
+            os.environ["REDIS_SERVER"] = str(counter.wrapper())
         try:
             if args.topology in ("standalone", "both"):
                 servers.append(start_redis_server(Path(scratch) / "redis"))

@@ -18,7 +18,6 @@ import asyncio
 import importlib.util
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -53,9 +52,8 @@ async def measure(creates: int) -> float:
 
     with tempfile.TemporaryDirectory(prefix="redis-tasks-create-instructions-") as scratch:
         counter = _callgrind_module().Callgrind(Path(scratch) / "callgrind")
-        binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server") or "redis-server"
         server = start_redis_server(
-            Path(scratch) / "redis", binary=counter.wrapper(binary), startup_timeout=60
+            Path(scratch) / "redis", binary=counter.wrapper(), startup_timeout=60
         )
         client = aioredis.Redis.from_url(server.url)
         try:

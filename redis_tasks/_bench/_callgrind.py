@@ -22,6 +22,7 @@ has started.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shlex
 import shutil
@@ -68,9 +69,14 @@ class Callgrind:
             *(["--trace-children=yes"] if children else []),
         ]
 
-    def wrapper(self, binary: str) -> Path:
+    def wrapper(self, binary: str | None = None) -> Path:
         """A script that runs ``binary`` (a redis-server) under callgrind, not counting
-        until told; its path takes the binary's place."""
+        until told; its path takes the binary's place. By default the server
+        ``redis_tasks.testing`` starts: ``$REDIS_SERVER``, else the ``PATH``'s."""
+        if binary is None:
+            binary = os.environ.get("REDIS_SERVER") or shutil.which("redis-server")
+            if binary is None:
+                raise CallgrindError("redis-server not found: install it (`make test` does)")
         script = self.directory / "redis-server-under-callgrind"
         command = [*self.command(), binary]
         script.write_text(f'#!/bin/sh\nexec {shlex.join(command)} "$@"\n')

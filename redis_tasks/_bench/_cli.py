@@ -14,7 +14,6 @@ import asyncio
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -152,12 +151,11 @@ def run_bench(args: argparse.Namespace) -> int:
         urls: dict[str, str] = {}
         progress = Progress(quiet=args.quiet)
         named = os.environ.get("REDIS_SERVER")
-        binary = named or shutil.which("redis-server") or "redis-server"
         try:
             if args.instructions:
                 counter = Callgrind(Path(scratch) / "callgrind")
                 # The testing helpers start $REDIS_SERVER: the wrapper, for this run.
-                os.environ["REDIS_SERVER"] = str(counter.wrapper(binary))
+                os.environ["REDIS_SERVER"] = str(counter.wrapper())
                 settings = dataclasses.replace(settings, callgrind=counter.directory)
             if topology in ("standalone", "both"):
                 replicas = args.replicas or 0

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import io
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -238,8 +237,7 @@ async def test_a_create_s_instructions_are_counted_on_a_fresh_server() -> None:
 
 async def test_callgrind_counts_what_a_server_ran_between_start_and_take(tmp_path: Path) -> None:
     counter = Callgrind(tmp_path / "callgrind")
-    binary = counter.wrapper(shutil.which("redis-server") or "redis-server")
-    server = start_redis_server(tmp_path / "redis", binary=binary, startup_timeout=60)
+    server = start_redis_server(tmp_path / "redis", binary=counter.wrapper(), startup_timeout=60)
     client = redis.asyncio.Redis.from_url(server.url)
     try:
         (pid,) = [int((await client.info("server"))["process_id"])]
