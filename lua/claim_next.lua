@@ -11,6 +11,9 @@
   partition's hash tag, the way KeySpace names them (task_keys, and KEY_QUEUE and
   the other tenant keys after the tag), so
   they share the declared keys' slot.
+  With `first`, a newcomer's task (its create signalled it) is dispatched ahead
+  of the ring's order and read first (tenants.lua's dispatch_first), when it is
+  still the first of its tenant's queue and that tenant near the ring's head.
   With `wake` set (the caller has no free handler slot left) and tasks still
   waiting in the ring, one doorbell entry (`d`, no task) goes to the stream: a
   worker blocked on it wakes and claims the next batch itself. Doorbells this
@@ -31,13 +34,15 @@
     6 poison_error   msgpack JSON-RPC error for a poisoned task
     7 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
     8 wake           "1" to ring the doorbell if tasks still wait after this batch
+    9 first          a task ID to start first (see above), or ''
   Returns:
     {RC_OK, entry_id, task_id, claim reply, entry_id, task_id, claim reply, ...}
     where each claim reply is one of claim's. An entry that names no well-formed
     task ID is dropped and reported as {RC_NOT_FOUND} with task_id ''.
   The batch's first claims are added to the pickup histogram with one HINCRBY
   per bucket met.
-  Events: one entry per task that ends here (cancelled, poisoned).
+  Events: one entry per task that ends here (cancelled, poisoned); a signal for
+  the newcomer's next task when it may go first too (dispatch_first).
 ]]
 local work_key = KEYS[1]
 local events_key = KEYS[2]
@@ -50,6 +55,7 @@ local max_attempts = tonumber(ARGV[5])
 local poison_error = ARGV[6]
 local event_opts = ARGV[7]
 local wake = ARGV[8] == '1'
+local first = ARGV[9]
 
 local out = {RC_OK}
 local pickups = {}
@@ -103,6 +109,9 @@ local function read_and_claim(wanted)
   return met, #entries < wanted
 end
 
+if first ~= '' and is_task_id(first) then
+  dispatch_first(tag, work_key, stats_key, first, event_opts)
+end
 local wanted = count
 local drained = false
 while wanted > 0 and not drained do

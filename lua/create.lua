@@ -12,6 +12,10 @@
   The work goes straight into the stream when nothing waits in the partition
   (tenants.lua's enqueue), so an idle worker's blocked read wakes at once; else
   to the tail of the tenant's queue, dispatched fairly by claim_next. A tenant
+  that was not waiting joins the ring near its head, and the task's ID goes to
+  the signal stream too: busy workers, whose read loops wait for a free slot
+  rather than read, give this partition their next free slot (the tenant most
+  behind starts next, whichever partition it landed in). A tenant
   with a quota, a rate or a cap has all its tasks in its home partition (the
   caller chose the ID), so these keys see all of them.
 
@@ -28,6 +32,7 @@
     8 queue          the tenant's queue in this partition
     9 open           the tenant's open set (with a quota)
     10 rate          the tenant's GCRA state (with a rate)
+    11 signals       the partition's signal stream
   ARGV:
     1 task_id
     2 binding        the record's digest of (task ID, endpoint, partition binding)
@@ -59,7 +64,8 @@
   endpoint or partition key, and the tenant's digest (`tn`), never its key.
   The trace context (`tp`) lives while the task does: claims return it (the
   worker's span links to it) and the terminal transition drops it, like `pl`.
-  Events: one entry for the new task.
+  Events: one entry for the new task; a signal too when its tenant joined the
+  ring (it was not waiting, and the partition has a backlog).
 ]]
 local task_key = KEYS[1]
 local work_key = KEYS[2]
@@ -71,6 +77,7 @@ local tenants_key = KEYS[7]
 local queue_key = KEYS[8]
 local open_key = KEYS[9]
 local rate_key = KEYS[10]
+local signals_key = KEYS[11]
 local task_id = ARGV[1]
 local binding = ARGV[2]
 local origin = ARGV[3]
@@ -113,7 +120,7 @@ if rate_us > 0 then
   end
 end
 
-local entry = enqueue({ring_key, tenants_key, queue_key}, work_key, stats_key, tenant, settings,
+local entry, joined = enqueue({ring_key, tenants_key, queue_key}, work_key, stats_key, tenant, settings,
   task_id, fair)
 -- No `ua` (it reads as `ca` until the first update) and no `fn` (it reads as
 -- 0 until the first claim): every byte of a record is kept for its retention.
@@ -166,4 +173,7 @@ if rate_us > 0 then
 end
 redis.call('HINCRBY', stats_key, STATS_CREATED, 1)
 emit(events_key, event_opts, task_id)
+if joined then
+  emit(signals_key, event_opts, task_id)
+end
 return {RC_OK, now}

@@ -78,6 +78,13 @@ def add_worker_command(commands: Any) -> None:
     worker.add_argument("handler", help="the handler, as MODULE:FUNCTION")
     add_redis_options(worker)
     worker.add_argument("--concurrency", type=int, default=32)
+    worker.add_argument(
+        "--newcomer-slots",
+        type=int,
+        default=0,
+        help="slots beyond --concurrency that only a newcomer's task may take when every "
+        "other slot is busy (a tenant that was not waiting; default: none)",
+    )
     worker.add_argument("--lease", type=float, default=30.0, help="lease in seconds")
     worker.add_argument("--max-attempts", type=int, default=5)
     worker.add_argument(
@@ -233,6 +240,7 @@ async def _serve_worker(
             manager,
             handler,
             concurrency=args.concurrency,
+            newcomer_slots=args.newcomer_slots,
             lease=timedelta(seconds=args.lease),
             max_attempts=args.max_attempts,
             partitions=only,

@@ -135,12 +135,16 @@ class WorkQueue(Protocol):
         lease: timedelta,
         max_attempts: int,
         wake: bool = False,
+        first: str | None = None,
     ) -> list[tuple[WorkEntry, Claim]]:
         """Read up to ``count`` new entries of ``partition`` for ``consumer`` and claim
         each, in one step; when the queue runs out of entries, the rest of the batch
         comes from the tenant queues in weighted round-robin. An entry that names no
         task was dropped (its claim EXPIRED). ``wake`` (the caller has no free slot
-        left) rings the doorbell if tasks still wait: a blocked worker wakes."""
+        left) rings the doorbell if tasks still wait: a blocked worker wakes.
+        ``first``: a newcomer's queued task (a signal named it), started ahead of the
+        round-robin when it is still first in its tenant's queue and that tenant
+        near the head of the order; otherwise it waits its turn."""
         ...
 
     async def reclaim(

@@ -96,12 +96,10 @@ local function unpark(tag, tenant)
   return true
 end
 
--- Whether the work stream holds an entry no consumer was given yet (an entry a
--- blocked reader would get at once): entries past the group's last delivered ID.
-local function undelivered(work_key)
-  if redis.call('XLEN', work_key) == 0 then
-    return false
-  end
+-- Up to `limit` entries of the work stream that no consumer was given yet (those
+-- a blocked reader would get at once: past the group's last delivered ID), oldest
+-- first, as XRANGE gives them.
+local function undelivered_entries(work_key, limit)
   local groups = redis.pcall('XINFO', 'GROUPS', work_key)
   local delivered = nil
   if not groups.err then
@@ -119,32 +117,45 @@ local function undelivered(work_key)
       end
     end
   end
-  if not delivered then
-    return true  -- no group yet: nothing was delivered
+  -- No group yet: nothing was delivered.
+  local from = delivered and '(' .. delivered or '-'
+  return redis.call('XRANGE', work_key, from, '+', 'COUNT', limit)
+end
+
+-- Whether the work stream holds an entry no consumer was given yet.
+local function undelivered(work_key)
+  if redis.call('XLEN', work_key) == 0 then
+    return false
   end
-  return #redis.call('XRANGE', work_key, '(' .. delivered, '+', 'COUNT', 1) > 0
+  return #undelivered_entries(work_key, 1) > 0
 end
 
 -- The work of a new task `task_id` of `tenant`: the entry ID when it went straight
 -- into the work stream (nothing waits: no tenant in the ring, no entry undelivered,
 -- so a worker blocked on the stream, if any, gets it now; or `fair` is off), or
--- false when it joined the tail of its tenant's queue. `settings` is the tenant's
--- "<weight> <cap>", or '' for the defaults. The first write is RPUSH or XADD,
--- which a full Redis refuses.
+-- false when it joined the tail of its tenant's queue; then a second value, true
+-- when the tenant was not waiting and joined a ring where others wait: a
+-- *newcomer*, near the ring's head (it starts at the virtual time), whose task
+-- busy workers should start at their next free slot (claim_next's `first`).
+-- `settings` is the tenant's "<weight> <cap>", or '' for the defaults. The first
+-- write is RPUSH or XADD, which a full Redis refuses.
 -- keys: {ring, tenants, queue} of the task's partition
 local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fair)
   local ring_key, tenants_key, queue_key = keys[1], keys[2], keys[3]
   if not fair then
-    return redis.call('XADD', work_key, '*', 't', task_id)
+    return redis.call('XADD', work_key, '*', 't', task_id), false
   end
+  local newcomer = false
   if redis.call('RPUSH', queue_key, task_id) == 1 then
     -- The tenant was not waiting: it is in neither the ring nor the parked set.
-    if redis.call('EXISTS', ring_key) == 0 and not undelivered(work_key) then
+    local others = redis.call('EXISTS', ring_key) == 1
+    if not others and not undelivered(work_key) then
       redis.call('DEL', queue_key)
-      return redis.call('XADD', work_key, '*', 't', task_id)
+      return redis.call('XADD', work_key, '*', 't', task_id), false
     end
     local tag = string.sub(ring_key, 1, #ring_key - #KEY_RING)
     join_ring(tag, tenant, (tenant_settings(settings ~= '' and settings or nil)))
+    newcomer = others
     if settings == '' then
       redis.call('HDEL', tenants_key, tenant)
     end
@@ -153,7 +164,7 @@ local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fai
     redis.call('HSET', tenants_key, tenant, settings)
   end
   redis.call('HINCRBY', stats_key, STATS_QUEUED, 1)
-  return false
+  return false, newcomer
 end
 
 -- A running task of a capped tenant ended or was handed back: its lease no longer
@@ -238,4 +249,66 @@ local function dispatch(tag, work_key, stats_key, count, now)
     redis.call('HINCRBY', stats_key, STATS_QUEUED, -added)
   end
   return added
+end
+
+-- Start the queued task `task_id` of the partition tagged `tag` ahead of the
+-- ring's order: a newcomer's task (see enqueue), which a busy worker claims at
+-- its next free slot wherever the partition's turn is (workers give newcomers at
+-- most half their slots, so a stream of them cannot hold the waiting tenants
+-- back). Only the first task of a tenant in the ring (not parked) goes, and its
+-- tenant's pass moves on as a dispatch's would. Its entry is read first: the
+-- entries no consumer was given yet (up to 16, else it waits its turn) move
+-- behind it, each task's record following its entry. When the tenant's next task
+-- came meanwhile and the tenant stays within a stride of the ring's head, that
+-- task is signalled as a newcomer now (a tenant that floods gets a task or two
+-- started this way, then waits its turns). Whether it went into the stream.
+local function dispatch_first(tag, work_key, stats_key, task_id, event_opts)
+  local t = redis.call('HMGET', record_key(tag, task_id), 'st', 'wk', 'tn')
+  if not t[1] or TERMINAL[t[1]] or t[2] or not t[3] then
+    return false  -- gone, ended, or not waiting in a tenant queue
+  end
+  local tenant = t[3]
+  local ring_key, queue_key = tag .. KEY_RING, tag .. KEY_QUEUE .. tenant
+  local pass = tonumber(redis.call('ZSCORE', ring_key, tenant))
+  if not pass or redis.call('LINDEX', queue_key, 0) ~= task_id then
+    return false  -- parked, or not first in its tenant's order
+  end
+  local tenants_key = tag .. KEY_TENANTS
+  local stride = stride_of((tenant_settings(redis.call('HGET', tenants_key, tenant) or nil)))
+  local ahead = undelivered_entries(work_key, 17)
+  if #ahead > 16 then
+    return false
+  end
+  redis.call('LPOP', queue_key)
+  redis.call('XADD', work_key, '*', 't', task_id)
+  for _, entry in ipairs(ahead) do
+    local entry_id, fields = entry[1], entry[2]
+    redis.call('XDEL', work_key, entry_id)
+    if fields[1] == 't' and is_task_id(fields[2]) then
+      local moved = redis.call('XADD', work_key, '*', 't', fields[2])
+      local key = record_key(tag, fields[2])
+      if redis.call('HGET', key, 'wk') == entry_id then
+        redis.call('HSET', key, 'wk', moved)
+      end
+    elseif fields[1] == 'd' then
+      redis.call('XADD', work_key, '*', 'd', '1')
+    end
+  end
+  local next_task = redis.call('LINDEX', queue_key, 0)
+  if not next_task then
+    redis.call('ZREM', ring_key, tenant)
+    redis.call('HDEL', tenants_key, tenant)
+  else
+    redis.call('ZADD', ring_key, int_text(pass + stride), tenant)
+    local head = redis.call('ZRANGE', ring_key, 0, 0, 'WITHSCORES')
+    if pass <= tonumber(head[2]) + stride then
+      emit(tag .. KEY_SIGNALS, event_opts, next_task)
+    end
+  end
+  local vtime = tonumber(redis.call('HGET', tenants_key, VTIME_FIELD)) or 0
+  if pass > vtime then
+    redis.call('HSET', tenants_key, VTIME_FIELD, int_text(pass))
+  end
+  redis.call('HINCRBY', stats_key, STATS_QUEUED, -1)
+  return true
 end

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["counts", "positive", "replica_count"]
+__all__ = [
+    "FAIRNESS_PARTS",
+    "counts",
+    "fairness_parts",
+    "non_negative",
+    "positive",
+    "replica_count",
+]
 
 
 def _whole(text: str) -> int:
@@ -20,6 +27,27 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be >= 1")
     return value
+
+
+def non_negative(text: str) -> int:
+    """A whole number of at least 0."""
+    value = _whole(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+#: The ``fairness`` scenario's measurements, in the order a round takes them.
+FAIRNESS_PARTS = ("fair", "fifo", "tenants", "weights")
+
+
+def fairness_parts(text: str) -> tuple[str, ...]:
+    """Comma-separated measurements of the ``fairness`` scenario, like ``fair,fifo``."""
+    parts = tuple(part.strip() for part in text.split(","))
+    unknown = [part for part in parts if part not in FAIRNESS_PARTS]
+    if unknown or not parts:
+        raise argparse.ArgumentTypeError(f"give some of {','.join(FAIRNESS_PARTS)}")
+    return tuple(part for part in FAIRNESS_PARTS if part in parts)
 
 
 def replica_count(text: str) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
+from ._args import FAIRNESS_PARTS
 from ._callgrind import Callgrind
 from ._namespace import RunNames
 from ._progress import Progress, percentile
@@ -50,6 +51,10 @@ class Settings:
     fair_concurrency: int = 16
     fair_handler_ms: int = 50
     fair_late: int = 20
+    #: fairness: the worker's ``--newcomer-slots``, and the measurements a round
+    #: takes (of :data:`~._args.FAIRNESS_PARTS`).
+    fair_newcomer_slots: int = 0
+    fair_parts: tuple[str, ...] = FAIRNESS_PARTS
     #: fairness: tenants and tasks each for the fairness index; tasks of each of
     #: the two weighted tenants.
     fair_tenants: int = 100

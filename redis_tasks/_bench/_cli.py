@@ -88,6 +88,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         fair_tasks=args.fair_tasks,
         fair_concurrency=args.fair_concurrency,
         fair_handler_ms=args.fair_handler_ms,
+        fair_newcomer_slots=args.fair_newcomer_slots,
+        fair_parts=args.fair_parts,
         fair_late=args.fair_late,
         fair_tenants=args.fair_tenants,
         fair_tenant_tasks=args.fair_tenant_tasks,

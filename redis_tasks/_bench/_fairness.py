@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import itertools
 import os
 import signal
 import sys
@@ -57,6 +58,7 @@ from redis_tasks._models import RequestContext
 from redis_tasks._redis.manager import RedisTaskManager
 
 from ._adapter import ORIGIN, delete_prefix
+from ._args import FAIRNESS_PARTS
 from ._bench_base import BenchBase
 from ._children import spawn
 from ._fair_figures import fairness_figures
@@ -69,7 +71,7 @@ __all__ = ["MODES", "PARTS", "WEIGHTS", "FairnessScenarios", "fairness_rounds"]
 #: Fair dispatch, and first come, first served (``fair_dispatch=False``).
 MODES: Final = ("fair", "fifo")
 #: The measurements of a round, in the order a round takes them.
-PARTS: Final = (*MODES, "tenants", "weights")
+PARTS: Final = FAIRNESS_PARTS
 #: The weighted measurement's two tenants' weights.
 WEIGHTS: Final = (3, 1)
 _HANDLER: Final = "redis_tasks._bench._fair_handler:handler"
@@ -146,6 +148,7 @@ class FairnessScenarios(BenchBase):
         stopped gracefully (SIGTERM) after."""
         argv = [sys.executable, "-m", "redis_tasks", "worker", _HANDLER, "--prefix", queue,
                 "--concurrency", str(self.settings.fair_concurrency),
+                "--newcomer-slots", str(self.settings.fair_newcomer_slots),
                 # No line per task, as the other scenarios' workers; running handlers
                 # end within D ms of the stop.
                 "--log-level", "warning", "--name", "bench-fairness", "--grace", "10"]  # fmt: skip
@@ -258,6 +261,12 @@ class FairnessScenarios(BenchBase):
         a_starts = sorted(t for name, t in starts.first.items() if name.startswith("a."))
         b_starts = [starts.first[f"b.{i}"] for i in range(k)]
         b_stamps = [stamps[f"b.{i}"] for i in range(k)]
+        # While B's tasks were created and waited, the longest stretch in which no task
+        # started: with every slot busy, no slot freed then, so no order of dispatch
+        # could have started a task of B's sooner than its end.
+        window = [min(b_stamps), max(b_starts)]
+        during = sorted([t for t in starts.first.values() if window[0] <= t <= window[1]])
+        edges = [window[0], *during, window[1]]
         return {
             "b_ms": [
                 (start - stamp) * 1000 for start, stamp in zip(b_starts, b_stamps, strict=True)
@@ -269,6 +278,7 @@ class FairnessScenarios(BenchBase):
                 for start, stamp in zip(b_starts, b_stamps, strict=True)
             ],
             "a_drain_ms": (a_starts[-1] - began) * 1000,
+            "longest_gap_ms": max(b - a for a, b in itertools.pairwise(edges)) * 1000,
             "flood_created_ms": flooded * 1000,
             "b_before_a_last": max(b_starts) < a_starts[-1],
         }
@@ -347,7 +357,7 @@ async def fairness_rounds(benches: Mapping[str, FairnessScenarios]) -> dict[str,
     some = next(iter(benches.values()))
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {name: {} for name in benches}
     for round_ in range(some.settings.rounds):
-        for part in PARTS:
+        for part in some.settings.fair_parts:
             for name, bench in benches.items():
                 row = await bench.fair_part(part, f"fairness {part} #{round_ + 1}")
                 samples[name].setdefault(part, []).append(row)

@@ -6,7 +6,13 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from redis_tasks._bench._args import counts, positive, replica_count
+from redis_tasks._bench._args import (
+    counts,
+    fairness_parts,
+    non_negative,
+    positive,
+    replica_count,
+)
 from redis_tasks._bench._mcp_settings import add_mcp_options
 from redis_tasks._bench._scenarios import Settings
 from redis_tasks._bench._systems import PEERS
@@ -177,6 +183,20 @@ def _add_fairness_options(bench: Any, defaults: Settings) -> None:
         type=positive,
         default=defaults.fair_handler_ms,
         help="D: how long each task's handler sleeps, in ms (default: %(default)s)",
+    )
+    fair.add_argument(
+        "--fair-newcomer-slots",
+        type=non_negative,
+        default=defaults.fair_newcomer_slots,
+        help="the worker's --newcomer-slots: slots beyond C that only a newcomer's task "
+        "takes when every other is busy (default: %(default)s)",
+    )
+    fair.add_argument(
+        "--fair-parts",
+        type=fairness_parts,
+        default=defaults.fair_parts,
+        help="the measurements a round takes, of fair,fifo,tenants,weights (default: all); "
+        "each target is judged only on what was measured",
     )
     fair.add_argument(
         "--fair-late",

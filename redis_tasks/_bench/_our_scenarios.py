@@ -257,6 +257,7 @@ class OurScenarios(BenchBase):
                     queue=tenant.queue,
                     open=tenant.open,
                     rate=tenant.rate,
+                    signals=fresh.signals,
                     task_id="b__rand_int__",
                     binding=digest,
                     origin=ORIGIN.to_persisted_string().encode(),

@@ -11,36 +11,47 @@ from __future__ import annotations
 
 from collections import deque
 
+from redis_tasks._ids import parse_task_id
+from redis_tasks._record import FIELD_STATUS, FIELD_TENANT, FIELD_WORK_ENTRY
 from redis_tasks._tenancy import stride
 
-from .stream import Streams
+from .records import TERMINAL, TaskRecords
+from .stream import Streams, id_text
 from .tenants import settings_of
 
-__all__ = ["dispatch", "enqueue"]
+__all__ = ["dispatch", "dispatch_first", "enqueue"]
+
+#: The most undelivered entries ``dispatch_first`` moves behind the task it starts.
+_AHEAD = 16
 
 
 def enqueue(
     streams: Streams, partition: int, tenant: str, settings: str, task_id: str, *, fair: bool
-) -> str | None:
+) -> tuple[str | None, bool]:
     """Mirror of ``enqueue``: the entry ID when the task went straight into the
-    stream, else ``None`` (it joined its tenant's queue)."""
+    stream, else ``None`` (it joined its tenant's queue); and whether the tenant
+    is a newcomer (it was not waiting and joined a ring where others wait: the
+    create signals its task)."""
     if not fair:
-        return streams.append(partition, task_id)
+        return streams.append(partition, task_id), False
     state = streams.partition(partition)
     tenants = state.tenants
     queue = tenants.queues.get(tenant)
+    newcomer = False
     if not queue:
-        if not tenants.ring and not state.undelivered():
-            return streams.append(partition, task_id)
+        others = bool(tenants.ring)
+        if not others and not state.undelivered():
+            return streams.append(partition, task_id), False
         queue = tenants.queues[tenant] = deque()
         tenants.join_ring(tenant, settings_of(settings)[0])
+        newcomer = others
         if not settings:
             tenants.settings.pop(tenant, None)
     queue.append(task_id)
     if settings:
         tenants.settings[tenant] = settings
     tenants.queued += 1
-    return None
+    return None, newcomer
 
 
 def dispatch(streams: Streams, partition: int, count: int, now: int) -> int:
@@ -92,3 +103,50 @@ def dispatch(streams: Streams, partition: int, count: int, now: int) -> int:
             tenants.ring[name] = passes[i]
     tenants.queued -= added
     return added
+
+
+def dispatch_first(records: TaskRecords, streams: Streams, partition: int, task_id: str) -> bool:
+    """Mirror of ``dispatch_first``: the newcomer's queued task ``task_id`` into the
+    stream ahead of the ring's order, read first (the tenant's next task signalled
+    when it may go first too); whether it went."""
+    record = records.live(task_id)
+    if record is None:
+        return False
+    fields = record.fields
+    tenant_bytes = fields.get(FIELD_TENANT)
+    if fields[FIELD_STATUS] in TERMINAL or FIELD_WORK_ENTRY in fields or tenant_bytes is None:
+        return False
+    tenant = tenant_bytes.decode()
+    state = streams.partition(partition)
+    tenants = state.tenants
+    queue = tenants.queues.get(tenant)
+    pass_ = tenants.ring.get(tenant)
+    if pass_ is None or not queue or queue[0] != task_id:
+        return False
+    step = stride(settings_of(tenants.settings.get(tenant))[0])
+    ahead = [e for e in state.fresh if e in state.entries][: _AHEAD + 1]
+    if len(ahead) > _AHEAD:
+        return False
+    queue.popleft()
+    streams.append(partition, task_id)
+    for entry_id in ahead:
+        moved_task = state.entries.pop(entry_id)
+        moved = streams.append(partition, moved_task)
+        # Only this partition's tasks: another's record is under another tag.
+        mine = moved_task and parse_task_id(moved_task) == partition
+        moved_record = records.tasks.get(moved_task) if mine else None
+        if moved_record is not None and moved_record.fields.get(FIELD_WORK_ENTRY) == (
+            id_text(entry_id).encode()
+        ):
+            moved_record.fields[FIELD_WORK_ENTRY] = moved.encode()
+    if not queue:
+        tenants.queues.pop(tenant, None)
+        tenants.ring.pop(tenant, None)
+        tenants.settings.pop(tenant, None)
+    else:
+        tenants.ring[tenant] = pass_ + step
+        if pass_ <= tenants.lowest(1)[0][1] + step:
+            records.signal(queue[0])
+    tenants.vtime = max(tenants.vtime, pass_)
+    tenants.queued -= 1
+    return True

@@ -227,7 +227,7 @@ class InMemoryTaskManager(TaskManagerBase):
                 early = arrival - now_us - admitted.burst_us
                 if early > 0:
                     raise error_for(ReturnCode.RATE, str(-(-early // 1000)).encode())
-            entry = self._queue.enqueue(
+            entry, newcomer = self._queue.enqueue(
                 partition, tenant, admitted.settings, new.task_id, fair=self._fair
             )
             fields = {
@@ -262,6 +262,8 @@ class InMemoryTaskManager(TaskManagerBase):
                 fields[FIELD_EXPIRES_AT] = str(expire_at).encode()
             self._tasks[new.task_id] = Record(fields, expire_at)
             self._records.emit(new.task_id)
+            if newcomer:
+                self._records.signal(new.task_id)
         return now
 
     async def _set_working(self, task_id: str, fence: bytes, message: bytes | None) -> None:

@@ -56,7 +56,7 @@ from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import QueueDepth, WorkEntry
 
 from .claim import claim_entry
-from .dispatch import dispatch, enqueue
+from .dispatch import dispatch, dispatch_first, enqueue
 from .records import TERMINAL, Record, TaskRecords
 from .stream import EntryId, Partition, Reader, id_text, parse_id, work_entry
 from .tenants import Tenants
@@ -135,7 +135,7 @@ class InMemoryWorkQueue:
 
     def enqueue(
         self, partition: int, tenant: str, settings: str, task_id: str, *, fair: bool
-    ) -> str | None:
+    ) -> tuple[str | None, bool]:
         """A new task's work: see :func:`.dispatch.enqueue`."""
         return enqueue(self, partition, tenant, settings, task_id, fair=fair)
 
@@ -203,9 +203,11 @@ class InMemoryWorkQueue:
         lease: timedelta,
         max_attempts: int,
         wake: bool = False,
+        first: str | None = None,
     ) -> list[tuple[WorkEntry, Claim]]:
-        """Mirror of ``claim_next.lua``: read up to ``count`` new entries and claim each,
-        then dispatch the rest of the batch from the tenant queues."""
+        """Mirror of ``claim_next.lua``: start ``first`` first (a newcomer's queued
+        task), read up to ``count`` new entries and claim each, then dispatch the
+        rest of the batch from the tenant queues."""
         lease_ms = _lease_ms(lease)
         out: list[tuple[WorkEntry, Claim]] = []
 
@@ -222,6 +224,8 @@ class InMemoryWorkQueue:
             return met, len(entries) < wanted
 
         with self.lock:
+            if first and parse_task_id(first) == partition:
+                dispatch_first(self._records, self, partition, first)
             wanted, drained = count, False
             while wanted > 0 and not drained:
                 met, drained = read_and_claim(wanted)

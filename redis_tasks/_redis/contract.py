@@ -163,6 +163,7 @@ class RedisContract(TaskManagerBase):
                 queue=tenant.queue,
                 open=tenant.open,
                 rate=tenant.rate,
+                signals=keys.signals,
                 task_id=new.task_id,
                 binding=keys.binding_digest(new.endpoint, new.binding),
                 origin=new.origin,

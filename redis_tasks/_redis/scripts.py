@@ -98,6 +98,7 @@ def create(
     queue: str,
     open: str,
     rate: str,
+    signals: str,
     task_id: str,
     binding: str,
     origin: bytes,
@@ -117,7 +118,7 @@ def create(
 ) -> Call:
     return (
         scripts["create"],
-        (task, work, events, grant, stats, ring, tenants, queue, open, rate),
+        (task, work, events, grant, stats, ring, tenants, queue, open, rate, signals),
         (
             task_id,
             binding,
@@ -322,11 +323,12 @@ def claim_next(
     poison_error: bytes,
     event_opts: str,
     wake: int,
+    first: str,
 ) -> Call:
     return (
         scripts["claim_next"],
         (work, events, stats),
-        (tag, consumer, count, lease_ms, max_attempts, poison_error, event_opts, wake),
+        (tag, consumer, count, lease_ms, max_attempts, poison_error, event_opts, wake, first),
     )
 
 

@@ -211,10 +211,12 @@ class RedisWorkQueue:
         lease: timedelta,
         max_attempts: int,
         wake: bool = False,
+        first: str | None = None,
     ) -> list[tuple[WorkEntry, Claim]]:
         """One ``claim_next`` script call: read up to ``count`` new entries (then tasks
         dispatched from the tenant queues) and claim each; ``wake`` rings the doorbell
-        for blocked workers if tasks still wait."""
+        for blocked workers if tasks still wait; ``first`` starts a newcomer's queued
+        task first."""
         keys = self.keys
         link = self._link()
         try:
@@ -231,6 +233,7 @@ class RedisWorkQueue:
                     poison_error=self._poison_error,
                     event_opts=link.events,
                     wake=int(wake),
+                    first=first or "",
                 ),
                 # The reader waits on this call for the next tasks to start: sent at
                 # once, it was measured to drain 30-50 % faster than with a batch.

@@ -12,6 +12,23 @@ in the tenant queues (a doorbell lost with a worker that died) wait at most one
 block period. And every half lease, entries pending with crashed or stalled
 consumers are taken over (reclaimed) and claimed like new ones; the claim checks
 the task's own lease deadline, so a live lease is left alone.
+
+A fourth route starts *newcomers*: a task whose tenant was not waiting and joined
+a partition where others wait is signalled by its create (``lua/create.lua``).
+That tenant is the one most behind, yet behind the partitions' turns at free
+slots it waited for one free slot per partition served, and in its partition
+behind tenants already there: with 16 partitions, 16 slots and tools of 500 ms,
+its p99 was 1.7-2.0 s though a slot freed every 31 ms. So one loop takes the
+signalled tasks in order, each at the worker's next free slot, first in line,
+with a batch claim that starts that task first (``claim_next``'s ``first``); a
+task another worker started already costs that claim nothing but its order.
+Newcomers' runs hold at most half the worker's slots (each holds one of the
+newcomers' share too), so a stream of newcomers cannot hold back the tenants
+already waiting: past it, the next newcomer waits for a newcomer's run to end,
+or for its partition's turn. With ``newcomer_slots`` (default none), a newcomer
+that finds every slot busy takes one of those extra slots instead of waiting for
+the next to free: tools that run long free their slots only when they end, and
+those that started together end together.
 """
 
 from __future__ import annotations
@@ -19,10 +36,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from datetime import timedelta
 from typing import Final
 
 from redis_tasks._errors import RedisTasksError
+from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import Claim
 from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import WorkEntry, WorkQueue
@@ -41,6 +60,9 @@ _IDLE_READ: Final = 2
 # A consumer with nothing pending that has been idle this long belongs to a
 # worker that is gone; its entry in the group is removed.
 _STALE_CONSUMER: Final = timedelta(hours=24)
+# Newcomers' tasks kept waiting for a free slot: past this many, the oldest is
+# forgotten (it waits its turn in its partition, as every task did before).
+_NEWCOMERS: Final = 64
 
 
 class Intake:
@@ -64,6 +86,68 @@ class Intake:
         self._background = background
         self._stopping = stopping
         self._block = settings.block
+        self._newcomers: deque[str] = deque(maxlen=_NEWCOMERS)
+        self._newcomer = asyncio.Event()  # set: newcomers wait, or the worker stops
+        #: The newcomers' share of the slots: a newcomer's run holds one of these
+        #: besides its handler slot (see the module).
+        self._share = Slots(max(1, settings.concurrency // 2))
+
+    @property
+    def slots_out(self) -> int:
+        """Newcomers' share not given back: zero once stopped."""
+        return self._share.out
+
+    def hint(self, task_id: str) -> None:
+        """A newcomer's task waits in its partition's tenant queues (its create
+        signalled it): start it at the next free slot (see the module)."""
+        self._newcomers.append(task_id)
+        self._newcomer.set()
+
+    def close(self) -> None:
+        """The worker stops: the newcomers' loop ends."""
+        self._share.close()
+        self._newcomer.set()
+
+    async def newcomers(self) -> None:
+        """Start newcomers' tasks in the order they were signalled, each at the next
+        free slot and ahead of the partitions' turns, until the worker stops."""
+        backoff = 0.05
+        while True:
+            await self._newcomer.wait()
+            if self._stopping.is_set():
+                return
+            if not self._newcomers:
+                self._newcomer.clear()
+                continue
+            # Room in the newcomers' share, then a free slot: taken at once when one
+            # is free (the reader whose turn it gives keeps its place), else an extra
+            # slot, else first in line. A newcomer's run that ends frees its share
+            # and its slot, and wakes this loop first.
+            share = self._share
+            if not await share.wait_free():
+                return
+            slots = self._slots
+            if not await slots.wait_free(first=True, overflow=True):
+                return
+            pool = slots if slots.free > 0 or slots.overflow is None else slots.overflow
+            # A slot each for as many as wait, claimed together: one at a time, the
+            # partitions' readers took the other slots of a batch that freed up
+            # together while the first claim was out.
+            wanted = min(len(self._newcomers), share.free)
+            reserved = pool.take_up_to(wanted)
+            if reserved is None:
+                continue
+            shared = share.take_up_to(reserved.count)
+            assert shared is not None  # share.free >= wanted >= reserved.count >= 1
+            reserved.with_companion(shared)
+            claims = []
+            while reserved.count and self._newcomers:
+                task_id = self._newcomers.popleft()
+                partition = parse_task_id(task_id)
+                assert partition is not None  # the worker hints only its partitions' tasks
+                claims.append(self._claim_batch(partition, reserved.split(), backoff, task_id))
+            reserved.give_back()
+            backoff = max(delay for _, delay in await asyncio.gather(*claims))
 
     async def read(self, partition: int) -> None:
         """Read and start ``partition``'s new entries until the worker stops."""
@@ -158,10 +242,15 @@ class Intake:
         return claim is not None and claim.backlog
 
     async def _claim_batch(
-        self, partition: int, reserved: SlotLease, backoff: float
+        self,
+        partition: int,
+        reserved: SlotLease,
+        backoff: float,
+        first: str | None = None,
     ) -> tuple[bool, float]:
         """Claim up to ``reserved.count`` new entries of ``partition`` and start their
-        runs, each with one of the slots ``reserved`` (given back: what no run took).
+        runs, each with one of the slots ``reserved`` (given back: what no run took);
+        ``first``, a newcomer's task, first.
 
         Returns whether entries were read (the partition may have more) and the
         next read backoff.
@@ -178,6 +267,7 @@ class Intake:
                 max_attempts=settings.max_attempts,
                 # No slot left here: if tasks still wait, wake a worker that has some.
                 wake=self._slots.free == 0,
+                first=first,
             )
         except RedisTasksError as exc:
             failure = exc

@@ -54,14 +54,17 @@ class Renewal:
             else:
                 self._health.renewed()  # nothing to renew: nothing failing
 
-    def on_event(self, task_id: str) -> None:
-        """A change hint: answers may have arrived, or a cancellation request."""
+    def on_event(self, task_id: str) -> bool:
+        """A change hint: answers may have arrived, or a cancellation request.
+        Whether it was for a task this worker runs."""
         run = self._runs.latest.get(task_id)
-        if run is None or not run.renewable:
-            return
-        run.execution.notify_changed()
-        # A change may be a cancellation request: renewing now reports it.
-        self._background.spawn(self.renew(run))
+        if run is None:
+            return False
+        if run.renewable:
+            run.execution.notify_changed()
+            # A change may be a cancellation request: renewing now reports it.
+            self._background.spawn(self.renew(run))
+        return True
 
     async def renew(self, run: Run) -> None:
         """Renew ``run``'s lease once (unless one is in flight or it needs none)."""

@@ -34,6 +34,9 @@ class Settings:
     timeout: float  # seconds one backend call may take
     #: Logs and spans name tasks by their whole ID, not their reference.
     whole_task_ids: bool = False
+    #: Slots beyond ``concurrency`` that only newcomers' tasks may take, when every
+    #: other slot is busy (see :mod:`.intake`).
+    newcomer_slots: int = 0
 
     @staticmethod
     def default_name() -> str:

@@ -16,6 +16,11 @@ which is nothing next to such handlers; with short ones (no-op jobs) it cut a
 drain to 0.62x, and a partition's turn comes within milliseconds anyway, so short
 handlers keep whole batches.
 
+A reader may also wait *first in line* (:meth:`Slots.wait_free`'s ``first``): the
+one that starts newcomers' tasks (see :mod:`.intake`), whose tenants are the ones
+most behind; behind the partitions' turns they waited for one free slot per
+partition served (16 by default) rather than for the next one.
+
 A slot is held only through a :class:`SlotLease`, where the rule of the slots lives
 and is checked: every slot taken is given back exactly once.
 """
@@ -52,9 +57,18 @@ class Slots:
     in-memory queue's) get back in line first and win every round.
     """
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, *, overflow: Slots | None = None) -> None:
         #: Every slot there is (the worker's concurrency).
         self.total = total
+        #: Slots beyond these that only a reader waiting with ``overflow=True`` takes
+        #: when none of these is free (the newcomers' extra slots); one given back
+        #: wakes that reader here.
+        self.overflow = overflow
+        self._wakes: Slots | None = None
+        if overflow is not None:
+            overflow._wakes = self
+        #: The reader in line that may take an overflow slot, if any.
+        self._overflowing: asyncio.Future[None] | None = None
         #: Slots not taken: ``total`` less those out in leases.
         self.free = total
         self.closed = False
@@ -78,25 +92,39 @@ class Slots:
         """Readers waiting for a slot (the others a free slot is shared with)."""
         return len(self._line)
 
-    async def wait_free(self) -> bool:
+    def _available(self, overflow: bool) -> bool:
+        """A free slot, or (``overflow``) a free overflow slot."""
+        extra = self.overflow
+        return self.free > 0 or (overflow and extra is not None and extra.free > 0)
+
+    async def wait_free(self, *, first: bool = False, overflow: bool = False) -> bool:
         """Wait for this reader's turn at a free slot (taking none); ``False`` once
         closed. The caller takes its slots in the step this returns in; the next
-        reader's turn comes after that step."""
-        if self.closed or (self.free > 0 and not self._line and self._turn is None):
+        reader's turn comes after that step. ``first``: ahead of every reader in
+        line (see the module); ``overflow``: a free overflow slot will do too, when
+        none of these is free (one reader at a time)."""
+        if self.closed or (self._available(overflow) and not self._line and self._turn is None):
             return not self.closed
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        self._line.append(waiter)
+        if first:
+            self._line.appendleft(waiter)
+        else:
+            self._line.append(waiter)
+        if overflow:
+            self._overflowing = waiter
         self._wake()
         try:
             while True:
                 await waiter
                 self._turn = None
-                if self.closed or self.free > 0:
+                if self.closed or self._available(overflow):
                     break
                 # Another taker (a reclaim) took the slot first: first in line still.
                 waiter = loop.create_future()
                 self._line.appendleft(waiter)
+                if overflow:
+                    self._overflowing = waiter
         except BaseException:
             if waiter in self._line:
                 self._line.remove(waiter)
@@ -104,16 +132,24 @@ class Slots:
                 self._turn = None
                 self._wake()
             raise
+        finally:
+            if self._overflowing is waiter:
+                self._overflowing = None
         loop.call_soon(self._wake)
         return not self.closed
 
     def _wake(self) -> None:
-        """Give the turn to the reader first in line, if a slot is free and no other
-        reader has the turn."""
+        """Give the turn to the reader first in line, if a slot is free (or, for the
+        reader that may overflow, an overflow slot) and no other reader has the turn."""
         if self._turn is not None:
             return
-        while self._line and (self.free > 0 or self.closed):
-            waiter = self._line.popleft()
+        while self._line:
+            waiter = self._line[0]
+            if not waiter.done() and not (
+                self.closed or self._available(waiter is self._overflowing)
+            ):
+                return
+            self._line.popleft()
             if not waiter.done():
                 waiter.set_result(None)
                 self._turn = waiter
@@ -122,6 +158,8 @@ class Slots:
     def close(self) -> None:
         """Wake every waiter: the worker is stopping."""
         self.closed = True
+        if self.overflow is not None:
+            self.overflow.close()
         while self._line:
             waiter = self._line.popleft()
             if not waiter.done():
@@ -148,6 +186,8 @@ class Slots:
     def _give(self, count: int) -> None:
         self.free += count
         self._wake()
+        if self._wakes is not None:  # an overflow slot: its reader waits there
+            self._wakes._wake()
 
     def _refuse_second_give(self) -> None:
         self.given_twice += 1
@@ -173,24 +213,39 @@ class SlotLease:
     :attr:`Slots.out` above zero once the worker has stopped. Both are logged as
     errors, and the test suites fail on either.
 
+    A lease may carry a *companion* (:meth:`with_companion`): as many slots of a
+    second pool (the newcomers' share, see :mod:`.intake`), split and given back
+    with its own, so a run holds one of each and ends both at once.
+
     One small object per claim: nothing next to the claim's round trip.
     """
 
-    __slots__ = ("_pool", "_spent", "count")
+    __slots__ = ("_companion", "_pool", "_spent", "count")
 
     def __init__(self, pool: Slots, count: int) -> None:
         self._pool = pool
         #: The slots this lease still holds.
         self.count = count
         self._spent = False
+        self._companion: SlotLease | None = None
+
+    def with_companion(self, companion: SlotLease) -> SlotLease:
+        """This lease, carrying ``companion`` (of as many slots of another pool):
+        split and given back together from now on."""
+        self._companion = companion
+        return self
 
     def split(self) -> SlotLease:
-        """One of this lease's slots, moved into a lease of its own (a run's)."""
+        """One of this lease's slots (and one of its companion's), moved into a
+        lease of its own (a run's)."""
         if self.count > 0:
             self.count -= 1
         else:  # more runs than slots taken: a bug, counted
             self._pool._overdraw()
-        return SlotLease(self._pool, 1)
+        lease = SlotLease(self._pool, 1)
+        if self._companion is not None:
+            lease._companion = self._companion.split()
+        return lease
 
     def give_back(self, held: float | None = None) -> None:
         """Give back the slots this lease still holds (maybe none), once.
@@ -206,6 +261,10 @@ class SlotLease:
         count, self.count = self.count, 0
         if held is not None:
             pool.hold += _ALPHA * (held - pool.hold)
+        # The companion first: its waiter (the newcomers' loop) wakes ahead of the
+        # reader whose turn this slot gives, and may take the slot it freed.
+        if self._companion is not None:
+            self._companion.give_back()
         pool._give(count)
 
 

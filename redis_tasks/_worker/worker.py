@@ -23,6 +23,7 @@ from typing import Any, Self
 
 from redis_tasks._cancel import cancel_and_wait
 from redis_tasks._execution import Handler
+from redis_tasks._ids import parse_task_id
 from redis_tasks._telemetry.backlog import WorkerGauges
 from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import WorkerBackend
@@ -55,6 +56,13 @@ class Worker:
     The worker's logs and spans name a task by its reference (``11.Wt0jM9``),
     never its whole ID, which is a capability; ``whole_task_ids=True`` writes
     whole IDs (default: the manager's ``whole_task_ids``).
+
+    A *newcomer* (a tenant that was not waiting in its partition and joins while
+    others wait) starts at the worker's next free slot, wherever its partition's
+    turn is; newcomers hold at most half the slots. ``newcomer_slots=N`` lets up
+    to N newcomers' tasks start at once when every slot is busy, beyond
+    ``concurrency`` (default 0: never more than ``concurrency`` handlers): with
+    long tools, a busy worker's slots may free only when they end.
     """
 
     def __init__(
@@ -71,9 +79,12 @@ class Worker:
         cancel_hints: bool = True,
         input_poll_interval: timedelta = timedelta(seconds=1),
         whole_task_ids: bool | None = None,
+        newcomer_slots: int = 0,
     ) -> None:
         if concurrency < 1 or max_attempts < 1 or read_batch < 1:
             raise ValueError("concurrency, max_attempts and read_batch must be >= 1")
+        if newcomer_slots < 0:
+            raise ValueError("newcomer_slots must be >= 0")
         if lease < timedelta(milliseconds=100):
             raise ValueError("lease must be at least 100 ms")
         self.manager = manager
@@ -81,6 +92,7 @@ class Worker:
         self.partitions = tuple(range(manager.partitions) if partitions is None else partitions)
         if not self.partitions:
             raise ValueError("a worker needs at least one partition")
+        self._served = frozenset(self.partitions)
         self.cancel_hints = cancel_hints
         queue = self._queue = manager.work_queue
         settings = self._settings = Settings(
@@ -92,8 +104,9 @@ class Worker:
             input_poll=input_poll_interval.total_seconds(),
             timeout=queue.timeout,
             whole_task_ids=manager.whole_task_ids if whole_task_ids is None else whole_task_ids,
+            newcomer_slots=newcomer_slots,
         )
-        self._slots = Slots(concurrency)
+        self._slots = Slots(concurrency, overflow=Slots(newcomer_slots))
         self._background = Background()
         self._health = Health(
             self.partitions,
@@ -193,7 +206,7 @@ class Worker:
             # The signals only: the changes a running task must see, not every
             # create and outcome (a drain's worth of events cost a tenth of its CPU).
             publisher = self._queue.signals
-            registration = publisher.subscribe(self._renewal.on_event)
+            registration = publisher.subscribe(self._on_signal)
             # Read no work before the event tail has fixed where it starts, or a
             # cancellation made in between would never reach the handler as a hint.
             try:
@@ -211,6 +224,7 @@ class Worker:
         sampling = _loop(self._gauges.loop(), "redis-tasks-backlog") if METRICS.enabled else None
         self._health.started()
         readers = [_loop(self._intake.read(p), f"redis-tasks-read-{p}") for p in self.partitions]
+        readers.append(_loop(self._intake.newcomers(), "redis-tasks-newcomers"))
         renewing = _loop(self._renewal.loop(), "redis-tasks-renew")
         reclaiming = _loop(self._intake.reclaim_loop(self.partitions), "redis-tasks-reclaim")
         try:
@@ -219,6 +233,7 @@ class Worker:
             self._health.stopping()
             self._stopping.set()
             self._slots.close()
+            self._intake.close()
             # Readers finish their current read (at most one block) and stop; an
             # entry read meanwhile is claimed and then handed back like the rest.
             await asyncio.gather(*readers, return_exceptions=True)
@@ -240,10 +255,19 @@ class Worker:
             self._stopped.set()
             log(logging.INFO, "worker stopped", "worker_stopped", worker=self.name)
 
+    def _on_signal(self, task_id: str) -> None:
+        """A signal: a change a running task of ours must see, or (a task not running
+        here) a newcomer's task waiting in its partition's tenant queues."""
+        if self._renewal.on_event(task_id):
+            return
+        if parse_task_id(task_id) in self._served:
+            self._intake.hint(task_id)
+
     def _check_slots(self) -> None:
         """Every run has ended: every handler slot must be back (the rule of
         :class:`~.slots.SlotLease`); one that is not was lost on some path."""
-        leaked = self._slots.out
+        overflow = self._slots.overflow
+        leaked = self._slots.out + self._intake.slots_out + (overflow.out if overflow else 0)
         if leaked:
             log(
                 logging.ERROR,

@@ -1029,12 +1029,23 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         count=st.integers(1, 3),
         lease_ms=lease_ms,
         max_attempts=max_attempts,
+        first=st.none() | st.integers(0, 15),
     )
     def claim_next(
-        self, partition: int, consumer: str, count: int, lease_ms: int, max_attempts: int
+        self,
+        partition: int,
+        consumer: str,
+        count: int,
+        lease_ms: int,
+        max_attempts: int,
+        first: int | None,
     ) -> None:
-        """A worker reads and claims the partition's next new work entries."""
+        """A worker reads and claims the partition's next new work entries; with
+        ``first``, a task of the partition started ahead of the ring's order (a
+        newcomer's, as a signal names one: queued or not, the scripts decide)."""
         before = {pair: self.before_claim(pair) for pair in self.pairs}
+        mine = [p for p in self.pairs if p.known and parse_task_id(p.redis_id) == partition]
+        ahead = mine[first % len(mine)] if first is not None and mine else None
         read: dict[str, list[tuple[Pair, Claim]]] = {}
         for backend, manager in (("memory", self.memory), ("redis", self.redis)):
             claimed = self.run(
@@ -1044,6 +1055,7 @@ class MemoryVersusRedis(RuleBasedStateMachine):
                     count=count,
                     lease=timedelta(milliseconds=lease_ms),
                     max_attempts=max_attempts,
+                    first=None if ahead is None else getattr(ahead, f"{backend}_id"),
                 )
             )
             read[backend] = []

@@ -414,6 +414,107 @@ async def test_a_busy_batch_claim_rings_the_doorbell_for_a_blocked_worker(make: 
             await reader.close()
 
 
+async def test_a_newcomer_is_signalled_and_a_first_claim_starts_it_ahead(make: Build) -> None:
+    """A tenant that joins a ring where others wait is signalled (its task's ID on the
+    signal stream, the flood's never), and a batch claim naming it as ``first``
+    starts it ahead of the ring's order and of the entry still undelivered; then the
+    flood goes on in its own order. A tenant whose second task came meanwhile has
+    that one signalled next; a stale ``first`` costs the claim nothing."""
+    async with make() as b:
+        m = b.manager
+        q = m.work_queue
+        heard: list[str] = []
+        registration = q.signals.subscribe(heard.append)
+        try:
+            await q.signals.wait_ready()
+            flood = [await create(m) for _ in range(6)]  # the first is straight in the stream
+            late, late_next = await create(m, BOB), await create(m, BOB)
+            await wait_until(partial(_holds, heard, [late]), what="the newcomer's signal")
+            claimed = await q.claim_next(
+                0, consumer="w1", count=1, lease=LONG, max_attempts=5, first=late
+            )
+            assert [(e.task_id, c.outcome) for e, c in claimed] == [(late, ClaimOutcome.RUN)]
+            # The newcomer's next task came before its first started: signalled too.
+            await wait_until(partial(_holds, heard, [late, late_next]), what="its next one")
+            assert not set(heard) & set(flood)
+            stale = await q.claim_next(
+                0, consumer="w1", count=1, lease=LONG, max_attempts=5, first=late
+            )
+            assert [e.task_id for e, _ in stale] == flood[:1]  # the moved entry, first of A's
+            order = await served(m, 6)
+            assert [t for t in order if t in flood] == flood[1:]
+            assert late_next in order
+            assert await next_one(m) is None
+            depth = await q.depth(0)
+            assert (depth.queued, depth.tenants, depth.backlog) == (0, 0, 0)
+        finally:
+            registration.close()
+
+
+async def _holds(heard: list[str], expected: list[str]) -> bool:
+    return heard == expected
+
+
+async def test_a_busy_worker_starts_a_newcomer_at_its_next_free_slot(make: Build) -> None:
+    """Every slot of a worker serving 8 partitions is held by tenant A's flood, which
+    waits in every partition; B creates one task. When one of A's handlers returns,
+    B's task is the next to start, wherever its partition stands in the partitions'
+    turns (which gave B one slot in 8 before). With ``newcomer_slots=1``, B's task
+    starts at once, on a slot beyond the concurrency, and a second newcomer waits
+    for a free slot."""
+    async with make(partitions=8) as b:
+        if b.name == "embedded":
+            pytest.skip("the embedded Redis blocks one reader at a time: signals wait behind")
+        for newcomer_slots in (0, 1):
+            await _newcomer_round(b.manager, newcomer_slots)
+
+
+async def _newcomer_round(m: WorkerBackend, newcomer_slots: int) -> None:
+    """One worker of ``newcomer_slots`` behind a flood: see the test above."""
+    starts: list[str] = []
+    release: dict[str, asyncio.Event] = {}
+
+    async def handler(execution: TaskExecution) -> Any:
+        starts.append(execution.task_id)
+        await release.setdefault(execution.task_id, asyncio.Event()).wait()
+        return {}
+
+    async def started(n: int) -> bool:
+        return len(starts) >= n
+
+    flood = [await create(m) for _ in range(80)]  # 10 a partition: none runs dry
+    async with Worker(m, handler, concurrency=4, newcomer_slots=newcomer_slots) as w:
+        running = asyncio.ensure_future(w.run())
+        await wait_until(partial(started, 4), what="the flood to fill every slot")
+        late = await create(m, BOB)
+        if newcomer_slots:
+            await wait_until(partial(started, 5), what="the newcomer's extra slot")
+            assert starts[4] == late
+            late = await create(m, RequestContext("/mcp", "user:third"))
+            await wait_until(partial(_hinted, w, late), what="the second newcomer")
+            assert len(starts) == 5  # no extra slot left: it waits for a free one
+        else:
+            await wait_until(partial(_hinted, w, late), what="the newcomer's signal")
+            assert len(starts) == 4
+        release.setdefault(starts[0], asyncio.Event()).set()
+        await wait_until(partial(started, len(starts) + 1), what="the next start")
+        assert starts[-1] == late
+        for task_id in [*flood, *starts]:
+            release.setdefault(task_id, asyncio.Event()).set()
+
+        async def flood_started() -> bool:
+            return set(flood) <= set(starts)
+
+        await wait_until(flood_started, what="the rest of the flood")
+        await w.stop()
+        await running
+
+
+async def _hinted(worker: Worker, task_id: str) -> bool:
+    """Whether ``worker`` heard ``task_id``'s newcomer signal (and waits to start it)."""
+    return task_id in worker._intake._newcomers
+
+
 def _with_stats_of(before: Any, after: Any) -> Any:
     """``after``, with each stats hash as ``before`` had it: a refusal counts itself
     in the stats (best effort), and stores nothing else."""

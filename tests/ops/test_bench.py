@@ -516,14 +516,47 @@ def test_fairness_puts_the_late_tenant_ahead_of_the_flood(redis_server: RedisSer
     weights = fairness["weights"]
     assert weights["window"] == 20
     assert sum(weights["shares"].values()) == pytest.approx(1)
+    assert 0 < fair["longest_gap_ms"] <= fair["b_max"] + 1000
     targets = results["ratios"]["targets"]
-    assert targets["fairness_b_p99_at_most_2d_plus_50ms"]["bound_ms"] == 90
+    assert targets["fairness_b_p99_at_most_4d_over_c_plus_50ms"]["bound_ms"] == 70
+    next_free = targets["fairness_b_p99_at_most_the_next_free_slot_plus_50ms"]
+    assert next_free["bound_ms"] == pytest.approx(fair["longest_gap_ms"] + 50, abs=0.1)
     assert "fairness_jain_at_least_0.95" in targets
     assert "fairness_weights_75_25_within_5_points" in targets
     assert "fair dispatch:" in table(results)
     assert bench_keys(url) == before
     assert url not in done.stdout
     assert "user:" not in done.stdout  # no partition key, no tenant
+
+
+def test_fairness_takes_only_the_parts_asked_with_newcomer_slots(
+    redis_server: RedisServer,
+) -> None:
+    """``--fair-parts fair`` measures the noisy neighbour with fair dispatch alone, on a
+    worker with ``--fair-newcomer-slots``; only its targets are judged."""
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "fairness", "--redis-url",
+         redis_server.url, *FAIR_TINY, "--fair-parts", "fair", "--fair-newcomer-slots", "1",
+         "--rounds", "1", "--json", "-", "--quiet"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    fairness = results["fairness"]
+    assert list(fairness["noisy"]) == ["fair"]
+    assert fairness["newcomer_slots"] == 1
+    assert "tenants" not in fairness
+    assert "weights" not in fairness
+    targets = results["ratios"]["targets"]
+    assert "fairness_b_p99_at_most_4d_over_c_plus_50ms" in targets
+    assert "fairness_jain_at_least_0.95" not in targets
+    assert "(+1 newcomer slots)" in table(results)
+    refused = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "fairness", "--fair-parts", "fair,nope"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "give some of fair,fifo,tenants,weights" in refused.stderr
 
 
 def test_the_side_channel_script_s_ks_test() -> None:

@@ -781,6 +781,51 @@ def test_every_slot_taken_is_given_back_exactly_once(caplog: pytest.LogCaptureFi
     slots.given_twice = slots.overdrawn = 0
 
 
+async def test_a_reader_first_in_line_or_overflowing_takes_the_slots_it_may() -> None:
+    """The newcomers' reader waits first in line and may take an overflow slot when
+    no slot is free; a lease with a companion (the newcomers' share) splits and gives
+    back both together, the companion first, so its reader wakes first."""
+    slots = Slots(1, overflow=Slots(1))
+    share = Slots(1)
+    assert slots.overflow is not None
+    held = slots.take_up_to(1)
+    assert held is not None
+    order: list[str] = []
+
+    async def reader(name: str, **how: bool) -> None:
+        assert await slots.wait_free(**how)
+        pool = slots if slots.free else slots.overflow
+        assert pool is not None
+        taken = pool.take_up_to(1)
+        assert taken is not None
+        order.append(f"{name}:{'slot' if pool is slots else 'overflow'}")
+        taken.give_back()
+
+    plain = asyncio.ensure_future(reader("plain"))
+    await asyncio.sleep(0)  # in line first
+    # An overflow slot is free: the newcomers' reader takes it at once, ahead of the line.
+    await reader("newcomer", first=True, overflow=True)
+    assert order == ["newcomer:overflow"]
+    extra = slots.overflow.take_up_to(1)
+    assert extra is not None
+    newcomer = asyncio.ensure_future(reader("newcomer", first=True, overflow=True))
+    await asyncio.sleep(0)
+    extra.give_back()  # an overflow slot comes back: it wakes the overflowing reader
+    await newcomer
+    held.give_back()  # a slot comes back: the plain reader's turn
+    await plain
+    assert order == ["newcomer:overflow", "newcomer:overflow", "plain:slot"]
+    batch = slots.take_up_to(1)
+    shared = share.take_up_to(1)
+    assert batch is not None
+    assert shared is not None
+    run = batch.with_companion(shared).split()
+    assert (slots.out, share.out) == (1, 1)
+    batch.give_back()
+    run.give_back(held=0.01)
+    assert (slots.out, share.out, slots.given_twice, share.given_twice) == (0, 0, 0, 0)
+
+
 async def test_a_slot_never_given_back_is_reported_when_the_worker_stops(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
