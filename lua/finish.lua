@@ -9,8 +9,7 @@
   transition again.
 
   The task stops counting against its tenant's quota and cap (terminal.lua);
-  a task that never left its tenant's queue stays there until a worker meets it
-  (dispatched, its claim finds it terminal and drops it).
+  a task that never left its tenant's queue leaves it.
 
   Includes: common, terminal
 

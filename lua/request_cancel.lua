@@ -1,15 +1,25 @@
 --[[
   request_cancel: authorize a client and record its durable cancellation
-  intent. A worker may honor it, or completion may win. A terminal task
-  accepts the request idempotently and changes nothing.
+  intent. A worker may honor it, or completion may win. A task no worker holds
+  (waiting in its tenant's queue or in the work stream, or whose lease ran out)
+  ends cancelled here and now, as the claim that met it would: its quota place,
+  its running place and its place in the tenant's queue are free at once, and no
+  worker runs it (a claim of its entry finds it ended). A terminal task accepts
+  the request idempotently and changes nothing.
 
-  Includes: common
+  Includes: common, terminal
 
   KEYS:
     1 task           the task record hash
-    2 events         the partition's event stream
-    3 signals        the partition's signal stream (what workers listen to)
-    4 grant          the grant key of (task ID, endpoint, binding)
+    2 requests       outstanding input requests
+    3 issued         issued input keys
+    4 answers        accepted answers not yet taken
+    5 journal        the answer journal
+    6 work           the partition's work stream
+    7 events         the partition's event stream
+    8 stats          the partition's stats hash (cancelled, queued)
+    9 signals        the partition's signal stream (what workers listen to)
+    10 grant         the grant key of (task ID, endpoint, binding)
   ARGV:
     1 task_id
     2 binding        the record's digest of (task ID, endpoint, partition binding)
@@ -17,13 +27,19 @@
   Returns:
     {RC_OK}
     {RC_NOT_FOUND}   unknown, expired or unauthorized
-  Events: one entry, and one signal for the task's worker, when the intent is
-  first recorded on a live task.
+  Events: one entry when the intent is first recorded on a live task; and one
+  signal for the task's worker when a live lease holds it.
 ]]
 local task_key = KEYS[1]
-local events_key = KEYS[2]
-local signals_key = KEYS[3]
-local grant_key = KEYS[4]
+local requests_key = KEYS[2]
+local issued_key = KEYS[3]
+local answers_key = KEYS[4]
+local journal_key = KEYS[5]
+local work_key = KEYS[6]
+local events_key = KEYS[7]
+local stats_key = KEYS[8]
+local signals_key = KEYS[9]
+local grant_key = KEYS[10]
 local task_id = ARGV[1]
 local binding = ARGV[2]
 local event_opts = ARGV[3]
@@ -31,14 +47,22 @@ local event_opts = ARGV[3]
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
 end
-local t = hmget(task_key, 'bd', 'st', 'cx')
+local t = hmget(task_key, 'bd', 'st', 'cx', 'ld', 'wk', 'ua', 'tn', 'oq', 'tc')
 if t[1] ~= binding then
   return {RC_NOT_FOUND}
 end
 if TERMINAL[t[2]] or t[3] == '1' then
   return {RC_OK}
 end
+if t[4] and tonumber(t[4]) > now_ms() then
+  -- A worker holds it: the intent is recorded and the worker hears of it.
+  redis.call('HSET', task_key, 'cx', '1')
+  emit(events_key, event_opts, task_id)
+  emit(signals_key, event_opts, task_id)
+  return {RC_OK}
+end
 redis.call('HSET', task_key, 'cx', '1')
-emit(events_key, event_opts, task_id)
-emit(signals_key, event_opts, task_id)
+terminate({task_key, requests_key, issued_key, answers_key, journal_key, work_key, events_key,
+  stats_key}, task_id, t[5], t[6], t.updated, ST_CANCELLED, nil, '', '', event_opts,
+  {t[7], t[8], t[9]}, nil)
 return {RC_OK}

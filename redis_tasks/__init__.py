@@ -50,6 +50,7 @@ from ._models import (
     TaskUpdateContext,
 )
 from ._origin import TaskOrigin
+from ._plans import PlanPolicy, TenantPlan
 from ._redis import RedisTaskManager
 from ._status import TERMINAL_STATUSES, TaskStatus
 from ._version import __version__ as __version__
@@ -76,6 +77,7 @@ __all__ = [
     "Limits",
     "PartitionView",
     "PickupHistogram",
+    "PlanPolicy",
     "QuotaExceededError",
     "RedisTaskManager",
     "RedisTasksError",
@@ -95,6 +97,7 @@ __all__ = [
     "TaskStatus",
     "TaskTerminalError",
     "TaskUpdateContext",
+    "TenantPlan",
     "ValidationError",
     "Worker",
     "task_ref",

@@ -31,6 +31,7 @@ from ._models import (
     TaskUpdateContext,
 )
 from ._origin import TaskOrigin
+from ._plans import PlanPolicy, TenantPlan, check_policy, plan_terms, resolve_plan
 from ._record import EncodedAnswer, EncodedRequest, Encoder, created_task
 from ._status import TaskStatus
 from ._telemetry.metrics import METRICS
@@ -92,10 +93,13 @@ class TaskManagerBase(ABC):
         *,
         fair_dispatch: bool = True,
         whole_task_ids: bool = False,
+        plans: PlanPolicy | None = None,
     ) -> None:
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise ValueError(f"partitions must be in 1..{MAX_PARTITIONS}")
         self._encoder = Encoder(limits or Limits())
+        check_policy(self._encoder.limits, plans)
+        self._plans = plans
         self._partitions = partitions
         self._fair = bool(fair_dispatch)
         self._whole_task_ids = bool(whole_task_ids)
@@ -167,7 +171,8 @@ class TaskManagerBase(ABC):
         poll_interval: timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
         tenant: str | None = None,
-        weight: int = 1,
+        weight: int | None = None,
+        plan: TenantPlan | None = None,
     ) -> Task:
         """Create a ``working`` task bound to ``request`` and enqueue its work atomically.
 
@@ -175,19 +180,27 @@ class TaskManagerBase(ABC):
         ``poll_interval=None`` take the configured defaults.
 
         The task counts against ``tenant`` (default: its binding, ``request``'s
-        endpoint and partition key) for fair dispatch and the per-tenant limits of
-        :class:`Limits`; ``weight`` is the tenant's share of the workers while
-        tenants compete (a tenant of weight 3 starts three tasks for one of a tenant
-        of weight 1). Raises :class:`QuotaExceededError` when a tenant's quota or
-        rate refuses the task, and :class:`CapacityError` when there is no room
-        (Redis out of memory); nothing is stored then.
+        endpoint and partition key) for fair dispatch and the limits of the
+        tenant's plan: ``plan`` when given, else what the manager's ``plans``
+        policy gives for ``tenant``, else the default plan (the per-tenant fields
+        of :class:`Limits`; see :class:`TenantPlan`). ``weight`` (default: the
+        plan's) is the tenant's share of the workers while tenants compete (a
+        tenant of weight 3 starts three tasks for one of a tenant of weight 1).
+        Raises :class:`QuotaExceededError` when a tenant's quota or rate refuses
+        the task, :class:`CapacityError` when there is no room (Redis out of
+        memory), and :class:`ValidationError` or :class:`LimitExceededError` for a
+        bad tenant, weight or plan; nothing is stored then.
         """
         encoder = self._encoder
         endpoint, binding = encoder.binding(request)
         origin_bytes, payload_bytes = encoder.origin(origin), encoder.payload(payload)
         ttl_ms, poll_ms = encoder.ttl_ms(ttl), encoder.poll_ms(poll_interval)
         metadata_bytes = encoder.metadata(metadata)
-        admitted = admission(encoder.limits, endpoint, binding, tenant, weight)
+        limits = encoder.limits
+        named_tenant = tenant if isinstance(tenant, str) else None
+        chosen, named = resolve_plan(limits, self._plans, named_tenant, plan)
+        terms = plan_terms(limits, chosen, weight, named=named)
+        admitted = admission(limits, endpoint, binding, tenant, terms)
         partitions = self._partitions
         task_id = new_task_id(
             partitions, home_partition(admitted.tenant, partitions) if admitted.home else None

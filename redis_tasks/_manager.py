@@ -18,6 +18,7 @@ from ._models import (
     TaskUpdateContext,
 )
 from ._origin import TaskOrigin
+from ._plans import TenantPlan
 
 __all__ = ["TaskManager"]
 
@@ -92,15 +93,18 @@ class TaskManager(Protocol):
         poll_interval: timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
         tenant: str | None = None,
-        weight: int = 1,
+        weight: int | None = None,
+        plan: TenantPlan | None = None,
     ) -> Task:
         """Create a ``working`` task bound to ``request`` and enqueue its work atomically.
 
         Returns once ``find_task`` from any process sees it. ``ttl=None`` and
         ``poll_interval=None`` take the configured defaults. The task counts against
-        ``tenant`` (default: its binding) with ``weight``, for fair dispatch and the
-        per-tenant limits; a refusal raises :class:`QuotaExceededError` (a tenant's
-        quota or rate) or :class:`CapacityError` (no room) and stores nothing.
+        ``tenant`` (default: its binding) with ``weight`` (default: its plan's), for
+        fair dispatch and the limits of its plan (``plan``, else the manager's
+        policy's for ``tenant``, else the default); a refusal raises
+        :class:`QuotaExceededError` (a tenant's quota or rate) or
+        :class:`CapacityError` (no room) and stores nothing.
         """
         ...
 

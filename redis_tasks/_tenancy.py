@@ -60,6 +60,7 @@ from typing import Final
 from ._errors import LimitExceededError, ValidationError
 from ._json import utf8_size
 from ._limits import Limits
+from ._plans import PlanTerms
 
 __all__ = [
     "DIGEST_CHARS",
@@ -161,14 +162,14 @@ class Admission:
 
 
 def admission(
-    limits: Limits, endpoint: bytes, binding: bytes, tenant: object, weight: object
+    limits: Limits, endpoint: bytes, binding: bytes, tenant: object, terms: PlanTerms
 ) -> Admission:
-    """Validate ``create_task``'s ``tenant`` and ``weight`` against ``limits``.
+    """Validate ``create_task``'s ``tenant`` against ``limits``, and apply the tenant's
+    checked plan ``terms`` (:func:`~redis_tasks._plans.plan_terms`).
 
-    Raises :class:`ValidationError` (a tenant that is not a ``str``, a weight that is
-    not an ``int``) or :class:`LimitExceededError` (a tenant key over
-    ``max_tenant_bytes``, a weight outside 1..``max_tenant_weight``); the messages
-    never hold the tenant key.
+    Raises :class:`ValidationError` (a tenant that is not a ``str``) or
+    :class:`LimitExceededError` (a tenant key over ``max_tenant_bytes``); the
+    messages never hold the tenant key.
     """
     key: bytes | None = None
     if tenant is not None:
@@ -177,22 +178,13 @@ def admission(
         if utf8_size(tenant, "tenant") > limits.max_tenant_bytes:
             raise LimitExceededError(f"tenant exceeds {limits.max_tenant_bytes} bytes")
         key = tenant.encode("utf-8")
-    if not isinstance(weight, int) or isinstance(weight, bool):
-        raise ValidationError("weight must be an int")
-    if not 1 <= weight <= limits.max_tenant_weight:
-        raise LimitExceededError(f"weight must be 1 to {limits.max_tenant_weight}")
-    cap = limits.max_running_tasks_per_tenant or 0
-    rate_us = burst_us = 0
-    if limits.tenant_create_rate is not None:
-        rate_us = max(1, round(1_000_000 / limits.tenant_create_rate))
-        burst = limits.tenant_create_burst or max(1, math.ceil(limits.tenant_create_rate))
-        burst_us = (burst - 1) * rate_us
+    weight, cap = terms.weight, terms.cap
     return Admission(
         tenant=tenant_digest(endpoint, binding, key),
-        settings=f"{weight} {cap}" if weight != 1 or cap else "",
+        settings=f"{weight} {cap}" if weight != 1 or cap or terms.named else "",
         cap=cap,
-        max_open=limits.max_open_tasks_per_tenant or 0,
-        rate_us=rate_us,
-        burst_us=burst_us,
-        home=limits.tenant_scoped,
+        max_open=terms.max_open,
+        rate_us=terms.rate_us,
+        burst_us=terms.burst_us,
+        home=terms.home,
     )

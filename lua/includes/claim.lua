@@ -69,9 +69,10 @@ end
 -- reclaimed) and claim_next (entries read inside the script). See claim.lua's
 -- header for the outcomes. A first claim that runs the task is counted in
 -- `pickups` (see record_pickups). A task of a capped tenant (the record's `tc`)
--- runs only while fewer than its cap of the tenant's tasks hold a live lease
--- (the tenant's run set, in this partition: a capped tenant's tasks all live in
--- its home partition); otherwise it is deferred back to its tenant's queue.
+-- runs only while fewer than its tenant's cap (the current one when the tenant
+-- waits here, else the task's own) of the tenant's tasks hold a live lease (the
+-- tenant's run set, in this partition: a capped tenant's tasks all live in its
+-- home partition); otherwise it is deferred back to its tenant's queue.
 -- `now` is the server's clock (now_ms()), read once per script call: a batch's
 -- claims share it (one TIME where there was one a claim).
 -- keys: {task, requests, issued, answers, journal, work, events, stats}
@@ -123,8 +124,14 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   if cap and t[12] then
     local tag = tag_of(task_key, task_id)
     run_key = tag .. KEY_RUN .. t[12]
+    -- The cap in force is the tenant's current one where its settings are kept (it
+    -- waits here): its plan may have changed since this task was created.
+    local current = redis.call('HGET', tag .. KEY_TENANTS, t[12])
+    if current then
+      cap = select(2, tenant_settings(current))
+    end
     local mine = tonumber(redis.call('ZSCORE', run_key, task_id))
-    if not (mine and mine > now) and running(run_key, now) >= cap then
+    if cap > 0 and not (mine and mine > now) and running(run_key, now) >= cap then
       defer(keys, tag, t[12], t[14], task_id, {entry_id, t[7] ~= entry_id and t[7] or nil}, now)
       return {RC_DEFERRED}
     end

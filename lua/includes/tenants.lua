@@ -167,6 +167,24 @@ local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fai
   return false, newcomer
 end
 
+-- Take the task `task_id` out of its tenant's queue in the partition tagged `tag`:
+-- it ended before any worker dispatched it. LREM walks the list from its head
+-- (a queue of 10,000: see benchmarks/README.md); the tenant leaves the ring (or
+-- the parked set) when its queue empties. Whether the task was there.
+local function unqueue(tag, tenant, task_id, stats_key)
+  local queue_key = tag .. KEY_QUEUE .. tenant
+  if redis.call('LREM', queue_key, 1, task_id) == 0 then
+    return false
+  end
+  redis.call('HINCRBY', stats_key, STATS_QUEUED, -1)
+  if redis.call('EXISTS', queue_key) == 0 then
+    redis.call('ZREM', tag .. KEY_RING, tenant)
+    redis.call('ZREM', tag .. KEY_PARKED, tenant)
+    redis.call('HDEL', tag .. KEY_TENANTS, tenant)
+  end
+  return true
+end
+
 -- A running task of a capped tenant ended or was handed back: its lease no longer
 -- counts, and a parked tenant may run another, so a doorbell goes to the stream:
 -- a worker blocked on it wakes and dispatches that task now.

@@ -9,7 +9,9 @@
 -- partition's stats count the transition under its status (`redis-tasks inspect`). The
 -- task stops counting against its tenant: its open-task quota (`account[2]`,
 -- the record's `oq`) and, for a capped tenant (`account[3]`, `tc`), its running
--- tasks, which may let a parked tenant back into the ring.
+-- tasks, which may let a parked tenant back into the ring. A task with no work
+-- entry waits in its tenant's queue: it leaves it (unqueue), so it no longer
+-- counts as queued and no worker meets it.
 -- The first write is HDEL, which a full Redis allows (HSET as the first write
 -- would be refused): a worker still finishes what runs when Redis is full.
 -- keys: {task, requests, issued, answers, journal, work, events, stats}
@@ -61,6 +63,9 @@ local function terminate(keys, task_id, entry, last_update, updated, status, mes
     redis.call('XDEL', keys[6], entry)
   end
   local tenant = account[1]
+  if tenant and not entry then
+    unqueue(tag_of(task_key, task_id), tenant, task_id, keys[8])
+  end
   if tenant and (account[2] or account[3]) then
     local tag = tag_of(task_key, task_id)
     if account[2] then

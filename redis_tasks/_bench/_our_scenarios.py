@@ -21,6 +21,7 @@ from typing import Any, Final
 from redis_tasks._ids import parse_task_id
 from redis_tasks._models import TaskRequestContext
 from redis_tasks._origin import TaskOrigin
+from redis_tasks._plans import TenantPlan, plan_terms
 from redis_tasks._redis import scripts as lua
 from redis_tasks._redis.manager import RedisTaskManager
 from redis_tasks._tenancy import admission
@@ -243,7 +244,10 @@ class OurScenarios(BenchBase):
             # in __rand_int__ in every argument); the digest stored is any one.
             digest = keys.binding_digest(*grant)
             # One tenant, WHO's binding, as create_task admits it by default.
-            who = admission(manager.limits, *grant, None, 1)
+            limits = manager.limits
+            who = admission(
+                limits, *grant, None, plan_terms(limits, TenantPlan.of_limits(limits), 1)
+            )
             tenant = manager.keyspace.tenant(0, who.tenant)
             create = _evalsha(
                 lua.create(

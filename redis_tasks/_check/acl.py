@@ -51,7 +51,7 @@ ACL_COMMANDS: Final[tuple[str, ...]] = (
     *("spublish", "ssubscribe", "time", "exists", "del", "set"),
     *("hmget", "hset", "hdel", "hgetall", "hkeys", "hincrby", "hlen", "xlen", "xrange"),
     *("xinfo|groups", "pexpireat", "get", "hsetnx", "persist"),
-    *("rpush", "lpush", "lpop", "llen", "lindex", "hget"),
+    *("rpush", "lpush", "lpop", "llen", "lindex", "lrem", "hget"),
     *("zadd", "zrem", "zcard", "zcount", "zscore", "zrange", "zrangebyscore", "zremrangebyscore"),
 )
 #: Needed on a Redis Cluster only.
@@ -137,6 +137,7 @@ _PROBES: Final[dict[str, Callable[[ProbeKeys], tuple[Arg, ...]]]] = {
     "llen": lambda k: ("LLEN", k.key("list")),
     "lindex": lambda k: ("LINDEX", k.key("list"), 0),
     "lpop": lambda k: ("LPOP", k.key("list")),
+    "lrem": lambda k: ("LREM", k.key("list"), 1, "a"),
     "zadd": lambda k: ("ZADD", k.key("zset"), 1, "a"),
     "zscore": lambda k: ("ZSCORE", k.key("zset"), "a"),
     "zcard": lambda k: ("ZCARD", k.key("zset")),

@@ -33,6 +33,7 @@ from redis_tasks._record import (
 
 from .records import TERMINAL, Record, TaskRecords
 from .stream import Streams
+from .tenants import settings_of
 from .terminal import terminate
 
 __all__ = ["claim_entry"]
@@ -91,8 +92,12 @@ def claim_entry(
     tenants = streams.partition(partition).tenants
     if cap is not None and tenant is not None:
         name = tenant.decode()
+        # The tenant's current cap, where its settings are kept (see claim_entry).
+        current = tenants.settings.get(name)
+        limit = int(cap) if current is None else settings_of(current)[1]
         mine = tenants.running.get(name, {}).get(task_id)
-        if not (mine is not None and mine > now) and tenants.live_running(name, now) >= int(cap):
+        live = tenants.live_running(name, now)
+        if limit > 0 and not (mine is not None and mine > now) and live >= limit:
             _defer(streams, partition, record, name, cap.decode(), task_id, entry_id, now)
             return Claim(ClaimOutcome.DEFERRED)
     # Two workers claiming in the same millisecond get different fences.

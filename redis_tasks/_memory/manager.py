@@ -23,6 +23,7 @@ from redis_tasks._events import InMemoryEventPublisher, TaskEventPublisher
 from redis_tasks._ids import parse_task_id
 from redis_tasks._limits import Limits
 from redis_tasks._models import Task
+from redis_tasks._plans import PlanPolicy
 from redis_tasks._record import (
     FIELD_BINDING,
     FIELD_CANCEL_REQUESTED,
@@ -30,6 +31,7 @@ from redis_tasks._record import (
     FIELD_ENDPOINT,
     FIELD_EXPIRES_AT,
     FIELD_FENCE,
+    FIELD_LEASE_DEADLINE,
     FIELD_MESSAGE,
     FIELD_METADATA,
     FIELD_OPEN_QUOTA,
@@ -61,6 +63,7 @@ __all__ = ["InMemoryTaskManager"]
 
 _WORKING = TaskStatus.WORKING.value.encode()
 _INPUT_REQUIRED = TaskStatus.INPUT_REQUIRED.value.encode()
+_CANCELLED = TaskStatus.CANCELLED.value.encode()
 
 
 def _flat(pairs: Mapping[bytes, bytes]) -> list[bytes]:
@@ -87,9 +90,14 @@ class InMemoryTaskManager(TaskManagerBase):
         clock: Callable[[], float] = time.time,
         fair_dispatch: bool = True,
         whole_task_ids: bool = False,
+        plans: PlanPolicy | None = None,
     ) -> None:
         super().__init__(
-            limits, partitions, fair_dispatch=fair_dispatch, whole_task_ids=whole_task_ids
+            limits,
+            partitions,
+            fair_dispatch=fair_dispatch,
+            whole_task_ids=whole_task_ids,
+            plans=plans,
         )
         if max_tasks < 1:
             raise ValueError("max_tasks must be >= 1")
@@ -202,8 +210,22 @@ class InMemoryTaskManager(TaskManagerBase):
             ):
                 return
             record.fields[FIELD_CANCEL_REQUESTED] = b"1"
-            self._records.emit(task_id)
-            self._records.signal(task_id)
+            deadline = record.fields.get(FIELD_LEASE_DEADLINE)
+            if deadline is not None and int(deadline) > self._records.now():
+                self._records.emit(task_id)  # a worker holds it: it hears of it
+                self._records.signal(task_id)
+                return
+            # Nobody holds it: ended here, as the claim that met it would end it.
+            entry = record.fields.get(FIELD_WORK_ENTRY)
+            self._queue.terminate(
+                record,
+                task_id,
+                None if entry is None else entry.decode(),
+                _CANCELLED,
+                None,
+                "",
+                b"",
+            )
 
     async def _create(self, new: NewTask) -> int:
         """Mirror of ``create.lua``."""

@@ -97,6 +97,22 @@ class Tenants:
                 del self.running[tenant]
         return self.unpark(tenant)
 
+    def unqueue(self, tenant: str, task_id: str) -> bool:
+        """Mirror of ``unqueue``: the task out of its tenant's queue (it ended before
+        any dispatch); the tenant leaves the ring and the parked set when its queue
+        empties. Whether the task was there."""
+        queue = self.queues.get(tenant)
+        if not queue or task_id not in queue:
+            return False
+        queue.remove(task_id)
+        self.queued -= 1
+        if not queue:
+            del self.queues[tenant]
+            self.ring.pop(tenant, None)
+            self.parked.pop(tenant, None)
+            self.settings.pop(tenant, None)
+        return True
+
     def hold_slot(self, tenant: str, task_id: str, deadline: int, now: int) -> None:
         """The claim's ``ZREMRANGEBYSCORE`` and ``ZADD`` on the tenant's run set."""
         _live(self.running.setdefault(tenant, {}), now)[task_id] = deadline

@@ -68,6 +68,8 @@ def terminate(
     assert partition is not None  # the record was found by this ID
     if entry is not None:
         streams.drop_entry(partition, entry)
+    elif tenant is not None:  # it waits in its tenant's queue: it leaves it
+        streams.partition(partition).tenants.unqueue(tenant.decode(), task_id)
     if tenant is not None and (open_counted or cap):
         tenants = streams.partition(partition).tenants
         if open_counted:

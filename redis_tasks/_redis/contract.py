@@ -17,6 +17,7 @@ from redis_tasks._errors import InternalError, TaskNotFoundError
 from redis_tasks._ids import parse_task_id
 from redis_tasks._limits import Limits
 from redis_tasks._models import Task
+from redis_tasks._plans import PlanPolicy
 from redis_tasks._record import EncodedAnswer, EncodedRequest, decode_answers, decode_task
 
 from . import replies
@@ -51,9 +52,14 @@ class RedisContract(TaskManagerBase):
         *,
         fair_dispatch: bool = True,
         whole_task_ids: bool = False,
+        plans: PlanPolicy | None = None,
     ) -> None:
         super().__init__(
-            limits, partitions, fair_dispatch=fair_dispatch, whole_task_ids=whole_task_ids
+            limits,
+            partitions,
+            fair_dispatch=fair_dispatch,
+            whole_task_ids=whole_task_ids,
+            plans=plans,
         )
         self._keys = keys
         # Read once per call, so a call's runner and events argument belong together.
@@ -135,7 +141,13 @@ class RedisContract(TaskManagerBase):
         await link.runner.run(
             lua.request_cancel(
                 task=keys.task,
+                requests=keys.requests,
+                issued=keys.issued,
+                answers=keys.answers,
+                journal=keys.journal,
+                work=keys.work,
                 events=keys.events,
+                stats=keys.stats,
                 signals=keys.signals,
                 grant=keys.grant(endpoint, binding),
                 task_id=task_id,

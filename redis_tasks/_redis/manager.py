@@ -22,6 +22,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis_tasks._events import TaskEventPublisher
 from redis_tasks._inspection import Inspection, TaskInspection, TaskMatches
 from redis_tasks._limits import Limits
+from redis_tasks._plans import PlanPolicy
 
 from .client import Client, ConnectionSettings
 from .cluster_topology import ClusterTopology
@@ -89,6 +90,7 @@ class RedisTaskManager(RedisContract):
         close_client: bool = False,
         fair_dispatch: bool = True,
         whole_task_ids: bool = False,
+        plans: PlanPolicy | None = None,
     ) -> None:
         topology: Topology
         if isinstance(client, RedisCluster):
@@ -107,6 +109,7 @@ class RedisTaskManager(RedisContract):
             close_client=close_client,
             fair_dispatch=fair_dispatch,
             whole_task_ids=whole_task_ids,
+            plans=plans,
             cluster_client=client if isinstance(client, RedisCluster) else None,
         )
 
@@ -124,6 +127,7 @@ class RedisTaskManager(RedisContract):
         close_client: bool,
         fair_dispatch: bool,
         whole_task_ids: bool = False,
+        plans: PlanPolicy | None = None,
         cluster_client: RedisCluster | None = None,
         settings: ConnectionSettings | None = None,
         detect: bool = False,
@@ -141,6 +145,7 @@ class RedisTaskManager(RedisContract):
             partitions,
             fair_dispatch=fair_dispatch,
             whole_task_ids=whole_task_ids,
+            plans=plans,
         )
         if timeout <= 0 or events_maxlen < 1:
             raise ValueError("timeout and events_maxlen must be positive")
@@ -183,6 +188,7 @@ class RedisTaskManager(RedisContract):
         wait_timeout: float = 1.0,
         fair_dispatch: bool = True,
         whole_task_ids: bool = False,
+        plans: PlanPolicy | None = None,
         **redis_options: Any,
     ) -> RedisTaskManager:
         """Connect to ``url`` (``redis://`` or ``rediss://``); the manager owns the connections.
@@ -217,6 +223,7 @@ class RedisTaskManager(RedisContract):
             close_client=True,
             fair_dispatch=fair_dispatch,
             whole_task_ids=whole_task_ids,
+            plans=plans,
             settings=settings,
             detect=cluster is None,
             url=(url, {**redis_options, "max_connections": max_connections}),

@@ -171,7 +171,13 @@ def update(
 def request_cancel(
     *,
     task: str,
+    requests: str,
+    issued: str,
+    answers: str,
+    journal: str,
+    work: str,
     events: str,
+    stats: str,
     signals: str,
     grant: str,
     task_id: str,
@@ -180,7 +186,7 @@ def request_cancel(
 ) -> Call:
     return (
         scripts["request_cancel"],
-        (task, events, signals, grant),
+        (task, requests, issued, answers, journal, work, events, stats, signals, grant),
         (task_id, binding, event_opts),
     )
 

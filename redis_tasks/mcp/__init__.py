@@ -25,6 +25,7 @@ from ._client import (
 from ._escalate import run_as_task
 from ._extension import (
     PayloadFactory,
+    PlanFactory,
     TasksExtension,
     TaskSupport,
     TenantFactory,
@@ -41,6 +42,7 @@ __all__ = [
     "CreatedTask",
     "InputAnswerer",
     "PayloadFactory",
+    "PlanFactory",
     "PrincipalAuthorizer",
     "TaskSubscriptions",
     "TaskSupport",

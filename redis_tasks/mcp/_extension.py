@@ -8,7 +8,7 @@ SEP-2663 requires.
 
 Error boundary: every manager call goes through :func:`._boundary.guard`, the one
 place the manager's exceptions become JSON-RPC errors; the application's hooks
-(authorizer, tenant, weight, payload) are called through :mod:`._hooks`.
+(authorizer, tenant, weight, plan, payload) are called through :mod:`._hooks`.
 
 Traces: the SDK's ``OpenTelemetryMiddleware`` makes a SERVER span for every
 request (on the fast path too, which runs the SDK's middleware); the handlers
@@ -36,6 +36,7 @@ from redis_tasks._ids import task_ref
 from redis_tasks._limits import Limits
 from redis_tasks._manager import TaskManager
 from redis_tasks._models import RequestContext, TaskRequestContext, TaskUpdateContext
+from redis_tasks._plans import TenantPlan
 from redis_tasks._telemetry.traces import TRACES
 
 from ._auth import Authorizer, PrincipalAuthorizer
@@ -44,6 +45,7 @@ from ._escalate import _PHASE, RunAsTask
 from ._fast_path import install_fast_path
 from ._hooks import (
     PayloadFactory,
+    PlanFactory,
     TenantFactory,
     WeightFactory,
     authorize,
@@ -71,7 +73,14 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
     from starlette.applications import Starlette
 
-__all__ = ["PayloadFactory", "TaskSupport", "TasksExtension", "TenantFactory", "WeightFactory"]
+__all__ = [
+    "PayloadFactory",
+    "PlanFactory",
+    "TaskSupport",
+    "TasksExtension",
+    "TenantFactory",
+    "WeightFactory",
+]
 
 logger = logging.getLogger("redis_tasks.mcp")
 
@@ -102,10 +111,12 @@ class TasksExtension(Extension):
     binding of each request (default :class:`PrincipalAuthorizer`); ``ttl`` and
     ``poll_interval`` apply to every created task (default: the manager's).
 
-    Tenants: each task counts, for fair dispatch and the manager's per-tenant
-    :class:`~redis_tasks.Limits`, against ``tenant(params, ctx)`` (an organisation,
-    a plan; ``None``, or no ``tenant``, keeps the default: the task's binding), with
-    ``weight`` (an ``int``, or ``weight(params, ctx)`` per call). A hook that raises
+    Tenants: each task counts, for fair dispatch and its tenant's limits, against
+    ``tenant(params, ctx)`` (an organisation; ``None``, or no ``tenant``, keeps the
+    default: the task's binding), on the plan ``plan(params, ctx)`` gives
+    (:class:`~redis_tasks.TenantPlan`; ``None``, or no ``plan``: the manager's
+    ``plans`` policy, else its default plan), with ``weight`` (an ``int``, or
+    ``weight(params, ctx)`` per call; ``None``: the plan's). A hook that raises
     gives ``-32603`` (an ``MCPError`` it raises goes to the client as it is), as the
     authorizer does. A call refused by the tenant's quota or create rate, or by a
     full Redis, gets ``-32003`` ``"Task capacity exceeded"`` with ``data.reason``
@@ -122,7 +133,8 @@ class TasksExtension(Extension):
         authorizer: Authorizer | None = None,
         payload: PayloadFactory | None = None,
         tenant: TenantFactory | None = None,
-        weight: int | WeightFactory = 1,
+        weight: int | WeightFactory | None = None,
+        plan: PlanFactory | None = None,
         ttl: timedelta | None = None,
         poll_interval: timedelta | None = None,
         input_first: Iterable[str] = (),
@@ -150,6 +162,7 @@ class TasksExtension(Extension):
         check_weight(weight, self._limits)
         self._tenant = tenant
         self._weight = weight
+        self._plan = plan
         self._server: MCPServer[Any] | None = None
         self._subscriptions = TaskSubscriptions(manager, self._authorize)
 
@@ -264,7 +277,7 @@ class TasksExtension(Extension):
             request_state=params.request_state if gathered is not None else None,
         )
         payload = self._payload(params, ctx) if self._payload is not None else b""
-        tenant, weight = self._tenant_of(params, ctx)
+        tenant, weight, plan = self._tenant_of(params, ctx)
         task = await guard(
             lambda: self._manager.create_task(
                 request,
@@ -274,9 +287,10 @@ class TasksExtension(Extension):
                 poll_interval=self._poll_interval,
                 tenant=tenant,
                 weight=weight,
+                plan=plan,
             ),
-            # A tenant key or weight out of Limits lands here too: like oversized
-            # arguments, a refusal of this call that retrying will not change.
+            # A tenant key, weight or plan out of Limits lands here too: like
+            # oversized arguments, a refusal of this call that retrying will not change.
             refused="Tool arguments exceed the task limits",
         )
         # The SDK's span of this tools/call names the task it created.
@@ -363,10 +377,10 @@ class TasksExtension(Extension):
 
     def _tenant_of(
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]
-    ) -> tuple[str | None, int]:
-        """The tenant and weight the application's hooks give this call (a hook's
-        failure is the server's: see :mod:`._hooks`)."""
-        return tenant_of(self._tenant, self._weight, params, ctx)
+    ) -> tuple[str | None, int | None, TenantPlan | None]:
+        """The tenant, weight and plan the application's hooks give this call (a
+        hook's failure is the server's: see :mod:`._hooks`)."""
+        return tenant_of(self._tenant, self._weight, self._plan, params, ctx)
 
     def _valid_arguments(self, name: str, arguments: dict[str, Any]) -> bool:
         if self._server is None:

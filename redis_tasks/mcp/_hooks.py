@@ -1,5 +1,6 @@
 """The application's hooks on a task-enabled call: who asks (the authorizer), which
-tenant the task counts against and with what weight, and its work payload.
+tenant the task counts against, with what weight and on which plan, and its work
+payload.
 
 Each runs in the request; a hook that fails is the server's failure, not the
 client's: ``-32603`` and a log line naming the exception type only (its text may
@@ -19,12 +20,14 @@ from mcp_types import CallToolRequestParams
 
 from redis_tasks._limits import Limits
 from redis_tasks._models import RequestContext
+from redis_tasks._plans import TenantPlan
 
 from ._auth import Authorizer
 from ._wire import internal_error
 
 __all__ = [
     "PayloadFactory",
+    "PlanFactory",
     "TenantFactory",
     "WeightFactory",
     "authorize",
@@ -40,14 +43,21 @@ PayloadFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]
 TenantFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], str | None]
 #: Gives the weight of the call's tenant (its share of the workers while tenants compete).
 WeightFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], int]
+#: Gives the plan of the call's tenant (``None``: the manager's policy, or the default).
+PlanFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], TenantPlan | None]
 
 
-def check_weight(weight: int | WeightFactory, limits: Limits) -> None:
-    """Refuse a fixed ``weight`` out of ``limits`` (a hook's is checked per call)."""
-    if not callable(weight) and (
-        not isinstance(weight, int)
-        or isinstance(weight, bool)
-        or not 1 <= weight <= limits.max_tenant_weight
+def check_weight(weight: int | WeightFactory | None, limits: Limits) -> None:
+    """Refuse a fixed ``weight`` out of ``limits`` (a hook's is checked per call;
+    ``None`` leaves the weight to the tenant's plan)."""
+    if (
+        weight is not None
+        and not callable(weight)
+        and (
+            not isinstance(weight, int)
+            or isinstance(weight, bool)
+            or not 1 <= weight <= limits.max_tenant_weight
+        )
     ):
         # A fixed weight is known now: better a startup error than every call refused.
         raise ValueError(f"weight must be 1 to {limits.max_tenant_weight}")
@@ -70,24 +80,29 @@ def authorize(authorizer: Authorizer, ctx: ServerRequestContext[Any, Any]) -> Re
 
 def tenant_of(
     tenant: TenantFactory | None,
-    weight: int | WeightFactory,
+    weight: int | WeightFactory | None,
+    plan: PlanFactory | None,
     params: CallToolRequestParams,
     ctx: ServerRequestContext[Any, Any],
-) -> tuple[str | None, int]:
-    """The tenant and weight the application's hooks give this call."""
+) -> tuple[str | None, int | None, TenantPlan | None]:
+    """The tenant, weight and plan the application's hooks give this call."""
     try:
         named = tenant(params, ctx) if tenant is not None else None
         if callable(weight):
             weight = weight(params, ctx)
+        chosen = plan(params, ctx) if plan is not None else None
     except MCPError:
         raise
     except Exception as exc:
-        logger.error("tenant or weight hook failed: %s", type(exc).__name__)
+        logger.error("tenant, weight or plan hook failed: %s", type(exc).__name__)
         raise internal_error() from None
     if named is not None and not isinstance(named, str):
         logger.error("tenant hook returned %s, not a str or None", type(named).__name__)
         raise internal_error()
-    if not isinstance(weight, int) or isinstance(weight, bool):
+    if weight is not None and (not isinstance(weight, int) or isinstance(weight, bool)):
         logger.error("weight hook returned %s, not an int", type(weight).__name__)
         raise internal_error()
-    return named, weight
+    if chosen is not None and not isinstance(chosen, TenantPlan):
+        logger.error("plan hook returned %s, not a TenantPlan or None", type(chosen).__name__)
+        raise internal_error()
+    return named, weight, chosen

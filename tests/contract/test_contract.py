@@ -86,6 +86,17 @@ async def new_task(m: Any, who: RequestContext = ALICE, **options: Any) -> str:
     return str(task.task_id)
 
 
+async def held_task(m: Any) -> str:
+    """A new task a worker holds (claimed, its lease live), as one that runs it would."""
+    task_id = await new_task(m)
+    partition = int(task_id.split(".")[0])
+    claimed = await m.work_queue.claim_next(
+        partition, consumer="w1", count=1, lease=timedelta(minutes=5), max_attempts=5
+    )
+    assert [(e.task_id, c.outcome) for e, c in claimed] == [(task_id, ClaimOutcome.RUN)]
+    return task_id
+
+
 # -- creation and durability ------------------------------------------------------------
 
 
@@ -491,11 +502,11 @@ async def test_reusing_an_input_key_for_a_different_request_is_an_error(backend:
 
 async def test_request_cancellation_records_durable_intent(backend: Backend) -> None:
     m = backend.manager
-    task_id = await new_task(m)
+    task_id = await held_task(m)
     assert not await m.is_cancellation_requested(task_id)
     await m.request_cancellation(TaskRequestContext(ALICE, task_id))
     assert await m.is_cancellation_requested(task_id)
-    # Intent only: the status is the worker's to change.
+    # Intent only, while a worker holds the task: the status is the worker's to change.
     assert (await find(m, task_id)).status is TaskStatus.WORKING
     await m.request_cancellation(TaskRequestContext(ALICE, task_id))  # idempotent
     await m.cancel_task(task_id, "stopped on request")
@@ -506,10 +517,25 @@ async def test_request_cancellation_records_durable_intent(backend: Backend) -> 
 
 async def test_cancellation_intent_may_lose_to_completion(backend: Backend) -> None:
     m = backend.manager
-    task_id = await new_task(m)
+    task_id = await held_task(m)
     await m.request_cancellation(TaskRequestContext(ALICE, task_id))
     await m.complete_task(task_id, RESULT)
     assert (await find(m, task_id)).status is TaskStatus.COMPLETED
+
+
+async def test_a_task_no_worker_holds_ends_cancelled_when_asked(backend: Backend) -> None:
+    """No worker holds it (it waits for one): the library honours the request itself,
+    in the same step. Asking again, or finishing it, finds it ended."""
+    m = backend.manager
+    task_id = await new_task(m)
+    await m.request_cancellation(TaskRequestContext(ALICE, task_id))
+    task = await find(m, task_id)
+    assert task.status is TaskStatus.CANCELLED
+    assert task.status_message is None
+    await m.request_cancellation(TaskRequestContext(ALICE, task_id))  # idempotent
+    assert await find(m, task_id) == task
+    with pytest.raises(TaskTerminalError):
+        await m.complete_task(task_id, RESULT)
 
 
 @pytest.mark.parametrize("terminal", ["complete", "fail", "cancel"])
@@ -920,7 +946,7 @@ async def test_every_durable_change_emits_one_task_id_event(backend: Backend) ->
     log = EventLog()
     registration = m.event_publisher.subscribe(log)
     await m.event_publisher.wait_ready()
-    task_id = await new_task(m)  # 1
+    task_id = await held_task(m)  # 1 (the claim that runs it changes nothing seen)
     await m.mark_working(task_id, "started")  # 2
     await m.mark_working(task_id, "started")  # no change: no event
     await m.request_input(task_id, {"a": ELICIT, "b": ROOTS})  # 3

@@ -25,10 +25,14 @@ from redis_tasks import (
     InMemoryTaskManager,
     LimitExceededError,
     Limits,
+    PlanPolicy,
     QuotaExceededError,
     RedisTaskManager,
     RequestContext,
     TaskExecution,
+    TaskRequestContext,
+    TaskStatus,
+    TenantPlan,
     ValidationError,
     Worker,
 )
@@ -63,16 +67,19 @@ def make(request: pytest.FixtureRequest, prefix: str) -> Build:
 
     @asynccontextmanager
     async def build(
-        limits: Limits | None = None, partitions: int = 1, clock: Clock | None = None
+        limits: Limits | None = None,
+        partitions: int = 1,
+        clock: Clock | None = None,
+        plans: PlanPolicy | None = None,
     ) -> AsyncIterator[Backend]:
         manager: WorkerBackend
         if url is None:
             manager = InMemoryTaskManager(
-                limits=limits, partitions=partitions, clock=clock or Clock()
+                limits=limits, partitions=partitions, clock=clock or Clock(), plans=plans
             )
         else:
             manager = RedisTaskManager.from_url(
-                url, prefix=prefix, partitions=partitions, limits=limits
+                url, prefix=prefix, partitions=partitions, limits=limits, plans=plans
             )
         async with manager:
             subject = Backend(request.param, manager, prefix)
@@ -210,6 +217,103 @@ async def test_no_tenant_key_or_partition_key_is_stored_in_redis(make: Build) ->
         assert "pk-5e2b1d" not in blob
 
 
+# -- plans ------------------------------------------------------------------------------------
+
+
+FREE = TenantPlan(max_open_tasks=2, max_running_tasks=1, create_rate=2.0)
+PRO = TenantPlan(max_open_tasks=5, max_running_tasks=50, create_rate=100.0, weight=3)
+
+
+async def test_each_plan_gives_its_tenants_their_own_limits(make: Build) -> None:
+    """A table of plans: "free" and "pro" tenants each get their plan's quota, an
+    unknown tenant the default plan (the per-tenant fields of Limits), and a create
+    that names a plan gets that one, whatever its tenant's."""
+    plans = {"org:free": FREE, "org:pro": PRO}
+    async with make(limits=Limits(max_open_tasks_per_tenant=1), plans=plans) as b:
+        m = b.manager
+        admitted = {
+            name: sum([await admits_as(m, name) for _ in range(7)])
+            for name in ("org:free", "org:pro", "org:other")
+        }
+        assert admitted == {"org:free": 2, "org:pro": 5, "org:other": 1}
+        # Named by the call: the pro plan for a tenant the table does not know.
+        assert await admits_as(m, "org:trial", plan=PRO)
+        assert await admits_as(m, "org:trial", plan=PRO)
+        # A task that ends frees its place under its plan too.
+        with pytest.raises(QuotaExceededError):
+            await create(m, tenant="org:free")
+
+
+async def admits_as(m: WorkerBackend, tenant: str, **options: Any) -> bool:
+    """Whether a create for ``tenant`` is admitted now."""
+    try:
+        await create(m, tenant=tenant, **options)
+    except QuotaExceededError:
+        return False
+    return True
+
+
+async def test_a_plan_that_changes_applies_from_the_next_create(make: Build) -> None:
+    """The policy is asked at every create: a tenant moved from free to pro may create
+    up to pro's quota at once; its weight orders the dispatches after its next
+    create; moved back to a weight-1 plan, its next create says so too (not only
+    once its queue has drained)."""
+    current = {"org:a": FREE}
+
+    def policy(tenant: str | None) -> TenantPlan | None:
+        return current.get(tenant or "")
+
+    async with make(plans=policy) as b:
+        m = b.manager
+        a = [await create(m, tenant="org:a") for _ in range(2)]
+        with pytest.raises(QuotaExceededError):
+            await create(m, tenant="org:a")
+        current["org:a"] = TenantPlan(max_open_tasks=40, weight=3)
+        a += [await create(m, tenant="org:a") for _ in range(10)]
+        bob = [await create(m, BOB) for _ in range(12)]
+        order = await served(m, 12)
+        # The first is the stream's; then about three of A's for one of Bob's.
+        assert order[0] == a[0]
+        assert sum(t in a for t in order[1:]) >= 7
+        current["org:a"] = TenantPlan(max_open_tasks=40)  # weight 1 again
+        a.append(await create(m, tenant="org:a"))
+        rest = await served(m, 8)
+        assert 3 <= sum(t in a for t in rest) <= 5, rest
+        assert set(bob) & set(rest)
+
+
+async def test_a_bad_plan_is_refused_at_create_and_stores_nothing(make: Build) -> None:
+    """A policy's bad output (or a bad plan named by the call) raises a typed error
+    that names no tenant, and stores nothing; a bad table is refused when the
+    manager is made."""
+    bad: dict[str, object] = {}
+
+    def policy(tenant: str | None) -> Any:
+        return bad.get(tenant or "")
+
+    async with make(limits=Limits(max_tenant_weight=10), plans=policy) as b:
+        m = b.manager
+        before = await b.dump()
+        for plan, error in (
+            (TenantPlan(max_open_tasks=-1), LimitExceededError),
+            (TenantPlan(max_running_tasks=0), LimitExceededError),
+            (TenantPlan(weight=11), LimitExceededError),
+            (TenantPlan(create_rate=1e9), LimitExceededError),
+            (TenantPlan(create_burst=3), ValidationError),
+            (TenantPlan(max_open_tasks=2.5), ValidationError),  # type: ignore[arg-type]
+            ("pro", ValidationError),
+        ):
+            bad["org:secret-key"] = plan
+            with pytest.raises(error) as raised:
+                await create(m, tenant="org:secret-key")
+            assert "secret" not in str(raised.value)
+            with pytest.raises(error):
+                await create(m, plan=plan)  # type: ignore[arg-type]
+        assert await b.dump() == before
+    with pytest.raises(LimitExceededError):
+        InMemoryTaskManager(plans={"org:x": TenantPlan(weight=500)})
+
+
 # -- the open-task quota --------------------------------------------------------------------
 
 
@@ -234,6 +338,28 @@ async def test_the_open_task_quota_refuses_the_next_task_and_stores_nothing(
             await create(m, ALICE)
         await m.cancel_task(mine[1])
         await create(m, ALICE)
+
+
+async def test_cancelling_queued_tasks_frees_their_places_at_once(make: Build) -> None:
+    """A tenant at its quota of 10, every task waiting for a worker, asks to cancel
+    them: each ends cancelled there and then, leaves its tenant's queue, and frees
+    its place, so 10 more are admitted at once; no worker ever meets the first 10."""
+    async with make(limits=Limits(max_open_tasks_per_tenant=10)) as b:
+        m = b.manager
+        first = [await create(m, ALICE) for _ in range(10)]
+        assert not await admits(m, ALICE)
+        assert (await m.work_queue.depth(0)).queued == 9  # the first is in the stream
+        for task_id in first:
+            await m.request_cancellation(TaskRequestContext(ALICE, task_id))
+            task = await m.find_task(TaskRequestContext(ALICE, task_id))
+            assert task is not None
+            assert task.status is TaskStatus.CANCELLED
+        depth = await m.work_queue.depth(0)
+        assert (depth.entries, depth.queued, depth.tenants) == (0, 0, 0)
+        again = [await create(m, ALICE) for _ in range(10)]
+        assert not await admits(m, ALICE)
+        assert await served(m, 10) == again
+        assert await next_one(m) is None
 
 
 async def test_a_task_that_expires_frees_its_place_in_the_quota(make: Build) -> None:

@@ -393,20 +393,22 @@ async def test_claim_next_reads_and_claims_in_one_step(subject: Subject) -> None
     assert await subject.pending() == {}
 
 
-async def test_claim_next_settles_what_will_never_run(subject: Subject) -> None:
+async def test_claim_next_never_meets_what_ended_before_a_worker_held_it(
+    subject: Subject,
+) -> None:
+    """A cancellation asked while no worker holds the task ends it there and then, and
+    an unfenced finish ends it as well: each takes its work with it (the first of a
+    partition's tasks waits in the stream, the others in their tenant's queue)."""
     m = subject.manager
     cancelled, finished, runs = [await new_task(subject) for _ in range(3)]
     await m.request_cancellation(TaskRequestContext(ALICE, cancelled))
+    assert await status_of(subject, cancelled) is TaskStatus.CANCELLED
     q = subject.queue
-    # finish() acknowledges and deletes the entry, so claim_next never reads it.
     await m.complete_task(finished, {})
     claimed = await q.claim_next(0, consumer="w1", count=5, lease=LONG, max_attempts=3)
-    assert [(e.task_id, c.outcome) for e, c in claimed] == [
-        (cancelled, ClaimOutcome.CANCELLED),
-        (runs, ClaimOutcome.RUN),
-    ]
-    assert await status_of(subject, cancelled) is TaskStatus.CANCELLED
-    assert await subject.pending() == {claimed[1][0].entry_id: "w1"}
+    assert [(e.task_id, c.outcome) for e, c in claimed] == [(runs, ClaimOutcome.RUN)]
+    assert await subject.pending() == {claimed[0][0].entry_id: "w1"}
+    assert (await q.depth(0)).queued == 0
 
 
 async def test_a_claim_of_a_terminal_task_drops_its_entry(subject: Subject) -> None:
@@ -431,18 +433,37 @@ async def test_a_claim_of_an_expired_task_drops_its_entry(subject: Subject) -> N
 async def test_a_claim_after_cancellation_was_requested_ends_it_cancelled(
     subject: Subject,
 ) -> None:
+    """Cancellation asked while a worker held the task is intent only; once that
+    worker's lease ran out (it died), the claim that takes the task over ends it."""
     m = subject.manager
     task_id = await new_task(subject)
     entry = await read_one(subject, "w1")
+    assert (await claim(subject, entry, lease=SHORT)).outcome is ClaimOutcome.RUN
     await m.request_cancellation(TaskRequestContext(ALICE, task_id))
-    assert (await claim(subject, entry)).outcome is ClaimOutcome.CANCELLED
+    assert await status_of(subject, task_id) is TaskStatus.WORKING  # intent only
+    await asyncio.sleep(PAST_SHORT)
+    _, (entry,) = await reclaim(subject, "w2")
+    assert (await claim(subject, entry, "w2")).outcome is ClaimOutcome.CANCELLED
     assert await status_of(subject, task_id) is TaskStatus.CANCELLED
     assert await subject.pending() == {}
     assert await subject.entries() == []
     # The same claim again (a retry after a lost reply) is told what it was told;
     # any other claim of the entry learns that the task has ended.
-    assert (await claim(subject, entry)).outcome is ClaimOutcome.CANCELLED
-    assert (await claim(subject, entry, "w2")).outcome is ClaimOutcome.TERMINAL
+    assert (await claim(subject, entry, "w2")).outcome is ClaimOutcome.CANCELLED
+    assert (await claim(subject, entry, "w3")).outcome is ClaimOutcome.TERMINAL
+
+
+async def test_a_cancellation_of_a_task_read_but_not_claimed_ends_it(subject: Subject) -> None:
+    """A worker read the entry but holds no lease yet: the cancellation ends the task
+    and drops the entry; the claim that follows learns the task has ended."""
+    m = subject.manager
+    task_id = await new_task(subject)
+    entry = await read_one(subject, "w1")
+    await m.request_cancellation(TaskRequestContext(ALICE, task_id))
+    assert await status_of(subject, task_id) is TaskStatus.CANCELLED
+    assert await subject.pending() == {}
+    assert await subject.entries() == []
+    assert (await claim(subject, entry)).outcome is ClaimOutcome.TERMINAL
 
 
 async def test_a_task_claimed_more_than_max_attempts_times_fails_as_poison(

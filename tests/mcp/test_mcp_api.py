@@ -45,6 +45,7 @@ EXPORTED = [
     "CreatedTask",
     "InputAnswerer",
     "PayloadFactory",
+    "PlanFactory",
     "PrincipalAuthorizer",
     "TaskSubscriptions",
     "TaskSupport",
