@@ -120,8 +120,9 @@ if rate_us > 0 then
   end
 end
 
-local entry, joined = enqueue({ring_key, tenants_key, queue_key}, work_key, stats_key, tenant, settings,
-  task_id, fair)
+local expire_at = ttl_ms > 0 and now + ttl_ms or 0
+local entry, newcomer = enqueue({ring_key, tenants_key, queue_key}, work_key, stats_key, tenant,
+  settings, task_id, fair, expire_at)
 -- No `ua` (it reads as `ca` until the first update) and no `fn` (it reads as
 -- 0 until the first claim): every byte of a record is kept for its retention.
 local fields = {
@@ -173,7 +174,7 @@ if rate_us > 0 then
 end
 redis.call('HINCRBY', stats_key, STATS_CREATED, 1)
 emit(events_key, event_opts, task_id)
-if joined then
+if newcomer then
   emit(signals_key, event_opts, task_id)
 end
 return {RC_OK, now}

@@ -56,7 +56,9 @@ local function defer(keys, tag, tenant, cap, task_id, entries, now)
     drop_entry(keys[6], entry)
   end
   redis.call('HDEL', keys[1], 'wk')
-  redis.call('LPUSH', tag .. KEY_QUEUE .. tenant, task_id)
+  local queue_key = tag .. KEY_QUEUE .. tenant
+  queue_lives_to(queue_key, redis.call('LPUSH', queue_key, task_id),
+    tonumber(redis.call('HGET', keys[1], 'ex')) or 0)
   -- A tenant that never queued here (its tasks went straight to the stream) has no
   -- settings yet: its cap at least (its weight comes with its next queued create).
   redis.call('HSETNX', tag .. KEY_TENANTS, tenant, '1 ' .. cap)

@@ -77,6 +77,37 @@ local function expire_with_last(key)
   end
 end
 
+-- A tenant queue lives as long as the last of its tasks (nothing else removes it
+-- while no worker runs): `pushed` is what the RPUSH or LPUSH of a task that
+-- expires at `expire_at` (ms; 0: never) answered. A new list gets that expiry;
+-- a longer one's moves only later (GT); an unlimited task keeps it forever.
+local function queue_lives_to(queue_key, pushed, expire_at)
+  if expire_at == 0 then
+    redis.call('PERSIST', queue_key)
+  elseif pushed == 1 then
+    redis.call('PEXPIREAT', queue_key, int_text(expire_at))
+  else
+    redis.call('PEXPIREAT', queue_key, int_text(expire_at), 'GT')
+  end
+end
+
+-- The ring's first tenant, when its queue is gone (every task of it expired while
+-- no worker dispatched, and the list with them): out of the ring and the tenants
+-- hash, so those stay bounded by the tenants waiting with workers down too. When
+-- nothing waits any more, the stats' queued count is what it must be: 0 (the
+-- expired tasks' IDs went without a dispatch to count them out).
+local function forget_gone_head(tag, stats_key)
+  local ring_key = tag .. KEY_RING
+  local head = redis.call('ZRANGE', ring_key, 0, 0)[1]
+  if head and redis.call('EXISTS', tag .. KEY_QUEUE .. head) == 0 then
+    redis.call('ZREM', ring_key, head)
+    redis.call('HDEL', tag .. KEY_TENANTS, head)
+    if redis.call('EXISTS', ring_key) == 0 and redis.call('EXISTS', tag .. KEY_PARKED) == 0 then
+      redis.call('HSET', stats_key, STATS_QUEUED, 0)
+    end
+  end
+end
+
 -- Out of the ring into the parked set: `tenant` is at its cap. It is looked at
 -- again when one of its running tasks ends (release_tenant_slot) or at its
 -- soonest lease deadline, should that task's worker die.
@@ -137,16 +168,18 @@ end
 -- when the tenant was not waiting and joined a ring where others wait: a
 -- *newcomer*, near the ring's head (it starts at the virtual time), whose task
 -- busy workers should start at their next free slot (claim_next's `first`).
--- `settings` is the tenant's "<weight> <cap>", or '' for the defaults. The first
--- write is RPUSH or XADD, which a full Redis refuses.
+-- `settings` is the tenant's "<weight> <cap>", or '' for the defaults;
+-- `expire_at` the task's expiry (ms; 0: never), which its queue lives to. The
+-- first write is RPUSH or XADD, which a full Redis refuses.
 -- keys: {ring, tenants, queue} of the task's partition
-local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fair)
+local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fair, expire_at)
   local ring_key, tenants_key, queue_key = keys[1], keys[2], keys[3]
   if not fair then
     return redis.call('XADD', work_key, '*', 't', task_id), false
   end
   local newcomer = false
-  if redis.call('RPUSH', queue_key, task_id) == 1 then
+  local pushed = redis.call('RPUSH', queue_key, task_id)
+  if pushed == 1 then
     -- The tenant was not waiting: it is in neither the ring nor the parked set.
     local others = redis.call('EXISTS', ring_key) == 1
     if not others and not undelivered(work_key) then
@@ -154,6 +187,9 @@ local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fai
       return redis.call('XADD', work_key, '*', 't', task_id), false
     end
     local tag = string.sub(ring_key, 1, #ring_key - #KEY_RING)
+    if others then
+      forget_gone_head(tag, stats_key)
+    end
     join_ring(tag, tenant, (tenant_settings(settings ~= '' and settings or nil)))
     newcomer = others
     if settings == '' then
@@ -163,6 +199,7 @@ local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fai
   if settings ~= '' then
     redis.call('HSET', tenants_key, tenant, settings)
   end
+  queue_lives_to(queue_key, pushed, expire_at)
   redis.call('HINCRBY', stats_key, STATS_QUEUED, 1)
   return false, newcomer
 end
@@ -242,7 +279,7 @@ local function dispatch(tag, work_key, stats_key, count, now)
   if started then
     redis.call('HSET', tag .. KEY_TENANTS, VTIME_FIELD, int_text(started))
   end
-  local added = 0
+  local added, left = 0, false
   for i, tenant in ipairs(tenants) do
     local queue_key = tag .. KEY_QUEUE .. tenant
     local waiting = true
@@ -257,13 +294,17 @@ local function dispatch(tag, work_key, stats_key, count, now)
     if not waiting then
       redis.call('ZREM', ring_key, tenant)
       redis.call('HDEL', tag .. KEY_TENANTS, tenant)
+      left = true
     elseif capped[i] and picks[i] >= room[i] then
       park(tag, tenant, tag .. KEY_RUN .. tenant, now)
     elseif picks[i] > 0 then
       redis.call('ZADD', ring_key, int_text(pass[i]), tenant)
     end
   end
-  if added > 0 then
+  if left and redis.call('EXISTS', ring_key) == 0 and redis.call('EXISTS', parked_key) == 0 then
+    -- Nothing waits: none is queued (expired tasks' IDs left with their queues).
+    redis.call('HSET', stats_key, STATS_QUEUED, 0)
+  elseif added > 0 then
     redis.call('HINCRBY', stats_key, STATS_QUEUED, -added)
   end
   return added

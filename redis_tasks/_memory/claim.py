@@ -9,8 +9,6 @@ that holds it, or is deferred by its tenant's concurrency cap, step for step as
 
 from __future__ import annotations
 
-from collections import deque
-
 from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import Claim, ClaimOutcome
 from redis_tasks._record import (
@@ -136,7 +134,8 @@ def _defer(
     if entry is not None:
         streams.drop_entry(partition, entry.decode())
     tenants = streams.partition(partition).tenants
-    tenants.queues.setdefault(tenant, deque()).appendleft(task_id)
+    expire_at = record.expire_at
+    tenants.push(tenant, task_id, 0 if expire_at is None else expire_at, now, head=True)
     tenants.settings.setdefault(tenant, f"1 {cap}")
     tenants.park(tenant, now)
     tenants.queued += 1

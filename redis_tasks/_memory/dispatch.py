@@ -26,28 +26,37 @@ _AHEAD = 16
 
 
 def enqueue(
-    streams: Streams, partition: int, tenant: str, settings: str, task_id: str, *, fair: bool
+    streams: Streams,
+    partition: int,
+    tenant: str,
+    settings: str,
+    task_id: str,
+    expire_at: int,
+    now: int,
+    *,
+    fair: bool,
 ) -> tuple[str | None, bool]:
     """Mirror of ``enqueue``: the entry ID when the task went straight into the
-    stream, else ``None`` (it joined its tenant's queue); and whether the tenant
-    is a newcomer (it was not waiting and joined a ring where others wait: the
-    create signals its task)."""
+    stream, else ``None`` (it joined its tenant's queue, which lives to the task's
+    ``expire_at``, 0: never); and whether the tenant is a newcomer (it was not
+    waiting and joined a ring where others wait: the create signals its task)."""
     if not fair:
         return streams.append(partition, task_id), False
     state = streams.partition(partition)
     tenants = state.tenants
-    queue = tenants.queues.get(tenant)
+    queue = tenants.queue(tenant, now)
     newcomer = False
     if not queue:
         others = bool(tenants.ring)
         if not others and not state.undelivered():
             return streams.append(partition, task_id), False
-        queue = tenants.queues[tenant] = deque()
+        if others:
+            tenants.forget_gone_head(now)
         tenants.join_ring(tenant, settings_of(settings)[0])
         newcomer = others
         if not settings:
             tenants.settings.pop(tenant, None)
-    queue.append(task_id)
+    tenants.push(tenant, task_id, expire_at, now, head=False)
     if settings:
         tenants.settings[tenant] = settings
     tenants.queued += 1
@@ -82,26 +91,30 @@ def dispatch(streams: Streams, partition: int, count: int, now: int) -> int:
         picks[best] += 1
         tenants.vtime = passes[best]
         passes[best] += strides[best]
-    added = 0
+    added, left = 0, False
     for i, name in enumerate(names):
         waiting = True
         if picks[i] > 0:
-            queue = tenants.queues.get(name, deque())
+            queue = tenants.queue(name, now) or deque()
             got = [queue.popleft() for _ in range(min(picks[i], len(queue)))]
             for task_id in got:
                 streams.append(partition, task_id)
             added += len(got)
             waiting = bool(queue)
             if not queue:
-                tenants.queues.pop(name, None)
+                tenants.drop_queue(name)
         if not waiting:
             tenants.ring.pop(name, None)
             tenants.settings.pop(name, None)
+            left = True
         elif capped[i] and picks[i] >= rooms[i]:
             tenants.park(name, now)
         elif picks[i] > 0:
             tenants.ring[name] = passes[i]
-    tenants.queued -= added
+    if left and not tenants.ring and not tenants.parked:
+        tenants.queued = 0  # nothing waits: none is queued
+    else:
+        tenants.queued -= added
     return added
 
 
@@ -119,7 +132,7 @@ def dispatch_first(records: TaskRecords, streams: Streams, partition: int, task_
     tenant = tenant_bytes.decode()
     state = streams.partition(partition)
     tenants = state.tenants
-    queue = tenants.queues.get(tenant)
+    queue = tenants.queue(tenant, records.now())
     pass_ = tenants.ring.get(tenant)
     if pass_ is None or not queue or queue[0] != task_id:
         return False
@@ -140,7 +153,7 @@ def dispatch_first(records: TaskRecords, streams: Streams, partition: int, task_
         ):
             moved_record.fields[FIELD_WORK_ENTRY] = moved.encode()
     if not queue:
-        tenants.queues.pop(tenant, None)
+        tenants.drop_queue(tenant)
         tenants.ring.pop(tenant, None)
         tenants.settings.pop(tenant, None)
     else:

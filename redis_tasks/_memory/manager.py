@@ -250,7 +250,12 @@ class InMemoryTaskManager(TaskManagerBase):
                 if early > 0:
                     raise error_for(ReturnCode.RATE, str(-(-early // 1000)).encode())
             entry, newcomer = self._queue.enqueue(
-                partition, tenant, admitted.settings, new.task_id, fair=self._fair
+                partition,
+                tenant,
+                admitted.settings,
+                new.task_id,
+                now + new.ttl_ms if new.ttl_ms else None,
+                fair=self._fair,
             )
             fields = {
                 FIELD_STATUS: _WORKING,

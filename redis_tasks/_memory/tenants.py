@@ -44,6 +44,8 @@ class Tenants:
     partition: int
     #: Each waiting tenant's task IDs, oldest first (``{tag}:tq:<tenant>``).
     queues: dict[str, deque[str]] = field(default_factory=dict)
+    #: When each queue expires, ms (``inf``: never): with its last task.
+    queue_expiry: dict[str, float] = field(default_factory=dict)
     #: Tenants with tasks waiting, by pass (``{tag}:ring``).
     ring: dict[str, int] = field(default_factory=dict)
     #: Tenants at their cap, by when to look again (``{tag}:parked``).
@@ -60,6 +62,45 @@ class Tenants:
     queued: int = 0
     #: The pass the last task dispatched started at (the tenants hash's ``:vtime``).
     vtime: int = 0
+
+    def queue(self, tenant: str, now: int) -> deque[str] | None:
+        """The tenant's queue, ``None`` when it has none: an expired one is dropped,
+        as Redis drops the list with its expiry (see :meth:`lives_to`)."""
+        if now > self.queue_expiry.get(tenant, math.inf):
+            self.queues.pop(tenant, None)
+            self.queue_expiry.pop(tenant, None)
+        return self.queues.get(tenant)
+
+    def push(self, tenant: str, task_id: str, expire_at: int, now: int, *, head: bool) -> None:
+        """``RPUSH`` (or ``LPUSH``, ``head``) of ``task_id`` to the tenant's queue, which
+        then lives to ``expire_at`` at least: mirror of ``queue_lives_to``."""
+        queue = self.queue(tenant, now)
+        if queue is None:
+            queue = self.queues[tenant] = deque()
+            self.queue_expiry[tenant] = math.inf if expire_at == 0 else expire_at
+        elif expire_at == 0:
+            self.queue_expiry[tenant] = math.inf
+        else:
+            self.queue_expiry[tenant] = max(self.queue_expiry.get(tenant, 0), expire_at)
+        if head:
+            queue.appendleft(task_id)
+        else:
+            queue.append(task_id)
+
+    def drop_queue(self, tenant: str) -> None:
+        """The tenant's queue is empty: gone (Redis deletes an empty list)."""
+        self.queues.pop(tenant, None)
+        self.queue_expiry.pop(tenant, None)
+
+    def forget_gone_head(self, now: int) -> None:
+        """Mirror of ``forget_gone_head``: the ring's first tenant out when its queue
+        expired; the queued count back to 0 once nothing waits."""
+        lowest = self.lowest(1)
+        if lowest and self.queue(lowest[0][0], now) is None:
+            self.ring.pop(lowest[0][0], None)
+            self.settings.pop(lowest[0][0], None)
+            if not self.ring and not self.parked:
+                self.queued = 0
 
     def lowest(self, count: int) -> list[tuple[str, int]]:
         """The ``count`` tenants of lowest pass, lowest first (``ZRANGE 0 count-1``)."""
@@ -97,17 +138,17 @@ class Tenants:
                 del self.running[tenant]
         return self.unpark(tenant)
 
-    def unqueue(self, tenant: str, task_id: str) -> bool:
+    def unqueue(self, tenant: str, task_id: str, now: int) -> bool:
         """Mirror of ``unqueue``: the task out of its tenant's queue (it ended before
         any dispatch); the tenant leaves the ring and the parked set when its queue
         empties. Whether the task was there."""
-        queue = self.queues.get(tenant)
+        queue = self.queue(tenant, now)
         if not queue or task_id not in queue:
             return False
         queue.remove(task_id)
         self.queued -= 1
         if not queue:
-            del self.queues[tenant]
+            self.drop_queue(tenant)
             self.ring.pop(tenant, None)
             self.parked.pop(tenant, None)
             self.settings.pop(tenant, None)

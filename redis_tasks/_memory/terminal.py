@@ -69,7 +69,7 @@ def terminate(
     if entry is not None:
         streams.drop_entry(partition, entry)
     elif tenant is not None:  # it waits in its tenant's queue: it leaves it
-        streams.partition(partition).tenants.unqueue(tenant.decode(), task_id)
+        streams.partition(partition).tenants.unqueue(tenant.decode(), task_id, records.now())
     if tenant is not None and (open_counted or cap):
         tenants = streams.partition(partition).tenants
         if open_counted:

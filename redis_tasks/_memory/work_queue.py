@@ -134,10 +134,19 @@ class InMemoryWorkQueue:
     # -- what the manager's operations do to the streams (callers hold the lock) --------
 
     def enqueue(
-        self, partition: int, tenant: str, settings: str, task_id: str, *, fair: bool
+        self,
+        partition: int,
+        tenant: str,
+        settings: str,
+        task_id: str,
+        expire_at: int | None,
+        *,
+        fair: bool,
     ) -> tuple[str | None, bool]:
-        """A new task's work: see :func:`.dispatch.enqueue`."""
-        return enqueue(self, partition, tenant, settings, task_id, fair=fair)
+        """A new task's work: see :func:`.dispatch.enqueue` (``expire_at`` ``None``:
+        never)."""
+        now = self._records.now()
+        return enqueue(self, partition, tenant, settings, task_id, expire_at or 0, now, fair=fair)
 
     def terminate(
         self,

@@ -38,9 +38,10 @@ Every task key expires at ``created + ttl``; the three streams and the stats has
 are per-partition infrastructure (:data:`PARTITION_SUFFIXES`), bounded by
 acknowledgement (work), by MAXLEN (events, signals) and by a fixed set of fields
 (stats).
-So are the tenant queues and the ring, parked set and tenants hash that order
-them (:data:`QUEUE_INFIX`, :data:`TENANT_SUFFIXES`): like the work stream, they
-hold a task until a worker meets it, and empty ones are gone. The run, open and
+So are the ring, parked set and tenants hash that order the tenant queues
+(:data:`TENANT_SUFFIXES`): a tenant leaves them when its queue empties or is
+found gone. A tenant queue (:data:`QUEUE_INFIX`) expires with the last of its
+tasks, so it goes whether or not a worker ever meets them; the run, open and
 rate keys of a tenant expire with what they count.
 """
 
@@ -285,11 +286,11 @@ class KeySpace:
         return self.tag(partition) + PARKED_SUFFIX
 
     def is_partition_key(self, key: str) -> bool:
-        """Whether ``key`` is one of a partition's lasting keys (streams, stats, the
-        fair-dispatch keys and the tenant queues)."""
-        if TASK_INFIX in key:
+        """Whether ``key`` is one of a partition's lasting keys (streams, stats and the
+        fair-dispatch ring, parked set and tenants hash); a tenant's keys expire."""
+        if TASK_INFIX in key or QUEUE_INFIX in key:
             return False
-        return key.endswith(PARTITION_SUFFIXES) or QUEUE_INFIX in key
+        return key.endswith(PARTITION_SUFFIXES)
 
     def pattern(self) -> str:
         """A ``SCAN MATCH`` / ACL key pattern covering every key of this prefix."""

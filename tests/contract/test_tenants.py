@@ -308,7 +308,7 @@ async def test_a_bad_plan_is_refused_at_create_and_stores_nothing(make: Build) -
                 await create(m, tenant="org:secret-key")
             assert "secret" not in str(raised.value)
             with pytest.raises(error):
-                await create(m, plan=plan)  # type: ignore[arg-type]
+                await create(m, plan=plan)
         assert await b.dump() == before
     with pytest.raises(LimitExceededError):
         InMemoryTaskManager(plans={"org:x": TenantPlan(weight=500)})
@@ -360,6 +360,46 @@ async def test_cancelling_queued_tasks_frees_their_places_at_once(make: Build) -
         assert not await admits(m, ALICE)
         assert await served(m, 10) == again
         assert await next_one(m) is None
+
+
+async def test_tenant_queues_go_with_their_tasks_with_no_worker_running(make: Build) -> None:
+    """200 tenants with every limit on each leave a task to expire while no worker
+    runs: past their retention only per-partition keys remain (no queue, record,
+    grant, open, run or rate key). A worker that comes later finds nothing to run and
+    leaves nothing counted as queued or waiting."""
+    limits = Limits(
+        max_open_tasks_per_tenant=5, max_running_tasks_per_tenant=2, tenant_create_rate=50.0
+    )
+    async with make(limits=limits, partitions=4) as b:
+        if not b.is_redis:
+            pytest.skip("key expiry is Redis's (the reference drops a queue when it meets it)")
+        m = b.manager
+        for j in range(200):
+            await create(m, tenant=f"org:{j}", ttl=timedelta(seconds=1))
+        assert sum([(await m.work_queue.depth(p)).queued for p in range(4)]) > 150
+
+        async def only_partition_keys() -> bool:
+            keys = await b.all_keys()
+            return bool(keys) and all(m.keyspace.is_partition_key(k) for k in keys)
+
+        await wait_until(only_partition_keys, within=15, what="every tenant key to expire")
+        started: list[str] = []
+
+        async def handler(execution: TaskExecution) -> dict[str, Any]:
+            started.append(execution.task_id)
+            return {}
+
+        async with Worker(m, handler, concurrency=8) as worker:
+            running = asyncio.ensure_future(worker.run())
+
+            async def nothing_waits() -> bool:
+                depths = [await m.work_queue.depth(p) for p in range(4)]
+                return all((d.queued, d.tenants, d.backlog) == (0, 0, 0) for d in depths)
+
+            await wait_until(nothing_waits, within=15, what="the ring to be found empty")
+            await worker.stop()
+            await running
+        assert started == []
 
 
 async def test_a_task_that_expires_frees_its_place_in_the_quota(make: Build) -> None:
