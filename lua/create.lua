@@ -33,6 +33,10 @@
     9 open           the tenant's open set (with a quota)
     10 rate          the tenant's GCRA state (with a rate)
     11 signals       the partition's signal stream
+    12 plan          the tenant's plan terms, for operators (a string)
+    13 refused       the tenant's refused creates by reason (a hash)
+    14 seen          the partition's index of tenants with a plan kept or a refusal
+                     in the last day (a sorted set by when last seen)
   ARGV:
     1 task_id
     2 binding        the record's digest of (task ID, endpoint, partition binding)
@@ -52,6 +56,9 @@
     15 burst_us      the GCRA tolerance: (burst - 1) x rate_us
     16 fair          "1": fair dispatch (see above); "0": the work goes straight
                      into the stream, first come first served
+    17 terms         the plan's terms to keep ("<weight> <cap> <quota> <rate_us>
+                     <burst_us> [name]"), or '' for none: kept with the newest
+                     task's expiry, for redis-tasks tenants
   Returns:
     {RC_OK, created_ms}
     {RC_EXISTS}      the ID is taken by another task; nothing is overwritten
@@ -78,6 +85,9 @@ local queue_key = KEYS[8]
 local open_key = KEYS[9]
 local rate_key = KEYS[10]
 local signals_key = KEYS[11]
+local plan = KEYS[12]
+local refused_key = KEYS[13]
+local seen_key = KEYS[14]
 local task_id = ARGV[1]
 local binding = ARGV[2]
 local origin = ARGV[3]
@@ -95,6 +105,24 @@ local max_open = tonumber(ARGV[13])
 local rate_us = tonumber(ARGV[14])
 local burst_us = tonumber(ARGV[15])
 local fair = ARGV[16] == '1'
+local terms = ARGV[17]
+
+-- The tenant is seen now: in the partition's index that redis-tasks tenants reads
+-- (a tenant not seen for a day leaves it when a new one comes).
+local function seen(now)
+  if redis.call('ZADD', seen_key, int_text(now), tenant) == 1 then
+    redis.call('ZREMRANGEBYSCORE', seen_key, '-inf', int_text(now - REFUSALS_KEPT_MS))
+  end
+end
+
+-- A refusal is counted for the partition and for the tenant (the tenant's counts
+-- last a day from its latest refusal), best effort: nothing is stored but counts.
+local function refused(field, reason, now)
+  redis.pcall('HINCRBY', stats_key, field, 1)
+  redis.pcall('HINCRBY', refused_key, reason, 1)
+  redis.pcall('PEXPIREAT', refused_key, int_text(now + REFUSALS_KEPT_MS))
+  pcall(seen, now)
+end
 
 local existing = hmget(task_key, 'bd', 'or', 'ca')
 if existing[1] then
@@ -107,7 +135,7 @@ end
 local us = now_us()
 local now = math.floor(us / 1000)
 if max_open > 0 and redis.call('ZCOUNT', open_key, '(' .. int_text(now), '+inf') >= max_open then
-  redis.pcall('HINCRBY', stats_key, STATS_REFUSED_QUOTA, 1)
+  refused(STATS_REFUSED_QUOTA, 'quota', now)
   return {RC_QUOTA}
 end
 local arrival = 0
@@ -115,7 +143,7 @@ if rate_us > 0 then
   arrival = math.max(tonumber(redis.call('GET', rate_key)) or 0, us)
   local early = arrival - us - burst_us
   if early > 0 then
-    redis.pcall('HINCRBY', stats_key, STATS_REFUSED_RATE, 1)
+    refused(STATS_REFUSED_RATE, 'rate', now)
     return {RC_RATE, int_text(math.ceil(early / 1000))}
   end
 end
@@ -171,6 +199,14 @@ if rate_us > 0 then
   -- Kept until the bucket is full again: then it holds nothing a GET would not assume.
   local next_arrival = arrival + rate_us
   redis.call('SET', rate_key, int_text(next_arrival), 'PXAT', int_text(math.ceil(next_arrival / 1000)))
+end
+if terms ~= '' then
+  if ttl_ms > 0 then
+    redis.call('SET', plan, terms, 'PXAT', int_text(expire_at))
+  else
+    redis.call('SET', plan, terms)
+  end
+  seen(now)
 end
 redis.call('HINCRBY', stats_key, STATS_CREATED, 1)
 emit(events_key, event_opts, task_id)

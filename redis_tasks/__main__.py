@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ._cli_check import add_check_command
     from ._cli_dashboard import add_dashboard_command
     from ._cli_inspect import add_inspect_command
+    from ._cli_tenants import add_tenants_command
     from ._cli_worker import add_worker_command
     from ._version import DISTRIBUTION, __version__
 
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_worker_command(commands)
     add_inspect_command(commands)
+    add_tenants_command(commands)
     add_dashboard_command(commands)
     add_bench_command(commands)
     add_check_command(commands)
@@ -47,12 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     from ._bench._cli import run_bench
     from ._cli_dashboard import run_dashboard
     from ._cli_inspect import run_inspect
+    from ._cli_tenants import run_tenants
     from ._cli_worker import run_worker
 
     if args.command == "worker":
         return run_worker(args)
     if args.command == "inspect":
         return run_inspect(args)
+    if args.command == "tenants":
+        return run_tenants(args)
     if args.command == "dashboard":
         return run_dashboard(args)
     if args.command == "bench":

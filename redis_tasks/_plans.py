@@ -27,13 +27,26 @@ the errors and the limits.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from ._errors import LimitExceededError, ValidationError
 from ._limits import MAX_CREATE_RATE, MIN_CREATE_RATE, Limits
 
-__all__ = ["PlanPolicy", "PlanTerms", "TenantPlan", "check_policy", "plan_terms", "resolve_plan"]
+__all__ = [
+    "PlanPolicy",
+    "PlanTerms",
+    "TenantPlan",
+    "check_policy",
+    "parse_plan",
+    "plan_terms",
+    "resolve_plan",
+]
+
+#: A plan's name: a label an operator reads (``redis-tasks tenants``), never a secret.
+_NAME: Final = re.compile(r"[A-Za-z0-9_.:\-]{1,32}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +57,9 @@ class TenantPlan:
     tasks running at once across the whole worker fleet; ``create_rate`` how many it
     creates a second, ``create_burst`` at once (default: the rate rounded up);
     ``weight`` its share of the workers while tenants compete (1 to
-    ``Limits.max_tenant_weight``). A plan with any limit keeps the tenant's tasks in
-    its home partition, where one script sees them all. Checked at create.
+    ``Limits.max_tenant_weight``); ``name`` a label operators see beside the terms
+    (1 to 32 of ``A-Za-z0-9_.:-``). A plan with any limit keeps the tenant's tasks
+    in its home partition, where one script sees them all. Checked at create.
     """
 
     max_open_tasks: int | None = None
@@ -53,6 +67,7 @@ class TenantPlan:
     create_rate: float | None = None
     create_burst: int | None = None
     weight: int = 1
+    name: str | None = None
 
     @property
     def limited(self) -> bool:
@@ -95,6 +110,26 @@ class PlanTerms:
     #: (then they are stored even when they are the defaults, so a tenant moved to
     #: the default plan is dispatched by it at once, not after its queue drained).
     named: bool = False
+    #: What the create stores for operators (``redis-tasks tenants``) of a plan that
+    #: was named or limits: its terms and name (:func:`parse_plan`); "" for none.
+    text: str = ""
+
+
+def parse_plan(text: str) -> dict[str, object]:
+    """A stored plan's terms (:attr:`PlanTerms.text`) as operators read them: weight,
+    cap, quota, rate (creates a second), burst and name (``None`` where none)."""
+    weight, cap, max_open, rate_us, burst_us, name = (text.split(" ", 5) + [""] * 6)[:6]
+    rate = 1_000_000 / int(rate_us) if rate_us.isdigit() and int(rate_us) else None
+    interval = int(rate_us) if rate_us.isdigit() else 0
+    burst = int(burst_us) // interval + 1 if rate is not None and burst_us.isdigit() else None
+    return {
+        "name": name or None,
+        "weight": int(weight) if weight.isdigit() else None,
+        "max_running_tasks": int(cap) or None if cap.isdigit() else None,
+        "max_open_tasks": int(max_open) or None if max_open.isdigit() else None,
+        "create_rate": None if rate is None else round(rate, 6),
+        "create_burst": burst,
+    }
 
 
 def resolve_plan(
@@ -159,14 +194,20 @@ def plan_terms(limits: Limits, plan: object, weight: object, *, named: bool = Fa
         burst_us = ((burst or max(1, math.ceil(rate))) - 1) * rate_us
     elif burst:
         raise ValidationError("a tenant plan's create_burst needs a create_rate")
+    name = plan.name
+    if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
+        raise ValidationError("a tenant plan's name must be 1 to 32 of A-Za-z0-9_.:-, or None")
+    home = bool(cap or max_open or rate_us)
+    text = f"{weight} {cap} {max_open} {rate_us} {burst_us} {name or ''}".rstrip()
     return PlanTerms(
         weight=weight,
         cap=cap,
         max_open=max_open,
         rate_us=rate_us,
         burst_us=burst_us,
-        home=bool(cap or max_open or rate_us),
+        home=home,
         named=named,
+        text=text if named or home else "",
     )
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "PICKUP_BOUNDS_MS",
     "PICKUP_FIELDS",
     "QUEUED_FIELD",
+    "REFUSALS_KEPT_MS",
     "REFUSED_FIELDS",
     "TERMINAL_FIELDS",
 ]
@@ -40,3 +41,6 @@ QUEUED_FIELD: Final = "queued"
 DEFERRED_FIELD: Final = "deferred"
 #: Creates refused, by reason: the tenant's open-task quota, its create rate.
 REFUSED_FIELDS: Final = {"quota": "refused:quota", "rate": "refused:rate"}
+#: How long a tenant's own refusal counts last after its latest refusal, ms (its
+#: ``refused`` key, read by ``redis-tasks tenants``).
+REFUSALS_KEPT_MS: Final = 24 * 3600 * 1000

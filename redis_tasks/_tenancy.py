@@ -159,6 +159,8 @@ class Admission:
     burst_us: int
     #: Whether the task must live in the tenant's home partition.
     home: bool
+    #: The plan's terms to keep for operators (:attr:`~._plans.PlanTerms.text`).
+    plan: str = ""
 
 
 def admission(
@@ -187,4 +189,5 @@ def admission(
         rate_us=terms.rate_us,
         burst_us=terms.burst_us,
         home=terms.home,
+        plan=terms.text,
     )

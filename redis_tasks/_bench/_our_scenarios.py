@@ -262,6 +262,9 @@ class OurScenarios(BenchBase):
                     open=tenant.open,
                     rate=tenant.rate,
                     signals=fresh.signals,
+                    plan=tenant.plan,
+                    refused=tenant.refused,
+                    seen=tenant.seen,
                     task_id="b__rand_int__",
                     binding=digest,
                     origin=ORIGIN.to_persisted_string().encode(),
@@ -278,6 +281,7 @@ class OurScenarios(BenchBase):
                     rate_us=who.rate_us,
                     burst_us=who.burst_us,
                     fair=int(manager.fair_dispatch),
+                    terms=who.plan,
                 )
             )
             find = _evalsha(

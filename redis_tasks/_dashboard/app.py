@@ -36,6 +36,7 @@ from starlette.routing import Route
 
 from redis_tasks._cancel import cancel_and_wait
 from redis_tasks._errors import BackendError, InternalError
+from redis_tasks._inspection.tenant_report import TenantReport
 from redis_tasks._redis.manager import RedisTaskManager
 
 from .auth import BearerToken
@@ -49,6 +50,8 @@ logger = logging.getLogger("redis_tasks.dashboard")
 LOOPBACK_HOSTS: Final = ("127.0.0.1", "localhost")
 #: Lease rows per partition in each state document.
 LEASE_ROWS: Final = 10
+#: Tenants listed by each order (open, queued, running, refused).
+TENANT_ROWS: Final = 10
 _SECURITY_HEADERS: Final = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
@@ -80,6 +83,8 @@ class Sampler:
         self.sample = sample
         self.partitions = None if partitions is None else list(partitions)
         self.history = History()
+        #: The latest tenants' reading (``redis-tasks tenants``' figures), if any.
+        self.tenants: TenantReport | None = None
         self.failing_since: float | None = None
         self.readings = 0
         self._entered = False
@@ -91,6 +96,9 @@ class Sampler:
                 await self.manager.__aenter__()
                 self._entered = True
             reading = await self.manager.inspect(self.partitions, sample=self.sample)
+            tenants = await self.manager.inspect_tenants(
+                self.partitions, sample=max(self.sample, 1)
+            )
         except (BackendError, InternalError) as exc:
             if self.failing_since is None:
                 self.failing_since = time.time()
@@ -100,6 +108,8 @@ class Sampler:
                 )
             return
         self.failing_since = None
+        running = {t: f.running for t, f in reading.tenants.figures.items() if f.running}
+        self.tenants = tenants.with_running(running)
         self.history.add(reading)
         self.readings += 1
 
@@ -140,6 +150,7 @@ class Sampler:
             "readings": self.readings,
             "failing_since": self.failing_since,
             "inspection": None if latest is None else latest.to_json(leases=LEASE_ROWS),
+            "tenants": None if self.tenants is None else self.tenants.to_json(top=TENANT_ROWS),
             "points": points,
         }
 

@@ -176,6 +176,9 @@ class RedisContract(TaskManagerBase):
                 open=tenant.open,
                 rate=tenant.rate,
                 signals=keys.signals,
+                plan=tenant.plan,
+                refused=tenant.refused,
+                seen=tenant.seen,
                 task_id=new.task_id,
                 binding=keys.binding_digest(new.endpoint, new.binding),
                 origin=new.origin,
@@ -192,6 +195,7 @@ class RedisContract(TaskManagerBase):
                 rate_us=admitted.rate_us,
                 burst_us=admitted.burst_us,
                 fair=int(self._fair),
+                terms=admitted.plan,
             ),
             durable=True,
         )

@@ -33,6 +33,7 @@ from redis_tasks._inspection import (
     ended_counts,
     stats_counts,
 )
+from redis_tasks._inspection.tenant_report import TenantReport, TenantRow
 from redis_tasks._inspection.tenants import PartitionTenants
 from redis_tasks._json import unpack
 from redis_tasks._stats import CREATED_FIELD, TERMINAL_FIELDS
@@ -49,6 +50,7 @@ __all__ = [
     "SCAN_BUDGET",
     "inspect_partitions",
     "inspect_task",
+    "inspect_tenants",
     "match_tasks",
 ]
 
@@ -172,6 +174,40 @@ async def inspect_partitions(
     chosen = sorted(set(partitions))
     views = await asyncio.gather(*(_partition(runner, keys, p, sample) for p in chosen))
     return Inspection(tuple(views), cluster=runner.topology.is_cluster, sample=sample)
+
+
+async def _tenants_of(
+    runner: ScriptRunner, keys: KeySpace, partition: int, sample: int
+) -> tuple[list[TenantRow], bool]:
+    """One partition's ``inspect_tenants``: its tenants' rows, and whether all were read."""
+    tenant = keys.tenant(partition, "")
+    reply = await runner.run_raw(
+        lua.inspect_tenants(
+            seen=tenant.seen,
+            ring=tenant.ring,
+            parked=keys.parked(partition),
+            tag=keys.tag(partition),
+            sample=sample,
+        )
+    )
+    _, _, complete, flat = shaped(reply, "inspect_tenants", int, int, int, list)
+    return TenantReport.parse(list(flat_records(flat, "inspect_tenants", 8))), complete == 1
+
+
+async def inspect_tenants(
+    runner: ScriptRunner, keys: KeySpace, partitions: Iterable[int], *, sample: int = 256
+) -> TenantReport:
+    """Every tenant of ``partitions`` an operator may need (``lua/inspect_tenants.lua``),
+    read at once; up to ``sample`` of each partition's seen, waiting and parked ones."""
+    if not isinstance(sample, int) or isinstance(sample, bool) or not 1 <= sample <= MAX_SAMPLE:
+        raise ValueError(f"sample must be an int from 1 to {MAX_SAMPLE}")
+    chosen = sorted(set(partitions))
+    read = await asyncio.gather(*(_tenants_of(runner, keys, p, sample) for p in chosen))
+    return TenantReport(
+        (row for rows, _ in read for row in rows),
+        complete=all(complete for _, complete in read),
+        partitions=len(chosen),
+    )
 
 
 def _error_code(packed: Any) -> int | None:

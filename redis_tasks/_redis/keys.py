@@ -66,14 +66,18 @@ __all__ = [
     "OPEN_INFIX",
     "PARKED_SUFFIX",
     "PARTITION_SUFFIXES",
+    "PLAN_INFIX",
     "QUEUE_INFIX",
     "RATE_INFIX",
+    "REFUSED_INFIX",
     "REQUESTS_SUFFIX",
     "RING_SUFFIX",
     "RUN_INFIX",
+    "SEEN_SUFFIX",
     "STATS_SUFFIX",
     "TASK_INFIX",
     "TENANTS_SUFFIX",
+    "TENANT_INFIXES",
     "TENANT_SUFFIXES",
     "WORK_GROUP",
     "WORK_SUFFIX",
@@ -102,18 +106,24 @@ WORK_SUFFIX: Final = ":work"
 EVENTS_SUFFIX: Final = ":events"
 SIGNALS_SUFFIX: Final = ":signals"
 STATS_SUFFIX: Final = ":stats"
-#: After the tag: the fair-dispatch ring, the parked tenants, the tenant settings.
+#: After the tag: the fair-dispatch ring, the parked tenants, the tenant settings,
+#: and the index of tenants seen (with a plan to keep, or refused) in the last day.
 RING_SUFFIX: Final = ":ring"
 PARKED_SUFFIX: Final = ":parked"
 TENANTS_SUFFIX: Final = ":tenants"
-TENANT_SUFFIXES: Final = (RING_SUFFIX, PARKED_SUFFIX, TENANTS_SUFFIX)
-#: Between the tag and a tenant's digest: its queue, run set, open set, rate state.
+SEEN_SUFFIX: Final = ":seen"
+TENANT_SUFFIXES: Final = (RING_SUFFIX, PARKED_SUFFIX, TENANTS_SUFFIX, SEEN_SUFFIX)
+#: Between the tag and a tenant's digest: its queue, run set, open set, rate state,
+#: the terms of its plan, and its refused creates by reason.
 QUEUE_INFIX: Final = ":tq:"
 RUN_INFIX: Final = ":run:"
 OPEN_INFIX: Final = ":open:"
 RATE_INFIX: Final = ":rate:"
-#: The suffixes of a partition's lasting keys: with the tenant queues (QUEUE_INFIX),
-#: the only keys with no expiry.
+PLAN_INFIX: Final = ":plan:"
+REFUSED_INFIX: Final = ":refused:"
+#: Every tenant key's infix (what ``redis-tasks tenants`` scans for).
+TENANT_INFIXES: Final = (QUEUE_INFIX, RUN_INFIX, OPEN_INFIX, RATE_INFIX, PLAN_INFIX, REFUSED_INFIX)
+#: The suffixes of a partition's lasting keys: the only keys with no expiry.
 PARTITION_SUFFIXES: Final = (
     WORK_SUFFIX,
     EVENTS_SUFFIX,
@@ -179,6 +189,9 @@ class TenantKeys:
     queue: str
     open: str
     rate: str
+    plan: str
+    refused: str
+    seen: str
 
 
 _SLOT_BITS: Final = 14  # 16384 slots
@@ -275,6 +288,9 @@ class KeySpace:
             queue=tag + QUEUE_INFIX + digest,
             open=tag + OPEN_INFIX + digest,
             rate=tag + RATE_INFIX + digest,
+            plan=tag + PLAN_INFIX + digest,
+            refused=tag + REFUSED_INFIX + digest,
+            seen=tag + SEEN_SUFFIX,
         )
 
     def ring(self, partition: int) -> str:

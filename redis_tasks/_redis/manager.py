@@ -21,6 +21,7 @@ from redis.asyncio import Redis, RedisCluster
 
 from redis_tasks._events import TaskEventPublisher
 from redis_tasks._inspection import Inspection, TaskInspection, TaskMatches
+from redis_tasks._inspection.tenant_report import TenantReport
 from redis_tasks._limits import Limits
 from redis_tasks._plans import PlanPolicy
 
@@ -28,7 +29,7 @@ from .client import Client, ConnectionSettings
 from .cluster_topology import ClusterTopology
 from .contract import RedisContract
 from .events import RedisEventPublisher
-from .inspect import inspect_partitions, inspect_task, match_tasks
+from .inspect import inspect_partitions, inspect_task, inspect_tenants, match_tasks
 from .keys import KeySpace
 from .link import Connector, Link
 from .runner import ScriptRunner
@@ -322,6 +323,20 @@ class RedisTaskManager(RedisContract):
         """
         chosen = range(self.partitions) if partitions is None else partitions
         return await inspect_partitions(self._link.runner, self._keys, chosen, sample=sample)
+
+    async def inspect_tenants(
+        self, partitions: Iterable[int] | None = None, *, sample: int = 256
+    ) -> TenantReport:
+        """The tenants as an operator sees them (``redis-tasks tenants``): those seen in
+        the last day (a plan kept, a create refused) and those waiting, up to
+        ``sample`` of each a partition, each with its open, running and queued
+        tasks, its plan and its refusals (:mod:`redis_tasks._inspection.tenant_report`).
+
+        One read-only script call per partition (``lua/inspect_tenants.lua``);
+        tenants appear by digest, no key or task data is read.
+        """
+        chosen = range(self.partitions) if partitions is None else partitions
+        return await inspect_tenants(self._link.runner, self._keys, chosen, sample=sample)
 
     async def inspect_task(self, task_id: str) -> TaskInspection | None:
         """One task's status, times, lease, fence, attempts and work entry, for an

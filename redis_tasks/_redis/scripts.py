@@ -53,6 +53,7 @@ __all__ = [
     "finish_batch",
     "inspect_queue",
     "inspect_task",
+    "inspect_tenants",
     "load_all",
     "lua_dir",
     "release",
@@ -99,6 +100,9 @@ def create(
     open: str,
     rate: str,
     signals: str,
+    plan: str,
+    refused: str,
+    seen: str,
     task_id: str,
     binding: str,
     origin: bytes,
@@ -115,10 +119,26 @@ def create(
     rate_us: int,
     burst_us: int,
     fair: int,
+    terms: str,
 ) -> Call:
     return (
         scripts["create"],
-        (task, work, events, grant, stats, ring, tenants, queue, open, rate, signals),
+        (
+            task,
+            work,
+            events,
+            grant,
+            stats,
+            ring,
+            tenants,
+            queue,
+            open,
+            rate,
+            signals,
+            plan,
+            refused,
+            seen,
+        ),
         (
             task_id,
             binding,
@@ -136,6 +156,7 @@ def create(
             rate_us,
             burst_us,
             fair,
+            terms,
         ),
     )
 
@@ -358,6 +379,11 @@ def requeue(*, task: str, work: str, task_id: str, entry_id: str) -> Call:
 @_binding
 def inspect_queue(*, work: str, stats: str, ring: str, parked: str, tag: str, sample: int) -> Call:
     return scripts["inspect_queue"], (work, stats, ring, parked), (tag, sample)
+
+
+@_binding
+def inspect_tenants(*, seen: str, ring: str, parked: str, tag: str, sample: int) -> Call:
+    return scripts["inspect_tenants"], (seen, ring, parked), (tag, sample)
 
 
 @_binding

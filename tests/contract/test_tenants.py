@@ -682,13 +682,14 @@ async def _hinted(worker: Worker, task_id: str) -> bool:
 
 
 def _with_stats_of(before: Any, after: Any) -> Any:
-    """``after``, with each stats hash as ``before`` had it: a refusal counts itself
-    in the stats (best effort), and stores nothing else."""
+    """``after``, with each stats hash and tenant refusal count as ``before`` had
+    them: a refusal counts itself (for the partition and the tenant, best effort),
+    and stores nothing else."""
     if not isinstance(before, dict):
         return after
-    merged = dict(after)
+    merged = {key: value for key, value in after.items() if ":refused:" not in str(key)}
     for key, value in before.items():
-        if str(key).endswith(":stats"):
+        if str(key).endswith(":stats") or ":refused:" in str(key):
             merged[key] = value
     return merged
 

@@ -193,6 +193,10 @@ async def test_the_dashboard_serves_its_page_and_figures_read_only(
         )
         assert [(t["backlog"], t["key"]) for t in tenants["by_backlog"]] == [(4, None), (3, None)]
         assert tenants["by_backlog"][1]["tenant"] == tenant_digest(b"", b"", TENANT.encode())
+        # redis-tasks tenants' figures too: the waiting tenants, by queued tasks.
+        report = document["tenants"]
+        assert (report["tenants"], report["queued"], report["complete"]) == (2, 7, True)
+        assert [(t["queued"], t["key"]) for t in report["top"]["queued"]] == [(4, None), (3, None)]
         assert document["points"], "a point per reading after the first"
         assert document["failing_since"] is None
         latest = document["points"][-1]["at_ms"]

@@ -678,3 +678,90 @@ async def test_the_command_line_names_a_tenant_only_when_asked(
     for output in (named_text, named_json, named_task):
         assert load.other not in output.stdout + output.stderr
         assert load.rater not in output.stdout + output.stderr
+
+
+async def test_the_tenants_command_shows_each_tenant_s_open_running_queued_refused_and_plan(
+    make_backend: BackendFactory,
+) -> None:
+    """``redis-tasks tenants`` (and ``inspect_tenants``): the known tenant load, tenant
+    by tenant from its own keys: open tasks (its quota's count), running (its cap's),
+    queued, refusals by reason over the last day, and the plan its creates kept; by
+    digest, a key only where ``--tenant-key`` names it."""
+    async with make_backend(limits=TENANT_LIMITS, partitions=TENANT_PARTITIONS) as backend:
+        m = backend.manager
+        assert isinstance(m, RedisTaskManager)
+        load = await _tenant_load(m)
+        named, other, rater = digest(load.named), digest(load.other), digest(load.rater)
+        report = await m.inspect_tenants()
+        assert report.complete
+        rows = {
+            t: (r.open, r.running, r.queued, dict(r.refused), r.waiting, r.parked)
+            for t, r in report.rows.items()
+        }
+        assert rows == {
+            named: (4, 1, 3, {"quota": 1, "rate": 0}, False, True),
+            other: (2, 1, 1, {"quota": 0, "rate": 0}, True, False),
+            rater: (0, 0, 0, {"quota": 0, "rate": 1}, False, False),
+        }
+        assert report.rows[named].plan == {
+            "name": None,
+            "weight": 1,
+            "max_running_tasks": 1,
+            "max_open_tasks": 4,
+            "create_rate": 0.1,
+            "create_burst": 6,
+        }
+        assert [r.tenant for r in report.top("open", 10)] == [named, other]
+        assert [r.tenant for r in report.top("refused", 10)] == [named, rater]
+        assert [r.tenant for r in report.top("running", 1)] == [named]
+        with pytest.raises(ValueError, match="sample"):
+            await m.inspect_tenants(sample=0)
+        raw = repr(report.to_json()) + repr(report.rows)
+        assert TENANT_SECRET not in raw
+
+
+async def test_the_tenants_command_names_a_tenant_only_when_asked(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    url = redis_server.url
+    async with RedisTaskManager.from_url(
+        url, prefix=prefix, partitions=TENANT_PARTITIONS, limits=TENANT_LIMITS
+    ) as m:
+        load = await _tenant_load(m)
+    named, other = digest(load.named), digest(load.other)
+    common = ("--redis-url", url, "--prefix", prefix, "--partitions", str(TENANT_PARTITIONS))
+    text = await asyncio.to_thread(_cli_command, "tenants", *common)
+    assert text.returncode == 0, text.stderr
+    assert "tenants: 3 over 4 partition(s)" in text.stdout
+    assert "open 6, running 2, queued 4; refused in the last day: quota 1, rate 1" in (text.stdout)
+    by_open = text.stdout.split("top 10 by open:\n", 1)[1].splitlines()
+    assert by_open[1].split()[:6] == [named, "4", "1", "3", "1", "parked"]
+    assert "w1 open<=4 run<=1 0.1/s burst 6" in by_open[1]
+    as_json = json.loads(
+        (await asyncio.to_thread(_cli_command, "tenants", *common, "--json")).stdout
+    )
+    assert [(t["tenant"], t["key"], t["open"]) for t in as_json["top"]["open"]] == [
+        (named, None, 4),
+        (other, None, 2),
+    ]
+    named_text = await asyncio.to_thread(
+        _cli_command, "tenants", *common, "--tenant-key", load.named
+    )
+    assert f"[key {load.named!r}]" in named_text.stdout
+    for output in (text, named_text):
+        assert load.other not in output.stdout + output.stderr
+        assert load.rater not in output.stdout + output.stderr
+    assert TENANT_SECRET not in text.stdout + json.dumps(as_json)
+    refused = await asyncio.to_thread(_cli_command, "tenants", *common, "--top", "0")
+    assert refused.returncode == 2
+    assert "--top must be 1 to 1000" in refused.stderr
+
+
+def _cli_command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "redis_tasks", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )

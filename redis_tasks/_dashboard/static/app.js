@@ -135,9 +135,27 @@ function render(state) {
     [number(t.running)], [duration(t.oldest_waiting_ms)], [t.parked ? "yes" : "-"]]);
   rows("tenants-running", tenants.by_running, (t) => [[t.tenant, "id"], [number(t.running)],
     [number(t.backlog)]]);
+  const report = state.tenants;
+  if (report) {
+    rows("tenants-open", report.top.open, (t) => [[t.tenant, "id"], [number(t.open)],
+      [number(t.running)], [number(t.queued)], [number(t.refused.quota + t.refused.rate)],
+      [plan(t.plan)]]);
+    rows("tenants-refused", report.top.refused, (t) => [[t.tenant, "id"],
+      [number(t.refused.quota)], [number(t.refused.rate)], [number(t.open)], [plan(t.plan)]]);
+  }
   chart("chart-throughput", [["created_per_s", "created"], ["ended_per_s", "ended"]]);
   chart("chart-backlog", [["backlog", "backlog"], ["pending", "pending"]]);
   chart("chart-pickup", [["pickup_p50_ms", "p50"], ["pickup_p99_ms", "p99"]]);
+}
+
+// A tenant's plan in a few words, as redis-tasks tenants prints it ("-": none kept).
+function plan(p) {
+  if (!p) return "-";
+  const terms = ["w" + p.weight];
+  if (p.max_open_tasks) terms.push("open<=" + p.max_open_tasks);
+  if (p.max_running_tasks) terms.push("run<=" + p.max_running_tasks);
+  if (p.create_rate) terms.push(p.create_rate + "/s burst " + p.create_burst);
+  return (p.name ? p.name + ": " : "") + terms.join(" ");
 }
 
 async function poll() {
