@@ -41,8 +41,9 @@ logger = logging.getLogger("redis_tasks.mcp")
 PayloadFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], bytes]
 #: Names the tenant the call's task counts against (``None``: its binding, the default).
 TenantFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], str | None]
-#: Gives the weight of the call's tenant (its share of the workers while tenants compete).
-WeightFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], int]
+#: Gives the weight of the call's tenant (its share of the workers while tenants compete;
+#: ``None``: its plan's).
+WeightFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], int | None]
 #: Gives the plan of the call's tenant (``None``: the manager's policy, or the default).
 PlanFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], TenantPlan | None]
 

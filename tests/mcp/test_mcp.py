@@ -39,7 +39,14 @@ from mcp_types import (
 )
 from pydantic import ConfigDict
 
-from redis_tasks import CapacityError, Limits, RedisTaskManager, RequestContext, task_ref
+from redis_tasks import (
+    CapacityError,
+    Limits,
+    RedisTaskManager,
+    RequestContext,
+    TenantPlan,
+    task_ref,
+)
 from redis_tasks.mcp import (
     CreatedTask,
     TasksClient,
@@ -495,9 +502,22 @@ def _org(params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]) -> 
     return org
 
 
-def _weight(params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]) -> int:
+def _weight(params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]) -> int | None:
     headers: Any = getattr(ctx.request, "headers", {})
-    return cast("int", json.loads(headers.get("x-weight", "1")))  # "1.5": a hook's bug
+    weight = headers.get("x-weight")
+    return None if weight is None else cast("int", json.loads(weight))  # "1.5": a hook's bug
+
+
+def _plan(params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]) -> TenantPlan | None:
+    headers: Any = getattr(ctx.request, "headers", {})
+    name = headers.get("x-plan")
+    if name == "free":
+        return TenantPlan(max_open_tasks=1, name="free")
+    if name == "heavy":
+        return TenantPlan(weight=6)  # over the test's Limits(max_tenant_weight=5)
+    if name == "wrong":
+        return cast("TenantPlan", "pro")  # a hook's bug: the extension checks what it gets
+    return None
 
 
 @dataclass
@@ -545,7 +565,8 @@ class InProcess:
 @asynccontextmanager
 async def in_process(url: str, prefix: str, limits: Limits) -> AsyncIterator[InProcess]:
     """Serve ``job`` (``REQUIRED``, no worker) on a manager with ``limits``; the tenant
-    is the ``x-org`` header (absent: the binding), the weight ``x-weight``."""
+    is the ``x-org`` header (absent: the binding), the weight ``x-weight``, the plan
+    ``x-plan`` (see :func:`_plan`)."""
     manager = RedisTaskManager.from_url(url, prefix=prefix, limits=limits)
     tasks = TasksExtension(
         manager,
@@ -553,6 +574,7 @@ async def in_process(url: str, prefix: str, limits: Limits) -> AsyncIterator[InP
         authorizer=_by_header,
         tenant=_org,
         weight=_weight,
+        plan=_plan,
     )
     server = MCPServer("limits", extensions=[tasks], lifespan=tasks.lifespan)
 
@@ -632,14 +654,21 @@ async def test_failing_hooks_and_refused_weights(
                 assert await app.call(path, "u", **{"x-org": "fail"}) == internal
                 assert await app.call(path, "u", **{"x-org": "number"}) == internal
                 assert await app.call(path, "u", **{"x-weight": "1.5"}) == internal
-            # Out of Limits: refused like any task input over a bound.
+                # Out of Limits: refused like any task input over a bound.
+                assert await app.call(path, "u", **{"x-plan": "wrong"}) == internal
             assert await app.call(path, "u", **{"x-weight": "6"}) == over
             assert await app.call(path, "u", **{"x-org": "x" * 257}) == over
+            assert await app.call(path, "u", **{"x-plan": "heavy"}) == over
             assert "result" in await app.call(path, "u", **{"x-weight": "5"})
+            # The plan hook's plan: a quota of one for this call's tenant.
+            free = {"x-plan": "free", "x-org": f"org-{path}"}
+            assert "result" in await app.call(path, "u", **free)
+            assert await app.call(path, "u", **free) == _refused("quota")
     logged = [r.getMessage() for r in caplog.records]
-    assert logged.count("tenant or weight hook failed: RuntimeError") == 2
+    assert logged.count("tenant, weight or plan hook failed: RuntimeError") == 2
     assert logged.count("tenant hook returned int, not a str or None") == 2
     assert logged.count("weight hook returned float, not an int") == 2
+    assert logged.count("plan hook returned str, not a TenantPlan or None") == 2
     assert SECRET not in caplog.text
 
 

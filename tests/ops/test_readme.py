@@ -38,7 +38,7 @@ def test_the_usage_example_runs(redis_server: RedisServer, tmp_path: Path) -> No
 
 def test_the_worker_example_is_real_code() -> None:
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert len(blocks) == 7
+    assert len(blocks) == 8  # each is run or compiled by a test here
     namespace: dict[str, object] = {}
     exec(compile(blocks[1], "README.md", "exec"), namespace)  # defines the handler only
     assert callable(namespace["handler"])
@@ -51,7 +51,7 @@ def test_the_worker_example_is_real_code() -> None:
 def test_the_tenants_example_runs(redis_server: RedisServer, tmp_path: Path) -> None:
     """The tenants section's limits and create_for, on a real server: the quota refuses
     the 101st open task of an organisation, with nothing stored, and names no tenant."""
-    (block,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "LIMITS" in b]
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "create_for" in b]
     script = tmp_path / "tenants.py"
     script.write_text(
         block
@@ -73,6 +73,46 @@ def test_the_tenants_example_runs(redis_server: RedisServer, tmp_path: Path) -> 
                     assert other is not None
                     await manager.client.delete(
                         *[k async for k in manager.client.scan_iter("{{readme-tenants:*")]
+                    )
+
+            asyncio.run(main())
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "quota None"
+
+
+def test_the_plans_example_runs(redis_server: RedisServer, tmp_path: Path) -> None:
+    """The plans table, on a real server: "free" globex gets 20 open tasks, "pro" acme
+    more than the default plan's 100 (rates off, so only the quotas are at play)."""
+    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
+    (tenants,) = [b for b in blocks if "create_for" in b]
+    (plans,) = [b for b in blocks if "PLANS" in b]
+    script = tmp_path / "plans.py"
+    script.write_text(
+        tenants
+        + plans
+        + textwrap.dedent(
+            f"""
+            import asyncio
+            import dataclasses
+
+            async def main() -> None:
+                global LIMITS, PLANS
+                LIMITS = dataclasses.replace(LIMITS, tenant_create_rate=None,
+                                             tenant_create_burst=None)
+                PLANS = {{k: dataclasses.replace(p, create_rate=None) for k, p in PLANS.items()}}
+                async with planned_manager("{redis_server.url}") as manager:
+                    free = [await create_for(manager, "globex", "u1", "free") for _ in range(21)]
+                    assert all(free[:20]) and free[20] is None
+                    pro = [await create_for(manager, "acme", "u1", "pro") for _ in range(150)]
+                    assert all(pro)
+                    await manager.client.delete(
+                        *[k async for k in manager.client.scan_iter("{{rt:*")]
                     )
 
             asyncio.run(main())
