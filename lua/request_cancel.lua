@@ -25,7 +25,7 @@
     2 binding        the record's digest of (task ID, endpoint, partition binding)
     3 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
   Returns:
-    {RC_OK}
+    {RC_OK, ended}   ended: 1 when this call ended the task, else 0
     {RC_NOT_FOUND}   unknown, expired or unauthorized
   Events: one entry when the intent is first recorded on a live task; and one
   signal for the task's worker when a live lease holds it.
@@ -52,17 +52,17 @@ if t[1] ~= binding then
   return {RC_NOT_FOUND}
 end
 if TERMINAL[t[2]] or t[3] == '1' then
-  return {RC_OK}
+  return {RC_OK, 0}
 end
 if t[4] and tonumber(t[4]) > now_ms() then
   -- A worker holds it: the intent is recorded and the worker hears of it.
   redis.call('HSET', task_key, 'cx', '1')
   emit(events_key, event_opts, task_id)
   emit(signals_key, event_opts, task_id)
-  return {RC_OK}
+  return {RC_OK, 0}
 end
 redis.call('HSET', task_key, 'cx', '1')
 terminate({task_key, requests_key, issued_key, answers_key, journal_key, work_key, events_key,
   stats_key}, task_id, t[5], t[6], t.updated, ST_CANCELLED, nil, '', '', event_opts,
   {t[7], t[8], t[9]}, nil)
-return {RC_OK}
+return {RC_OK, 1}

@@ -153,11 +153,14 @@ class TaskManagerBase(ABC):
 
     async def request_cancellation(self, ctx: TaskRequestContext) -> None:
         """Record durable cancellation intent; terminal tasks accept it idempotently.
+        A task no worker holds (waiting for one, or whose lease ran out) ends
+        ``cancelled`` at once, as the claim that met it would end it.
 
         Raises :class:`TaskNotFoundError` for an unknown or unauthorized task.
         """
         endpoint, binding = self._encoder.binding(ctx.request)
-        await self._request_cancel(ctx.task_id, endpoint, binding)
+        if await self._request_cancel(ctx.task_id, endpoint, binding):
+            METRICS.task_ended(TaskStatus.CANCELLED.value)
 
     # -- application-facing ----------------------------------------------------------
 
@@ -320,8 +323,8 @@ class TaskManagerBase(ABC):
         """Record the answers that match an outstanding request."""
 
     @abstractmethod
-    async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
-        """Record cancellation intent."""
+    async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> bool:
+        """Record cancellation intent, or end a task no worker holds; whether it ended."""
 
     @abstractmethod
     async def _create(self, new: NewTask) -> int:

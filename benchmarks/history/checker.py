@@ -68,17 +68,17 @@ async def linearizable(model: TaskModel, ops: Iterable[Op]) -> bool:
         for op in pending:
             if op.invoke > horizon:
                 break  # invoked after a pending operation returned: not next
-            after, value = await model.apply(state, op)
-            if op.known and value != op.value:
-                continue
-            key = (done | {op.index}, model.digest(after))
-            if key in seen:
-                continue
-            seen.add(key)
-            if len(seen) > MAX_STATES:
-                raise Undecided
-            if await search(key[0], after):
-                return True
+            for after, value in await model.outcomes(state, op):
+                if op.known and value != op.value:
+                    continue
+                key = (done | {op.index}, model.digest(after))
+                if key in seen:
+                    continue
+                seen.add(key)
+                if len(seen) > MAX_STATES:
+                    raise Undecided
+                if await search(key[0], after):
+                    return True
         return False
 
     return await search(frozenset(), None)

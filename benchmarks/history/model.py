@@ -8,6 +8,12 @@ same bytes, and the search can tell it has been somewhere before
 (:meth:`TaskModel.digest`). Worker operations are applied without a fence: the
 recorded worker held the lease when it wrote (a write refused for a lost lease is
 no operation of the model's).
+
+Leases matter to one operation: a cancellation ends a task no worker holds at once,
+and only records intent on one a worker holds. A claim that runs the task marks it
+held (a lease deadline that never passes on the fixed clock); since a worker that
+died lets its lease run out unrecorded, a cancellation of a held task may take
+either effect, and the search tries both (:meth:`TaskModel.outcomes`).
 """
 
 from __future__ import annotations
@@ -27,8 +33,12 @@ from redis_tasks import (
     TaskTerminalError,
     TaskUpdateContext,
 )
+from redis_tasks._record import FIELD_LEASE_DEADLINE
 
 from .ops import Op
+
+#: A lease deadline the fixed clock never reaches: a worker holds the task.
+_HELD: Final = str(10**15).encode()
 
 __all__ = ["ORIGIN", "WHO", "TaskModel", "answer", "asked", "snapshot"]
 
@@ -97,6 +107,16 @@ class TaskModel:
         parts = (state.fields, state.requests, state.issued, state.answers, state.journal)
         return repr([sorted(part.items()) for part in parts])
 
+    async def outcomes(self, state: Any, op: Op) -> list[tuple[Any, Any]]:
+        """Each way ``op`` may take effect on ``state``: one, but for a cancellation of
+        a held task, which its lease may or may not have outlived (see the module)."""
+        first = await self.apply(state, op)
+        if op.kind != "cancel" or state is None or FIELD_LEASE_DEADLINE not in state.fields:
+            return [first]
+        lapsed = copy.deepcopy(state)
+        del lapsed.fields[FIELD_LEASE_DEADLINE]
+        return [first, await self.apply(lapsed, op)]
+
     async def apply(self, state: Any, op: Op) -> tuple[Any, Any]:
         """``op`` taken effect on ``state``: the state after it, and what its caller
         would have seen (normalised as :class:`~.ops.Op` records it)."""
@@ -132,6 +152,7 @@ class TaskModel:
             if await m.is_cancellation_requested(task_id):
                 await m.cancel_task(task_id)
                 return "cancelled"
+            self._manager._tasks[task_id].fields[FIELD_LEASE_DEADLINE] = _HELD
             return "run"
         if op.kind == "request_input":
             requests = {key: asked(key) for key in op.args["keys"]}

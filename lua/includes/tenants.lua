@@ -181,14 +181,15 @@ local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fai
   local pushed = redis.call('RPUSH', queue_key, task_id)
   if pushed == 1 then
     -- The tenant was not waiting: it is in neither the ring nor the parked set.
+    local tag = string.sub(ring_key, 1, #ring_key - #KEY_RING)
     local others = redis.call('EXISTS', ring_key) == 1
+    if others then
+      forget_gone_head(tag, stats_key)
+      others = redis.call('EXISTS', ring_key) == 1
+    end
     if not others and not undelivered(work_key) then
       redis.call('DEL', queue_key)
       return redis.call('XADD', work_key, '*', 't', task_id), false
-    end
-    local tag = string.sub(ring_key, 1, #ring_key - #KEY_RING)
-    if others then
-      forget_gone_head(tag, stats_key)
     end
     join_ring(tag, tenant, (tenant_settings(settings ~= '' and settings or nil)))
     newcomer = others

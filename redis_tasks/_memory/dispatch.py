@@ -47,11 +47,11 @@ def enqueue(
     queue = tenants.queue(tenant, now)
     newcomer = False
     if not queue:
+        if tenants.ring:
+            tenants.forget_gone_head(now)
         others = bool(tenants.ring)
         if not others and not state.undelivered():
             return streams.append(partition, task_id), False
-        if others:
-            tenants.forget_gone_head(now)
         tenants.join_ring(tenant, settings_of(settings)[0])
         newcomer = others
         if not settings:

@@ -198,8 +198,8 @@ class InMemoryTaskManager(TaskManagerBase):
             self._records.emit(task_id)
             self._records.signal(task_id)
 
-    async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
-        """Mirror of ``request_cancel.lua``."""
+    async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> bool:
+        """Mirror of ``request_cancel.lua``; whether it ended the task."""
         with self._lock:
             record = self._authorized(task_id, endpoint, binding)
             if record is None:
@@ -208,13 +208,13 @@ class InMemoryTaskManager(TaskManagerBase):
                 record.fields[FIELD_STATUS] in _TERMINAL
                 or record.fields.get(FIELD_CANCEL_REQUESTED) == b"1"
             ):
-                return
+                return False
             record.fields[FIELD_CANCEL_REQUESTED] = b"1"
             deadline = record.fields.get(FIELD_LEASE_DEADLINE)
             if deadline is not None and int(deadline) > self._records.now():
                 self._records.emit(task_id)  # a worker holds it: it hears of it
                 self._records.signal(task_id)
-                return
+                return False
             # Nobody holds it: ended here, as the claim that met it would end it.
             entry = record.fields.get(FIELD_WORK_ENTRY)
             self._queue.terminate(
@@ -226,6 +226,7 @@ class InMemoryTaskManager(TaskManagerBase):
                 "",
                 b"",
             )
+            return True
 
     async def _create(self, new: NewTask) -> int:
         """Mirror of ``create.lua``."""

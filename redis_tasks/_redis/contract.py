@@ -131,14 +131,14 @@ class RedisContract(TaskManagerBase):
             durable=True,
         )
 
-    async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> None:
-        """One ``request_cancel`` script call."""
+    async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> bool:
+        """One ``request_cancel`` script call; whether it ended the task."""
         link = self._link
         keys = self._task_keys(task_id)
         if keys is None:
             raise TaskNotFoundError()
         digest = keys.binding_digest(endpoint, binding)
-        await link.runner.run(
+        reply = await link.runner.run(
             lua.request_cancel(
                 task=keys.task,
                 requests=keys.requests,
@@ -156,6 +156,7 @@ class RedisContract(TaskManagerBase):
             ),
             durable=True,
         )
+        return replies.cancel_ended(reply)
 
     async def _create(self, new: NewTask) -> int:
         """One ``create`` script call: stored, enqueued and announced atomically."""

@@ -81,6 +81,12 @@ def _pairs(values: Any, script: str) -> list[bytes]:
     return values
 
 
+def cancel_ended(reply: Any) -> bool:
+    """``request_cancel``: ``{RC_OK, ended}``: whether the call ended the task."""
+    _, ended = shaped(_ok(reply, "request_cancel"), "request_cancel", int, int)
+    return bool(ended)
+
+
 def created_ms(reply: Any) -> int:
     """``create``: ``{RC_OK, created_ms}``."""
     return int(shaped(_ok(reply, "create"), "create", int, int)[1])

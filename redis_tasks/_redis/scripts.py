@@ -121,44 +121,12 @@ def create(
     fair: int,
     terms: str,
 ) -> Call:
-    return (
-        scripts["create"],
-        (
-            task,
-            work,
-            events,
-            grant,
-            stats,
-            ring,
-            tenants,
-            queue,
-            open,
-            rate,
-            signals,
-            plan,
-            refused,
-            seen,
-        ),
-        (
-            task_id,
-            binding,
-            origin,
-            payload,
-            ttl_ms,
-            poll_ms,
-            metadata,
-            event_opts,
-            trace_context,
-            tenant,
-            settings,
-            cap,
-            max_open,
-            rate_us,
-            burst_us,
-            fair,
-            terms,
-        ),
-    )
+    keys = (task, work, events, grant, stats, ring, tenants, queue, open, rate, signals, plan,
+            refused, seen)  # fmt: skip
+    argv = (task_id, binding, origin, payload, ttl_ms, poll_ms, metadata, event_opts,
+            trace_context, tenant, settings, cap, max_open, rate_us, burst_us, fair,
+            terms)  # fmt: skip
+    return scripts["create"], keys, argv
 
 
 @_binding

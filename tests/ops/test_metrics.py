@@ -126,8 +126,9 @@ async def test_a_worker_records_every_instrument_with_bounded_attributes(reader:
     ok = [await create("ok") for _ in range(4)]
     failing, asking, held = await create("fail"), await create("ask"), await create("hold")
     never_run = await create("ok")
-    # Cancelled before any worker claimed it: the claim settles it.
+    # Cancelled before any worker held it: the request ends it, no claim ever meets it.
     await manager.request_cancellation(TaskRequestContext(ALICE, never_run))
+    assert await status(manager, never_run) is TaskStatus.CANCELLED
     async with running(manager, lease=timedelta(seconds=5)) as worker:
 
         async def asked() -> bool:
@@ -176,9 +177,9 @@ async def test_a_worker_records_every_instrument_with_bounded_attributes(reader:
     assert {a["partition"] for a, _ in points["redis_tasks_tasks_claimed"]} <= {0, 1}
     assert total(points, "redis_tasks_tasks_completed") == 5
     assert total(points, "redis_tasks_tasks_failed") == 1
-    assert total(points, "redis_tasks_tasks_cancelled") == 1
+    assert total(points, "redis_tasks_tasks_cancelled") == 2  # by the request, by the worker
     settled = {a["outcome"]: n for a, n in points["redis_tasks_claims_settled"]}
-    assert settled == {"cancelled": 1, "poisoned": 0, "expired": 0, "terminal": 0, "deferred": 0}
+    assert settled == {"cancelled": 0, "poisoned": 0, "expired": 0, "terminal": 0, "deferred": 0}
     refused = {a["reason"]: n for a, n in points["redis_tasks_creates_refused"]}
     assert refused == {"quota": 0, "rate": 0, "full": 0}
     assert total(points, "redis_tasks_input_rounds") == 1

@@ -97,6 +97,11 @@ async def test_each_operation_is_one_evalsha_round_trip(standalone_backend: Back
     assert isinstance(client, Redis)
     task = await m.create_task(ALICE, ORIGIN)
     tid = task.task_id
+    # Held, as a running task is: the cancellation below records intent only.
+    ((entry, _),) = await m.work_queue.claim_next(
+        int(tid.split(".")[0]), consumer="w1", count=1, lease=timedelta(minutes=1), max_attempts=3
+    )
+    assert entry.task_id == tid
     actions = {
         "create": lambda: m.create_task(ALICE, ORIGIN),
         "find": lambda: m.find_task(TaskRequestContext(ALICE, tid)),
