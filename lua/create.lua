@@ -2,8 +2,9 @@
   create: admit a new task, store it and enqueue its work in one atomic step, so
   no outbox is needed and the task is readable the moment this returns.
 
-  Admission first, with reads only, so a refused create stores nothing (its
-  refusal is counted in the stats, best effort): the tenant's open-task quota
+  Admission first, with reads only, so a refused create stores nothing but the
+  counts of its refusal (the partition's stats and the tenant's own, best
+  effort): the tenant's open-task quota
   (its open set: task IDs scored by expiry, so a task that expires stops counting
   by itself), then its create rate (GCRA: the theoretical arrival time, in µs).
   The first write is RPUSH or XADD, both refused by a Redis out of memory
@@ -15,9 +16,11 @@
   that was not waiting joins the ring near its head, and the task's ID goes to
   the signal stream too: busy workers, whose read loops wait for a free slot
   rather than read, give this partition their next free slot (the tenant most
-  behind starts next, whichever partition it landed in). A tenant
-  with a quota, a rate or a cap has all its tasks in its home partition (the
-  caller chose the ID), so these keys see all of them.
+  behind starts next, whichever partition it landed in). A tenant queue lives
+  as long as its last task. A tenant with a quota, a rate or a cap has all its
+  tasks in its home partition (the caller chose the ID), so these keys see all
+  of them. A named or limited plan's terms are kept for operators, and the
+  tenant marked seen (redis-tasks tenants reads both).
 
   Includes: common, tenants
 
@@ -62,9 +65,10 @@
   Returns:
     {RC_OK, created_ms}
     {RC_EXISTS}      the ID is taken by another task; nothing is overwritten
-    {RC_QUOTA}       the tenant holds max_open open tasks; nothing stored
+    {RC_QUOTA}       the tenant holds max_open open tasks; nothing stored but
+                     the refusal's counts
     {RC_RATE, retry_after_ms}
-                     the tenant creates faster than its rate; nothing stored
+                     the tenant creates faster than its rate; likewise
   A retry of a create whose reply was lost finds its own task (same binding
   and origin) and answers {RC_OK, created_ms} without a second task, before any
   admission. The record keeps the binding's digest only (`bd`), never the

@@ -16,9 +16,11 @@ from ._redis.manager import RedisTaskManager
 __all__ = [
     "add_redis_options",
     "add_sample_option",
+    "add_tenant_key_option",
     "check_redis_options",
     "manager_from",
     "only_partitions",
+    "tenant_key_problem",
     "url_problem",
 ]
 
@@ -57,6 +59,28 @@ def add_sample_option(parser: argparse.ArgumentParser) -> None:
         default=256,
         help=f"pending entries looked up per partition (0 to {MAX_SAMPLE}; default 256)",
     )
+
+
+def add_tenant_key_option(parser: argparse.ArgumentParser) -> None:
+    """``--tenant-key`` (repeatable): a tenant key to show beside its digest, the one
+    way a key is shown (checked by :func:`tenant_key_problem`)."""
+    parser.add_argument(
+        "--tenant-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="show this tenant key (create_task's tenant=) beside its digest; repeatable",
+    )
+
+
+def tenant_key_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``--tenant-key`` (never the key itself), or ``None``."""
+    for key in args.tenant_key:
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            return "--tenant-key must be valid UTF-8"
+    return None
 
 
 def only_partitions(args: argparse.Namespace) -> list[int] | None:

@@ -30,9 +30,11 @@ from redis.exceptions import NoPermissionError
 from ._cli_common import (
     add_redis_options,
     add_sample_option,
+    add_tenant_key_option,
     check_redis_options,
     manager_from,
     only_partitions,
+    tenant_key_problem,
 )
 from ._errors import BackendError, InternalError
 from ._ids import parse_task_id
@@ -81,13 +83,7 @@ def add_inspect_command(commands: Any) -> None:
         "--count", type=int, default=None, help="with --watch: stop after this many readings"
     )
     inspect.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    inspect.add_argument(
-        "--tenant-key",
-        action="append",
-        default=[],
-        metavar="KEY",
-        help="show this tenant key (create_task's tenant=) beside its digest; repeatable",
-    )
+    add_tenant_key_option(inspect)
 
 
 def _problem(args: argparse.Namespace) -> str | None:
@@ -102,12 +98,7 @@ def _problem(args: argparse.Namespace) -> str | None:
         return "--count needs --watch and must be at least 1"
     if args.task_id is not None and args.watch is not None:
         return "--watch shows the queues, not one task"
-    for key in args.tenant_key:
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            return "--tenant-key must be valid UTF-8"  # and is not repeated here
-    return None
+    return tenant_key_problem(args)
 
 
 def _print_task(task: TaskInspection, args: argparse.Namespace, out: TextIO) -> None:

@@ -20,9 +20,11 @@ from typing import Any, TextIO
 from ._cli_common import (
     add_redis_options,
     add_sample_option,
+    add_tenant_key_option,
     check_redis_options,
     manager_from,
     only_partitions,
+    tenant_key_problem,
 )
 from ._errors import BackendError, InternalError
 from ._inspection.tenant_report import render_tenants
@@ -43,13 +45,7 @@ def add_tenants_command(commands: Any) -> None:
         "--top", type=int, default=10, help="tenants listed by each order (default 10)"
     )
     tenants.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    tenants.add_argument(
-        "--tenant-key",
-        action="append",
-        default=[],
-        metavar="KEY",
-        help="show this tenant key (create_task's tenant=) beside its digest; repeatable",
-    )
+    add_tenant_key_option(tenants)
 
 
 def _problem(args: argparse.Namespace) -> str | None:
@@ -60,12 +56,7 @@ def _problem(args: argparse.Namespace) -> str | None:
         return "--top must be 1 to 1000"
     if args.sample < 1:
         return "--sample must be at least 1 here"
-    for key in args.tenant_key:
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            return "--tenant-key must be valid UTF-8"  # and is not repeated here
-    return None
+    return tenant_key_problem(args)
 
 
 async def _tenants(args: argparse.Namespace, out: TextIO) -> int:

@@ -325,14 +325,19 @@ async def test_a_claim_counts_its_pickup_in_the_bucket_the_server_clock_gives(
     await m.complete_task(task.task_id, {"content": [], "isError": False}, fence=claim.fence)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _cli_command(*args: str) -> subprocess.CompletedProcess[str]:
+    """``redis-tasks ARGS...`` in a process of its own."""
     return subprocess.run(
-        [sys.executable, "-m", "redis_tasks", "inspect", *args],
+        [sys.executable, "-m", "redis_tasks", *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return _cli_command("inspect", *args)
 
 
 async def test_the_command_line(redis_server: RedisServer, prefix: str) -> None:
@@ -755,13 +760,3 @@ async def test_the_tenants_command_names_a_tenant_only_when_asked(
     refused = await asyncio.to_thread(_cli_command, "tenants", *common, "--top", "0")
     assert refused.returncode == 2
     assert "--top must be 1 to 1000" in refused.stderr
-
-
-def _cli_command(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "redis_tasks", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
