@@ -24,7 +24,10 @@ dispatched started at (start-time fair queuing), plus a jitter below its stride
 (:func:`jitter`, uncorrelated between partitions, so that tenants joining together
 are not served in the same order in every partition): it is served within one
 round, before the tenant that was served last, and since no pass is remembered
-once a tenant stops waiting, none can be banked. The stream and its consumer group stay the
+once a tenant stops waiting, none can be banked. A tenant that joins a ring where
+others wait (a *newcomer*) is also signalled by its create, and a busy worker starts
+its task at its next free slot, ahead of the partitions' turns and the ring's order
+(see ``redis_tasks/_worker/intake.py``). The stream and its consumer group stay the
 delivery and lease record: a dispatched task gets its work entry and is claimed
 in the same script, with the same fence, lease and reclaim as before.
 
@@ -32,7 +35,8 @@ The cost, measured by ``redis-tasks bench`` (see the README): a waiting task is
 an ``RPUSH`` at create instead of an ``XADD``, and an ``XADD`` at dispatch; a
 batch adds a handful of commands to read and update the ring.
 
-**Limits** (:class:`~redis_tasks.Limits`), checked in the create script before
+**Limits** (the tenant's plan: :mod:`redis_tasks._plans`; by default the
+per-tenant fields of :class:`~redis_tasks.Limits`), checked in the create script before
 anything is written: a quota of open (not terminal) tasks per tenant, kept as a
 sorted set of the tenant's open task IDs scored by expiry, so a task that ends
 leaves it and one that expires stops counting with no sweeper; and a create rate

@@ -12,7 +12,10 @@
 -- ring for the parked set (KEY_PARKED, scored by when to look again); its waiting
 -- tasks hold nobody back. A waiting tenant's weight and cap, when not the
 -- defaults, and the virtual time (VTIME_FIELD) are kept in the tenants hash
--- (KEY_TENANTS).
+-- (KEY_TENANTS). A tenant that joins a ring where others wait is a newcomer: its
+-- create signals its task, which a busy worker starts ahead of the ring's order
+-- (dispatch_first). A queue expires with its last task, so none outlives its tasks
+-- while no worker runs; a tenant found without one leaves the ring.
 -- Includes: common, keys
 
 -- Where `tenant` lands when it joins the ring of partition `partition` (its
