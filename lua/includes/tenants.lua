@@ -319,7 +319,10 @@ end
 -- its next free slot wherever the partition's turn is (workers give newcomers at
 -- most half their slots, so a stream of them cannot hold the waiting tenants
 -- back). Only the first task of a tenant in the ring (not parked) goes, and its
--- tenant's pass moves on as a dispatch's would. Its entry is read first: the
+-- tenant's pass moves on as a dispatch's would; the virtual time does not (the
+-- newcomer was behind, not the tenants waiting: with it moved on, its next task
+-- joined behind them all and waited their turns in a round of its partition's
+-- turns, seconds behind long tools). Its entry is read first: the
 -- entries no consumer was given yet (up to 16, else it waits its turn) move
 -- behind it, each task's record following its entry. When the tenant's next task
 -- came meanwhile and the tenant stays within a stride of the ring's head, that
@@ -367,10 +370,6 @@ local function dispatch_first(tag, work_key, stats_key, task_id, event_opts)
     if pass <= tonumber(head[2]) + stride then
       emit(tag .. KEY_SIGNALS, event_opts, next_task)
     end
-  end
-  local vtime = tonumber(redis.call('HGET', tenants_key, VTIME_FIELD)) or 0
-  if pass > vtime then
-    redis.call('HSET', tenants_key, VTIME_FIELD, int_text(pass))
   end
   redis.call('HINCRBY', stats_key, STATS_QUEUED, -1)
   return true

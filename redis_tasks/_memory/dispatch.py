@@ -160,6 +160,5 @@ def dispatch_first(records: TaskRecords, streams: Streams, partition: int, task_
         tenants.ring[tenant] = pass_ + step
         if pass_ <= tenants.lowest(1)[0][1] + step:
             records.signal(queue[0])
-    tenants.vtime = max(tenants.vtime, pass_)
     tenants.queued -= 1
     return True
