@@ -111,23 +111,6 @@ local burst_us = tonumber(ARGV[15])
 local fair = ARGV[16] == '1'
 local terms = ARGV[17]
 
--- The tenant is seen now: in the partition's index that redis-tasks tenants reads
--- (a tenant not seen for a day leaves it when a new one comes).
-local function seen(now)
-  if redis.call('ZADD', seen_key, int_text(now), tenant) == 1 then
-    redis.call('ZREMRANGEBYSCORE', seen_key, '-inf', int_text(now - REFUSALS_KEPT_MS))
-  end
-end
-
--- A refusal is counted for the partition and for the tenant (the tenant's counts
--- last a day from its latest refusal), best effort: nothing is stored but counts.
-local function refused(field, reason, now)
-  redis.pcall('HINCRBY', stats_key, field, 1)
-  redis.pcall('HINCRBY', refused_key, reason, 1)
-  redis.pcall('PEXPIREAT', refused_key, int_text(now + REFUSALS_KEPT_MS))
-  pcall(seen, now)
-end
-
 local existing = hmget(task_key, 'bd', 'or', 'ca')
 if existing[1] then
   if existing[1] == binding and existing[2] == origin then
@@ -138,18 +121,31 @@ end
 
 local us = now_us()
 local now = math.floor(us / 1000)
+local refusal = nil
 if max_open > 0 and redis.call('ZCOUNT', open_key, '(' .. int_text(now), '+inf') >= max_open then
-  refused(STATS_REFUSED_QUOTA, 'quota', now)
-  return {RC_QUOTA}
+  refusal = {STATS_REFUSED_QUOTA, 'quota', {RC_QUOTA}}
 end
 local arrival = 0
-if rate_us > 0 then
+if rate_us > 0 and not refusal then
   arrival = math.max(tonumber(redis.call('GET', rate_key)) or 0, us)
   local early = arrival - us - burst_us
   if early > 0 then
-    refused(STATS_REFUSED_RATE, 'rate', now)
-    return {RC_RATE, int_text(math.ceil(early / 1000))}
+    refusal = {STATS_REFUSED_RATE, 'rate', {RC_RATE, int_text(math.ceil(early / 1000))}}
   end
+end
+-- A tenant seen (a plan kept, or a refusal) enters the partition's index that
+-- redis-tasks tenants reads; one not seen for a day leaves it when a new one comes.
+-- Inline, not a function: a script's every definition is made at each call.
+if refusal then
+  -- Counted for the partition and for the tenant (the tenant's counts last a day
+  -- from its latest refusal), best effort: nothing else is stored.
+  redis.pcall('HINCRBY', stats_key, refusal[1], 1)
+  redis.pcall('HINCRBY', refused_key, refusal[2], 1)
+  redis.pcall('PEXPIREAT', refused_key, int_text(now + REFUSALS_KEPT_MS))
+  if redis.pcall('ZADD', seen_key, int_text(now), tenant) == 1 then
+    redis.pcall('ZREMRANGEBYSCORE', seen_key, '-inf', int_text(now - REFUSALS_KEPT_MS))
+  end
+  return refusal[3]
 end
 
 local expire_at = ttl_ms > 0 and now + ttl_ms or 0
@@ -210,7 +206,9 @@ if terms ~= '' then
   else
     redis.call('SET', plan, terms)
   end
-  seen(now)
+  if redis.call('ZADD', seen_key, int_text(now), tenant) == 1 then
+    redis.call('ZREMRANGEBYSCORE', seen_key, '-inf', int_text(now - REFUSALS_KEPT_MS))
+  end
 end
 redis.call('HINCRBY', stats_key, STATS_CREATED, 1)
 emit(events_key, event_opts, task_id)
