@@ -148,7 +148,9 @@ class Backend:
         for key in await self.all_keys():
             if self.keys.is_partition_key(key):
                 continue  # per-partition infrastructure, bounded by ack, MAXLEN, fields
-            if await self.client.pttl(key) < 0 and key not in self.immortal_allowed:
+            # -1: no expiry. -2 (gone) is a key that expired between the SCAN and
+            # this call, which is what an expiry is for: a short rate state can.
+            if await self.client.pttl(key) == -1 and key not in self.immortal_allowed:
                 found.append(key)
         return found
 
