@@ -62,7 +62,15 @@ from .keys import (
     WORK_GROUP,
     WORK_SUFFIX,
 )
-from .lua_text import LUA_TOKENS, TOP_LEVEL_LOCAL, code, definitions, keep_used
+from .lua_text import (
+    LUA_TOKENS,
+    TOP_LEVEL_LOCAL,
+    USED_NAME,
+    check_globals,
+    code,
+    definitions,
+    keep_used,
+)
 
 __all__ = [
     "CONSTANTS",
@@ -262,7 +270,6 @@ def check_literals(where: str, source: str) -> None:
 # uses in its opening comment lines ("-- Includes: common").
 _INCLUDES_LINE = re.compile(r"^[ \t]*(?:--)?[ \t]*Includes:[ \t]*(.*)$", re.M)
 _LEADING_COMMENT = re.compile(r"\A(?:[ \t]*(?:--.*)?\n)*")
-_NAME = re.compile(r"(?<![.:\w])([A-Za-z_]\w*)")
 # A line of an include's code at the top level that neither defines nor closes.
 _TOP_LEVEL_STATEMENT = re.compile(r"^(?!local\s|end\b)\S.*$", re.M)
 
@@ -318,7 +325,7 @@ def check_uses(where: str, text: str, named: tuple[str, ...], includes: dict[str
     """Every name ``text`` takes from an include comes from one it names, and it
     uses something of each one it names."""
     text_code = code(text)
-    used = set(_NAME.findall(text_code))
+    used = set(USED_NAME.findall(text_code))
     own = set(TOP_LEVEL_LOCAL.findall(text_code))
     for name in named:
         if name not in includes:
@@ -372,9 +379,12 @@ def assemble(
     return join_source(resolve(named, includes), body, includes)
 
 
-def join_source(order: list[str], body: str, includes: dict[str, Include]) -> str:
+def join_source(
+    order: list[str], body: str, includes: dict[str, Include], where: str = "a script"
+) -> str:
     """The constants and the includes in ``order``, keeping only the definitions
-    ``body`` uses (and those they use), then ``body``.
+    ``body`` uses (and those they use), then ``body``; refused (naming ``where``) if
+    the result reads a name it does not define (:func:`~.lua_text.check_globals`).
 
     Why: Redis runs a script's whole text at every call, so each constant table and
     each helper closure is built again each time, used or not: a small script with
@@ -384,4 +394,6 @@ def join_source(order: list[str], body: str, includes: dict[str, Include]) -> st
     pieces = [*definitions(_PRELUDE)]
     for include in order:
         pieces += definitions(includes[include].text)
-    return keep_used(pieces, body) + body
+    source = keep_used(pieces, body) + body
+    check_globals(where, source)
+    return source

@@ -102,6 +102,6 @@ def load_script(
     named = named_includes(where, header)
     check_uses(where, body, named, includes)
     order = resolve(named, includes)
-    source = join_source(order, body, includes)
+    source = join_source(order, body, includes, where)
     sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324
     return Script(name, spec, tuple(order), source, sha)

@@ -29,7 +29,7 @@ from redis_tasks._models import JsonRpcError
 from redis_tasks._telemetry.metrics import METRICS
 
 from .log import frames, log
-from .run_state import Phase, Run, RunOutcome
+from .run_state import Run, RunOutcome
 
 __all__ = ["record_outcome"]
 
@@ -61,7 +61,6 @@ async def record_outcome(
     recorded (``lease_lost``, ``already_terminal``, ``task_expired``,
     ``outcome_unconfirmed``, ``finish_abandoned``, ``finish_failed``).
     """
-    run.phase = Phase.FINISHING
     execution = run.execution
     fields = {"task": run.task, "fence": execution.fence, "attempt": execution.attempt}
     delay = 0.05

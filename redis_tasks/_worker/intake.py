@@ -38,6 +38,7 @@ import contextlib
 import logging
 from collections import deque
 from datetime import timedelta
+from enum import Enum
 from typing import Final
 
 from redis_tasks._errors import RedisTasksError
@@ -52,7 +53,7 @@ from .run_state import Settings
 from .runs import Runs
 from .slots import Background, SlotLease, Slots
 
-__all__ = ["Intake"]
+__all__ = ["Intake", "Mode"]
 
 _MAX_BACKOFF: Final = 5.0
 # Entries an idle read asks for (see Intake.read).
@@ -63,6 +64,22 @@ _STALE_CONSUMER: Final = timedelta(hours=24)
 # Newcomers' tasks kept waiting for a free slot: past this many, the oldest is
 # forgotten (it waits its turn in its partition, as every task did before).
 _NEWCOMERS: Final = 64
+
+
+class Mode(Enum):
+    """What a partition's read loop does next (see :meth:`Intake.read`)."""
+
+    #: Block in a read for up to two entries, reserving no slot: one is an idle
+    #: pickup; a second, a doorbell, or a claim that saw tasks waiting in the
+    #: tenant queues says a backlog is building (then ``BATCH``).
+    IDLE = "idle"
+    #: Look whether tasks wait, with a batch claim of one: at the start, and after
+    #: an idle read timed out empty (a doorbell lost with a worker that died). A
+    #: real backlog then gets whole batches, and sixteen idle loops looking at once
+    #: do not hold every free slot meanwhile. Entries found: ``BATCH``, else ``IDLE``.
+    PROBE = "probe"
+    #: Read and claim whole batches in one call each until one comes back empty.
+    BATCH = "batch"
 
 
 class Intake:
@@ -153,11 +170,7 @@ class Intake:
         """Read and start ``partition``'s new entries until the worker stops."""
         reader = self._queue.reader(partition, self._settings.name, self._block)
         backoff = 0.05
-        backlog = True  # tasks may be waiting in the tenant queues already
-        # A batch claim that only looks whether tasks wait (at the start, after an idle
-        # read timed out empty) asks for one: a real backlog then gets whole batches,
-        # and sixteen idle loops looking at once do not hold every free slot meanwhile.
-        probe = True
+        mode = Mode.PROBE  # tasks may be waiting in the tenant queues already
         try:
             health = self._health
             while not self._stopping.is_set():
@@ -165,21 +178,23 @@ class Intake:
                 busy = self._slots.free == 0
                 if busy:
                     health.waiting(partition, True)
-                free = await self._slots.wait_free()
-                if busy:
-                    health.waiting(partition, False)
+                try:
+                    free = await self._slots.wait_free()
+                finally:
+                    if busy:  # on every path out: a loop cancelled while waiting too
+                        health.waiting(partition, False)
                 if not free:
                     return
-                if backlog:
-                    # The partition has more: read and claim a batch in one call,
-                    # for slots reserved up front (the call returns at once, so the
-                    # reservation holds no capacity idle).
-                    wanted = 1 if probe else self._settings.read_batch
+                if mode is not Mode.IDLE:
+                    # Read and claim a batch in one call, for slots reserved up front
+                    # (the call returns at once, so the reservation holds no capacity
+                    # idle).
+                    wanted = 1 if mode is Mode.PROBE else self._settings.read_batch
                     reserved = self._slots.take_share(wanted)
                     if reserved is None:
                         continue
-                    probe = False
-                    backlog, backoff = await self._claim_batch(partition, reserved, backoff)
+                    more, backoff = await self._claim_batch(partition, reserved, backoff)
+                    mode = Mode.BATCH if more else Mode.IDLE
                     continue
                 # Idle: block for an entry without reserving a slot, so every
                 # partition is watched while idle partitions hold no capacity. Two
@@ -194,15 +209,17 @@ class Intake:
                     continue
                 health.read_done(partition)
                 backoff = 0.05
-                # Timed out empty: one look, in case tasks wait unannounced.
-                backlog = len(entries) >= _IDLE_READ or not entries
-                probe = not entries
+                if not entries:
+                    mode = Mode.PROBE  # timed out empty: one look, in case tasks wait
+                elif len(entries) >= _IDLE_READ:
+                    mode = Mode.BATCH
                 for entry in entries:
                     if entry.doorbell:
-                        backlog = True
+                        mode = Mode.BATCH
                         self._background.spawn(self._drop(entry))
                     elif (slot := self._slots.take_up_to(1)) is not None:
-                        backlog = await self._claim_read(entry, slot) or backlog
+                        if await self._claim_read(entry, slot):
+                            mode = Mode.BATCH
                     else:
                         # Other partitions filled the slots while this read was
                         # blocked: hand the entry straight back rather than hold it
@@ -211,7 +228,7 @@ class Intake:
                         # a free slot. Reading again at once would find no slot again
                         # whenever the loops in line take every slot that frees up.
                         self._background.spawn(self._requeue(entry))
-                        backlog, probe = True, False
+                        mode = Mode.BATCH
                 if entries:
                     # Let the handler just launched take its first step before this
                     # loop sends its next read or batch claim: measured 0.09 ms off
@@ -236,7 +253,7 @@ class Intake:
             return False
         try:
             claim = await self._runs.claim(entry)
-            self._runs.start_claimed(entry, claim, slot)
+            self._runs.start_claimed([(entry, claim)], slot)
         finally:
             slot.give_back()
         return claim is not None and claim.backlog
@@ -273,8 +290,7 @@ class Intake:
             failure = exc
         else:
             self._health.read_done(partition)
-            for entry, claim in claimed:
-                self._runs.start_claimed(entry, claim, reserved)
+            self._runs.start_claimed(claimed, reserved)
         finally:
             reserved.give_back()  # on every path out, before any backoff
         if claimed is None:

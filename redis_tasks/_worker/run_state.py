@@ -1,4 +1,4 @@
-"""The state of one claimed task this worker runs (its slot, phase, lease), how it
+"""The state of one claimed task this worker runs (its slot, state, lease), how it
 ended, and the worker's settings."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
+from typing import Final
 
 from redis_tasks._execution import TaskExecution
 from redis_tasks._ids import task_ref
@@ -18,7 +19,7 @@ from redis_tasks._telemetry.traces import RunSpan
 
 from .slots import SlotLease
 
-__all__ = ["Phase", "Run", "RunOutcome", "Settings"]
+__all__ = ["Run", "RunOutcome", "RunState", "Settings"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +79,31 @@ _ENDED = {
 }
 
 
-class Phase(Enum):
-    """Where a run is: running its handler, writing its outcome, or abandoned."""
+class RunState(Enum):
+    """Where a run is; the one fact every path of :class:`~.runs.Runs` reads.
 
-    RUNNING = "running"
-    FINISHING = "finishing"  #: the outcome is being written: no more renewals
-    ABANDONED = "abandoned"  #: the worker stopped the handler (see Run.abandoned)
+    ::
+
+        STARTING --> HANDLING --> FINISHING ----------> ENDED
+            |            |                               ^
+            +------------+--> STOPPING --> HANDING_BACK -+
+
+    A run holds its handler slot in ``STARTING``, ``HANDLING`` and ``STOPPING``
+    (:attr:`Run.holds_slot`), and gives it back on leaving them, once. ``ENDED``
+    is reached from any state through :meth:`~.runs.Runs.let_go` alone, which also
+    forgets the run.
+    """
+
+    STARTING = "starting"  #: admitted, its handler not entered yet
+    HANDLING = "handling"  #: in its handler: a stop cancels it
+    FINISHING = "finishing"  #: the handler is done, its outcome is being written
+    STOPPING = "stopping"  #: the worker stopped it (:meth:`Run.abandon`); no outcome
+    HANDING_BACK = "handing_back"  #: stopped and its slot given back (and its task, at shutdown)
+    ENDED = "ended"  #: let go: no longer one of the worker's runs
+
+
+#: States in which a run still holds its handler slot.
+_HOLDING: Final = frozenset({RunState.STARTING, RunState.HANDLING, RunState.STOPPING})
 
 
 @dataclass(eq=False)
@@ -95,15 +115,12 @@ class Run:
     task: str
     partition: int
     lease_until: float  # monotonic time the lease is known to last until
-    # Its handler slot, held until the handler is done: given back by Runs (see
-    # Runs.let_go), once, whichever way the run ends.
+    # Its handler slot, held until the handler is done (see RunState).
     slot: SlotLease
     #: The run's one asyncio task: its handler, then its outcome or its hand-back.
     runner: asyncio.Future[None] | None = None
-    in_handler: bool = False  # the task is in the handler now (so abandon cancels it)
-    released: bool = False  # its slot is given back (and, at shutdown, its task handed back)
-    phase: Phase = Phase.RUNNING
-    abandoned: str | None = None  # why the worker stopped the handler: "shutdown", "lease"
+    state: RunState = RunState.STARTING
+    stop_reason: str | None = None  # why the worker stopped it: "shutdown", "lease"
     renewing: bool = False  # a renewal is in flight (hints must not stack more)
     entry_id: str = "0-0"  # the work entry claimed: its ms part is when it was enqueued
     reclaimed: bool = False  # the entry was taken over from another consumer
@@ -119,14 +136,30 @@ class Run:
 
     @property
     def renewable(self) -> bool:
-        """Whether the lease still needs renewing."""
-        return self.phase is Phase.RUNNING
+        """Whether the lease still needs renewing: until the outcome is being written
+        or the worker stopped the run."""
+        return self.state is RunState.STARTING or self.state is RunState.HANDLING
+
+    @property
+    def holds_slot(self) -> bool:
+        """Whether the run still holds its handler slot."""
+        return self.state in _HOLDING
+
+    def move(self, to: RunState) -> None:
+        """Enter state ``to``, giving the slot back when it leaves the holding states
+        (once: no state holds it again)."""
+        held = self.holds_slot
+        self.state = to
+        if held and to not in _HOLDING:
+            self.slot.give_back(time.monotonic() - self.started)
 
     def abandon(self, reason: str) -> None:
-        """Stop the handler: its outcome will not be written."""
-        if self.phase is Phase.RUNNING:
-            self.phase, self.abandoned = Phase.ABANDONED, reason
-            # A task not yet in its handler sees ``abandoned`` and never enters it; one
-            # already past it is writing its outcome (phase FINISHING, not here).
-            if self.in_handler and self.runner is not None:
+        """Stop the run: its outcome will not be written. A run not yet in its
+        handler never enters it; one in it is cancelled there; one writing its
+        outcome already (or stopped already) is left alone."""
+        if self.renewable:
+            in_handler = self.state is RunState.HANDLING
+            self.stop_reason = reason
+            self.move(RunState.STOPPING)
+            if in_handler and self.runner is not None:
                 self.runner.cancel()

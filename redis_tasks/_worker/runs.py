@@ -5,8 +5,11 @@ that received the claim (not one task hop later), and its slot is given back
 the moment the handler is done, before the outcome is written.
 
 A run takes its slot from the lease its caller took (:class:`~.slots.SlotLease`)
-when it is admitted, and gives it back once its handler is done, in one place
-(:meth:`Runs.let_go`), or at once if the handler could not even start.
+when it is admitted, and gives it back once its handler is done (or, if it was
+stopped, once the handler gave up), as it leaves the states that hold it
+(:class:`~.run_state.RunState`). It leaves the worker in one place,
+:meth:`Runs.let_go`, on every path: an outcome written, a task handed back, a
+run that could not even start.
 
 Each run is one asyncio task: its handler, then its outcome (or its hand-back). A
 handler task plus a supervisor task waiting on it cost a task, a future and a
@@ -22,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Final
 
 from redis_tasks._errors import RedisTasksError
 from redis_tasks._execution import Handler, TaskExecution, TaskFailed
@@ -34,10 +38,13 @@ from redis_tasks._work_queue import WorkEntry, WorkQueue
 
 from .finish import record_outcome
 from .log import frames, log
-from .run_state import Run, RunOutcome, Settings
+from .run_state import Run, RunOutcome, RunState, Settings
 from .slots import Background, SlotLease
 
 __all__ = ["Runs"]
+
+# A stopped run is still in its handler until the handler gives up.
+_IN_HANDLER: Final = frozenset({RunState.HANDLING, RunState.STOPPING})
 
 
 class Runs:
@@ -67,7 +74,7 @@ class Runs:
 
     def handlers_running(self) -> int:
         """Handlers not yet done (safe from an exporter's thread: a copy is counted)."""
-        return sum(1 for run in tuple(self.active) if run.in_handler)
+        return sum(1 for run in tuple(self.active) if run.state in _IN_HANDLER)
 
     # -- claiming and starting --------------------------------------------------------
 
@@ -98,12 +105,41 @@ class Runs:
             if self._claiming == 0:
                 self._claims_settled.set()
 
-    def start_claimed(self, entry: WorkEntry, claim: Claim | None, slots: SlotLease) -> None:
-        """Start the run of a task claimed for ``slots``, if it runs: the run takes one
-        of them (the caller gives back the rest)."""
-        run = self._admit(entry, claim, slots, reclaimed=False)
+    def start_claimed(
+        self, claimed: Sequence[tuple[WorkEntry, Claim | None]], slots: SlotLease
+    ) -> None:
+        """Start the runs of tasks claimed for ``slots``, those that run: each takes
+        one of them (the caller gives back the rest).
+
+        A start that fails (a bug, or a tracer's: logged) hands its task and the rest
+        of the batch back at once: claimed and never started, they would otherwise
+        wait out a lease while other workers have slots for them.
+        """
+        for index, (entry, claim) in enumerate(claimed):
+            try:
+                self._start(entry, claim, slots, reclaimed=False)
+            except Exception as exc:
+                self._internal_error(self._settings.ref(entry.task_id), exc)
+                for left, left_claim in claimed[index:]:
+                    self._give_up_claim(left, left_claim)
+                return
+
+    def _start(
+        self, entry: WorkEntry, claim: Claim | None, slots: SlotLease, *, reclaimed: bool
+    ) -> None:
+        run = self._admit(entry, claim, slots, reclaimed=reclaimed)
         if run is not None:
             self._launch(run)
+
+    def _give_up_claim(self, entry: WorkEntry, claim: Claim | None) -> None:
+        """Hand back a task this worker claimed and will not run (its start failed)."""
+        task_id = entry.task_id
+        if claim is None or claim.outcome is not ClaimOutcome.RUN or task_id is None:
+            return  # nothing leased to this worker
+        held = self.latest.get(task_id)
+        if held is not None and held.execution.fence == claim.fence:
+            return  # started after all (a run holds this very lease)
+        self._background.spawn(self._release(task_id, claim.fence, self._settings.ref(task_id)))
 
     def start_reclaimed(self, entry: WorkEntry, slot: SlotLease) -> None:
         """Claim and run a reclaimed entry for ``slot``, a lease of one slot the caller
@@ -111,13 +147,13 @@ class Runs:
         self._background.spawn(self._claim_and_run(entry, slot))
 
     async def _claim_and_run(self, entry: WorkEntry, slot: SlotLease) -> None:
+        claim: Claim | None = None
         try:
             claim = await self.claim(entry)
-            run = self._admit(entry, claim, slot, reclaimed=True)
-            if run is not None:
-                self._launch(run)
+            self._start(entry, claim, slot, reclaimed=True)
         except Exception as exc:
             self._internal_error(self._settings.ref(entry.task_id), exc)
+            self._give_up_claim(entry, claim)
         finally:
             slot.give_back()  # nothing left once a run took it
 
@@ -211,7 +247,7 @@ class Runs:
             run.runner = asyncio.ensure_future(body) if span is None else span.spawn(body)
         except BaseException:
             body.close()
-            self.let_go(run)  # no task: the slot comes back here
+            self.let_go(run)  # no task: the slot comes back, the run is forgotten
             raise
         if METRICS.enabled and not run.reclaimed:
             # A reclaimed entry waited out a lease as well: that is no pickup.
@@ -235,16 +271,12 @@ class Runs:
     async def _run(self, run: Run) -> None:
         """The run's task: its handler, then its outcome; an unexpected error is
         logged, not raised, and the run is forgotten whichever way it ends."""
-        task_id = run.execution.task_id
         try:
             await self._handle(run)
         except Exception as exc:
             self._internal_error(run.task, exc)
         finally:
             self.let_go(run)  # on every path out: a cancelled task's slot too
-            self.active.discard(run)
-            if self.latest.get(task_id) is run:
-                del self.latest[task_id]
             if run.span is not None:
                 run.span.end()  # once: unless _handle ended it, an error did
 
@@ -262,14 +294,14 @@ class Runs:
         outcome = RunOutcome.FAILED
         value: Any = INTERNAL_ERROR
         error: str | None = None
-        if run.abandoned is None:  # abandoned before it started: no handler at all
-            run.in_handler = True
+        if run.state is RunState.STARTING:  # else stopped before it started: no handler
+            run.state = RunState.HANDLING
             try:
                 value = await self._handler(execution)
                 outcome = RunOutcome.COMPLETED
             except asyncio.CancelledError:
                 task = asyncio.current_task()
-                if run.abandoned is not None:
+                if run.state is not RunState.HANDLING:
                     pass  # the worker stopped it: see below
                 elif task is not None and task.cancelling():
                     raise  # the run itself is cancelled from outside: nothing is written
@@ -300,16 +332,14 @@ class Runs:
                     fence=execution.fence,
                 )
                 error = type(exc).__name__
-            finally:
-                run.in_handler = False
-        if run.abandoned is not None:
+        if run.state is not RunState.HANDLING:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 task.uncancel()  # our own stop, delivered (or swallowed) in the handler
             await self._abandoned(run)
             return
         METRICS.run_ended(outcome.ended, time.monotonic() - run.started)
-        self.let_go(run)
+        run.move(RunState.FINISHING)  # the slot back before the outcome is written
         written, refused = await record_outcome(self._manager, run, outcome, value)
         if run.span is not None:
             if written is not outcome:
@@ -317,43 +347,44 @@ class Runs:
             run.span.end(written.ended, refused or error)
 
     def let_go(self, run: Run) -> None:
-        """Give ``run``'s slot back, once, however many paths ask."""
-        if not run.released:
-            run.released = True
-            run.slot.give_back(time.monotonic() - run.started)
+        """The one exit of a run: its slot back if it still holds it, and the run
+        forgotten (``active``, ``latest``); once, however many paths ask."""
+        if run.state is RunState.ENDED:
+            return
+        run.move(RunState.ENDED)
+        self.active.discard(run)
+        task_id = run.execution.task_id
+        if self.latest.get(task_id) is run:
+            del self.latest[task_id]
 
     async def _abandoned(self, run: Run) -> None:
         """A run the worker stopped: its slot back and, at shutdown, its task handed
         back; once, from its own task or from a stop it held up."""
-        if run.released:
+        if run.state is not RunState.STOPPING:
             return
         METRICS.run_ended("abandoned", time.monotonic() - run.started)
-        self.let_go(run)
-        if run.abandoned == "shutdown":
-            await self._hand_back(run)
+        run.move(RunState.HANDING_BACK)
+        if run.stop_reason == "shutdown":
+            execution = run.execution
+            await self._release(execution.task_id, execution.fence, run.task)
         if run.span is not None:
             # Handed back at shutdown is no error; a lease lost is.
-            run.span.end("abandoned", "lease_lost" if run.abandoned == "lease" else None)
+            run.span.end("abandoned", "lease_lost" if run.stop_reason == "lease" else None)
 
-    async def _hand_back(self, run: Run) -> None:
-        execution = run.execution
+    async def _release(self, task_id: str, fence: int, task: str | None) -> None:
+        """Hand ``task_id`` back (``task``: how logs name it) for any worker to run at
+        once; a failure leaves it to its lease."""
         try:
             async with asyncio.timeout(self._settings.timeout):
-                await self._queue.release(execution.task_id, fence=execution.fence)
-            log(
-                logging.INFO,
-                "task handed back",
-                "task_released",
-                task=run.task,
-                fence=execution.fence,
-            )
+                await self._queue.release(task_id, fence=fence)
+            log(logging.INFO, "task handed back", "task_released", task=task, fence=fence)
         except (RedisTasksError, TimeoutError) as exc:
             # Not handed back: the lease runs out and another worker reclaims it.
             log(
                 logging.WARNING,
                 "hand back failed",
                 "release_failed",
-                task=run.task,
+                task=task,
                 error=type(exc).__name__,
             )
 
@@ -382,7 +413,7 @@ class Runs:
         # call's timeout (it ignored the cancellation) is handed back from here, and
         # left to end on its own: its outcome is refused by the fence anyway.
         await asyncio.wait([r.runner for r in rest if r.runner], timeout=self._settings.timeout)
-        stubborn = [r for r in rest if r.in_handler]
+        stubborn = [r for r in rest if r.state is RunState.STOPPING]
         for run in stubborn:
             log(
                 logging.WARNING,
@@ -392,6 +423,6 @@ class Runs:
             )
         await asyncio.gather(*(self._abandoned(run) for run in stubborn))
         # The others end once their hand-back or outcome write does (each bounded).
-        ending = [r.runner for r in rest if r.runner and not r.in_handler]
+        ending = [r.runner for r in rest if r.runner and r not in stubborn]
         if ending:
             await asyncio.wait(ending)

@@ -16,6 +16,7 @@ from redis_tasks._ids import MAX_PARTITIONS, new_task_id, parse_task_id
 from redis_tasks._record import RECORD_FIELDS
 from redis_tasks._redis import scripts as lua
 from redis_tasks._redis.keys import KeySpace
+from redis_tasks._redis.lua_source import check_uses, read_includes
 from redis_tasks._status import TaskStatus
 from redis_tasks.testing import RedisServer
 
@@ -263,6 +264,60 @@ def test_a_script_using_an_include_it_does_not_name_is_refused_at_load(
     tmp_path: Path, file: str, old: str, new: str, complaint: str
 ) -> None:
     _refused_at_load(tmp_path, file, old, new, complaint)
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "complaint"),
+    [
+        (  # the trim knew such a local by its first name: a script using B lost it
+            "includes/keys.lua",
+            "local function task_keys(",
+            "local A_ONE, B_TWO = 1, 2\nlocal function task_keys(",
+            "one name per top-level local, not 'local A_ONE,'",
+        ),
+        (  # a typo, or a helper no include defines: Redis would say so mid-call
+            "take_answers.lua",
+            "local answers = ",
+            "local unused = no_such_helper(1)\nlocal answers = ",
+            "lua/take_answers.lua reads no_such_helper, which it never defines",
+        ),
+    ],
+)
+def test_an_assembled_script_reads_only_what_it_defines(
+    tmp_path: Path, file: str, old: str, new: str, complaint: str
+) -> None:
+    _refused_at_load(tmp_path, file, old, new, complaint)
+
+
+async def test_assembly_sees_names_and_definitions_as_lua_does(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """One pattern says which names code uses: the include check sees ``..is_task_id``
+    as the trim does (it was blind to it). A ``local`` at column 0 inside a ``--[[ ]]``
+    comment does not split the include there: the comment stays whole, with the
+    definition below it, and the script runs."""
+    with pytest.raises(InternalError, match="uses is_task_id of include keys, not included"):
+        check_uses(
+            "body",
+            "return now_ms() ..is_task_id(ARGV[1])",
+            ("common",),
+            lua.read_includes(lua.lua_dir()),
+        )
+    directory = _copy_of_lua(tmp_path)
+    comment = "--[[ an old version, kept for reference:\nlocal function task_keys()\n]]\n"
+    _edit(
+        directory / "includes/keys.lua",
+        "local function is_task_id(",
+        comment + "local function is_task_id(",
+    )
+    body = "return {is_task_id(ARGV[1]) and 1 or 0, 'x' ..KEY_TASK}\n"
+    source = lua.assemble(("common", "keys"), body, directory=directory)
+    assert comment in source
+    client = Redis.from_url(redis_server.url)
+    try:
+        assert await client.eval(source, 0, f"1.{RANDOM}") == [1, b"x:task:"]
+    finally:
+        await client.aclose()
 
 
 def test_includes_that_need_each_other_are_refused() -> None:

@@ -35,12 +35,22 @@ from redis_tasks import (
 )
 from redis_tasks._redis.keys import WORK_GROUP
 from redis_tasks._work_queue import WorkEntry, WorkerBackend
+from redis_tasks._worker import runs as runs_module
 from redis_tasks._worker.intake import Intake
 from redis_tasks._worker.slots import Slots
 from tests.support.backends import EXTRA_SERVERS, SERVERS, Backend, real_backend, server_url
 from tests.support.helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, reaches, wait_until
 
 Handler = Any
+
+
+def holds(fact: Any) -> Any:
+    """``fact`` (a plain callable) as ``wait_until``'s condition."""
+
+    async def condition() -> bool:
+        return bool(fact())
+
+    return condition
 
 
 @pytest.fixture(params=["memory", *SERVERS, *EXTRA_SERVERS])
@@ -235,6 +245,85 @@ async def test_a_bug_in_a_read_loop_is_told_once_and_the_other_partitions_are_se
     assert vars(failed)["error"] == "TypeError"
     assert "in planted_read" in vars(failed)["where"]
     assert "planted" not in failed.getMessage()
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+async def test_a_start_that_fails_mid_batch_hands_that_batch_back_at_once(
+    kind: str,
+    request: pytest.FixtureRequest,
+    prefix: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A run that cannot start (a bug planted in its launch: the second of four runs,
+    the first of a batch of three) is logged, forgotten (not left among the runs),
+    and its task and the rest of its batch are handed back at once: all four
+    complete long before the 60 s lease their claims took would run out, each
+    handler once."""
+    m: WorkerBackend
+    if kind == "memory":
+        m = InMemoryTaskManager(partitions=1)
+    else:
+        url = request.getfixturevalue("redis_server").url
+        m = RedisTaskManager.from_url(url, prefix=prefix, partitions=1)
+    launches = 0
+
+    class Planted:
+        """``asyncio`` as the runs see it, whose second ``ensure_future`` raises."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(asyncio, name)
+
+        @staticmethod
+        def ensure_future(body: Any) -> Any:
+            nonlocal launches
+            launches += 1
+            if launches == 2:
+                raise RuntimeError("planted")
+            return asyncio.ensure_future(body)
+
+    monkeypatch.setattr(runs_module, "asyncio", Planted())
+    ran: list[str] = []
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        ran.append(execution.task_id)
+        return {"content": [], "isError": False}
+
+    async with m:
+        tasks = [await create(m) for _ in range(4)]
+        with caplog.at_level(logging.INFO, logger="redis_tasks"):
+            async with running(m, handler, concurrency=4, lease=timedelta(seconds=60)) as w:
+                for task_id in tasks:
+                    assert (await settled(m, task_id, within=10)).status is TaskStatus.COMPLETED
+                await wait_until(holds(lambda: w.running == 0), what="every run let go")
+    assert sorted(ran) == sorted(tasks)
+    failed = [r for r in caplog.records if getattr(r, "event", "") == "internal_error"]
+    assert [vars(r)["error"] for r in failed] == ["RuntimeError"]
+    assert len([r for r in caplog.records if getattr(r, "event", "") == "task_released"]) == 3
+
+
+async def test_a_read_loop_cancelled_while_it_waits_for_a_slot_is_no_longer_waiting() -> None:
+    """A read loop waiting for a free slot is busy, not stuck, for the health check;
+    cancelled while it waits, it must stop counting as waiting, or the check would
+    take a dead loop for a busy one forever."""
+    m = InMemoryTaskManager(partitions=1)
+    release = asyncio.Event()
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        await release.wait()
+        return {"content": [], "isError": False}
+
+    task_id = await create(m)
+    async with running(m, handler, concurrency=1) as worker:
+        await wait_until(holds(lambda: worker.running == 1), what="the slot taken")
+        health = worker._health
+        await wait_until(holds(lambda: 0 in health._waiting), what="the loop waiting")
+        (loop,) = [t for t in asyncio.all_tasks() if t.get_name() == "redis-tasks-read-0"]
+        loop.cancel()
+        await wait_until(holds(loop.done), what="the loop cancelled")
+        assert health._waiting == set()
+        release.set()
+        await settled(m, task_id)
 
 
 async def test_cancellation_is_observed_within_one_renewal_interval(
