@@ -301,7 +301,7 @@ async def test_assembly_sees_names_and_definitions_as_lua_does(
             "body",
             "return now_ms() ..is_task_id(ARGV[1])",
             ("common",),
-            lua.read_includes(lua.lua_dir()),
+            read_includes(lua.lua_dir()),
         )
     directory = _copy_of_lua(tmp_path)
     comment = "--[[ an old version, kept for reference:\nlocal function task_keys()\n]]\n"
