@@ -62,9 +62,9 @@ local max_attempts = tonumber(ARGV[5])
 local poison_error = ARGV[6]
 local event_opts = ARGV[7]
 
-local pickups = {}
+local call = {now = now_ms(), event_opts = event_opts, pickups = {}}
 local reply = claim_entry(KEYS, task_id, entry_id, consumer, lease_ms, max_attempts,
-  poison_error, event_opts, pickups, now_ms())
-record_pickups(stats_key, pickups)
+  poison_error, call)
+record_pickups(stats_key, call.pickups)
 local backlog = redis.call('EXISTS', tag_of(task_key, task_id) .. KEY_RING)
 return {RC_OK, backlog, reply}

@@ -58,9 +58,8 @@ local wake = ARGV[8] == '1'
 local first = ARGV[9]
 
 local out = {RC_OK}
-local pickups = {}
 -- One reading of the clock for the whole batch: its claims and its dispatch.
-local now = now_ms()
+local call = {now = now_ms(), event_opts = event_opts, pickups = {}}
 
 -- Read up to `wanted` new entries and claim each; how many tasks it met (doorbells
 -- are dropped and not counted) and whether the stream ran out of new entries.
@@ -98,7 +97,7 @@ local function read_and_claim(wanted)
         reply = {RC_NOT_FOUND}
       else
         reply = claim_entry(task_keys(tag, task_id, work_key, events_key, stats_key), task_id,
-          entry_id, consumer, lease_ms, max_attempts, poison_error, event_opts, pickups, now)
+          entry_id, consumer, lease_ms, max_attempts, poison_error, call)
       end
       table.insert(out, entry_id)
       table.insert(out, task_id)
@@ -123,7 +122,7 @@ if drained then
   -- Nothing new is left in the stream: the rest of the batch comes from the
   -- tenants' queues, in their round-robin order.
   if wanted > 0 then
-    local added = dispatch(tag, work_key, stats_key, wanted, now)
+    local added = dispatch(tag, work_key, stats_key, wanted, call.now)
     if added > 0 then
       read_and_claim(added)
     end
@@ -132,5 +131,5 @@ if drained then
     redis.call('XADD', work_key, '*', 'd', '1')
   end
 end
-record_pickups(stats_key, pickups)
+record_pickups(stats_key, call.pickups)
 return out

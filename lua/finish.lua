@@ -52,8 +52,10 @@ local outcome = ARGV[7]
 local operation = ARGV[8]
 local event_opts = ARGV[9]
 
-local code, wrote = finish_task(KEYS, task_id, fence, status, has_message and message or nil,
-  outcome_field, outcome, operation, event_opts, nil)
+local ending = {status = status, message = has_message and message or nil,
+  field = outcome_field ~= '' and outcome_field or nil, value = outcome}
+local code, wrote = finish_task(KEYS, task_id, fence, ending, operation,
+  {now = now_ms(), event_opts = event_opts})
 if not wrote then
   return {code}
 end

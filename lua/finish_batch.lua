@@ -19,8 +19,11 @@
   ARGV:
     1 tag            the partition's hash tag, e.g. {rt:3.17}
     2 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
-    3.. outcomes     seven per task: task_id, fence, status, has_message, message,
-                     outcome_field, outcome (as finish.lua's ARGV 1 to 7)
+    3.. outcomes     (task_id, fence, status, has_message, message, outcome_field,
+                     outcome) a group per task, as finish.lua's ARGV 1 to 7 (the
+                     loader checks this layout against the binding's FinishArgs
+                     and the unpacking below, and gives the script OUTCOMES_FROM
+                     and OUTCOMES_EACH)
   Returns:
     {RC_OK, code, code, ...}  one code per outcome, in order: RC_OK (also for the
     lease holder's same transition again), RC_NOT_FOUND (a task ID that names no
@@ -32,26 +35,23 @@ local events_key = KEYS[2]
 local stats_key = KEYS[3]
 local tag = ARGV[1]
 local event_opts = ARGV[2]
-local first_outcome = 3
-local per_outcome = 7
 
 local out = {RC_OK}
-local batch = {now = now_ms(), entries = {}, counts = {}, hints = {}}
+local batch = {entries = {}, counts = {}, hints = {}}
+local call = {now = now_ms(), event_opts = event_opts, batch = batch}
 
--- One outcome, as finish.lua decides it for a fenced call; its return code.
-local function finish_one(task_id, fence, status, has_message, message, outcome_field, outcome)
+for i = OUTCOMES_FROM, #ARGV - OUTCOMES_EACH + 1, OUTCOMES_EACH do
+  local task_id, fence, status, has_message, message, outcome_field, outcome =
+    unpack(ARGV, i, i + OUTCOMES_EACH - 1)
   -- Anything but a task ID of this partition must not become part of a key name.
   if not is_task_id(task_id) or string.match(task_id, '^(%d+)%.') ~= tag_partition(tag) then
-    return RC_NOT_FOUND
+    out[#out + 1] = RC_NOT_FOUND
+  else
+    local ending = {status = status, message = has_message == '1' and message or nil,
+      field = outcome_field ~= '' and outcome_field or nil, value = outcome}
+    out[#out + 1] = (finish_task(task_keys(tag, task_id, work_key, events_key, stats_key),
+      task_id, fence, ending, '', call))
   end
-  local keys = task_keys(tag, task_id, work_key, events_key, stats_key)
-  return (finish_task(keys, task_id, fence, status, has_message and message or nil,
-    outcome_field, outcome, '', event_opts, batch))
-end
-
-for i = first_outcome, #ARGV - per_outcome + 1, per_outcome do
-  out[#out + 1] = finish_one(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3] == '1',
-    ARGV[i + 4], ARGV[i + 5], ARGV[i + 6])
 end
 local entries = batch.entries
 if #entries > 0 then

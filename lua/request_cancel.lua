@@ -47,14 +47,15 @@ local event_opts = ARGV[3]
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
 end
-local t = hmget(task_key, 'bd', 'st', 'cx', 'ld', 'wk', 'ua', 'tn', 'oq', 'tc')
-if t[1] ~= binding then
+local t = read_record(task_key, 'bd', 'st', 'cx', 'ld', 'wk', 'ua', 'tn', 'oq', 'tc')
+if t.bd ~= binding then
   return {RC_NOT_FOUND}
 end
-if TERMINAL[t[2]] or t[3] == '1' then
+if TERMINAL[t.st] or t.cx == '1' then
   return {RC_OK, 0}
 end
-if t[4] and tonumber(t[4]) > now_ms() then
+local now = now_ms()
+if t.ld and tonumber(t.ld) > now then
   -- A worker holds it: the intent is recorded and the worker hears of it.
   redis.call('HSET', task_key, 'cx', '1')
   emit(events_key, event_opts, task_id)
@@ -63,6 +64,5 @@ if t[4] and tonumber(t[4]) > now_ms() then
 end
 redis.call('HSET', task_key, 'cx', '1')
 terminate({task_key, requests_key, issued_key, answers_key, journal_key, work_key, events_key,
-  stats_key}, task_id, t[5], t[6], t.updated, ST_CANCELLED, nil, '', '', event_opts,
-  {t[7], t[8], t[9]}, nil)
+  stats_key}, task_id, t, t.wk, {status = ST_CANCELLED}, {now = now, event_opts = event_opts})
 return {RC_OK, 1}

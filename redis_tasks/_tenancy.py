@@ -74,17 +74,23 @@ __all__ = [
     "STRIDE_UNIT",
     "VTIME_FIELD",
     "Admission",
+    "Head",
     "admission",
     "home_partition",
     "jitter",
+    "plan_picks",
     "stride",
     "tenant_digest",
 ]
 
-#: A tenant's pass grows by ``STRIDE_UNIT // weight`` a dispatch: 5,040 divides
-#: by every weight up to 10 (and 12, 14, 15, 16, 18, 20, ...), and passes stay exact
-#: integers in a sorted set's double for about 1.8e12 dispatches of one partition.
-STRIDE_UNIT: Final = 5040
+#: A tenant's pass grows by ``STRIDE_UNIT // weight`` a dispatch. 720,720 (the least
+#: common multiple of 1 to 16) divides by every weight up to 16 exactly, and rounds
+#: any weight up to ``MAX_TENANT_WEIGHT`` (1,000) by less than 0.14 % of its share
+#: (the floor loses under one unit of a stride of at least 720); 5,040 gave weight
+#: 850 a stride of 5, 19 % too much, and weights 631 to 720 one share. Passes stay
+#: exact integers in a sorted set's double for about 1.2e10 dispatches of one
+#: partition at weight 1 (2^53 / 720,720).
+STRIDE_UNIT: Final = 720_720
 #: The jitter's hash (see :func:`jitter`): a prime below 2**26, so that squaring it
 #: stays exact in a Lua number (a double), and a constant it adds.
 JITTER_PRIME: Final = 67_108_859
@@ -143,6 +149,49 @@ def jitter(tenant: str, partition: int, stride: int) -> int:
     for _ in range(3):
         value = (value * value + JITTER_SALT) % JITTER_PRIME
     return math.floor(((value / JITTER_PRIME + partition * GOLDEN) % 1) * stride)
+
+
+@dataclass(slots=True)
+class Head:
+    """A tenant at the ring's head that may run a task now, as a dispatch plans it
+    (``runnable_head`` in ``lua/includes/tenants.lua``)."""
+
+    name: str
+    #: Its pass: where it stands in the ring (after :func:`plan_picks`, after its picks).
+    pass_: int
+    stride: int
+    #: How many tasks it may start: its cap's room, else the batch.
+    room: int
+    capped: bool
+    #: How many of the batch's dispatches it gets (set by :func:`plan_picks`).
+    picks: int = 0
+
+
+def plan_picks(heads: list[Head], count: int) -> int | None:
+    """How ``count`` dispatches fall among ``heads`` (in pass order): each to the head
+    of lowest pass with room left (a tie: the first), whose pass then grows by its
+    stride. Sets each head's ``picks`` and ``pass_``; returns the pass the last pick
+    started at (the new virtual time), or ``None`` for none.
+
+    The twin of ``plan_picks`` in ``lua/includes/tenants.lua``; one table of cases
+    drives both (``tests/contract/test_dispatch_plan.py``). ``count`` heads are
+    enough: every head has room, so a head is picked only after every head before
+    it was, and ``count`` picks reach at most ``count`` heads.
+    """
+    for head in heads:
+        head.picks = 0
+    started = None
+    for _ in range(count):
+        best = None
+        for head in heads:
+            if head.picks < head.room and (best is None or head.pass_ < best.pass_):
+                best = head
+        if best is None:
+            break
+        best.picks += 1
+        started = best.pass_
+        best.pass_ += best.stride
+    return started
 
 
 @dataclass(frozen=True, slots=True)

@@ -78,71 +78,71 @@ end
 -- `now` is the server's clock (now_ms()), read once per script call: a batch's
 -- claims share it (one TIME where there was one a claim).
 -- keys: {task, requests, issued, answers, journal, work, events, stats}
+-- call: what the script call shares: {now, event_opts, pickups} (terminate()'s).
 local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
-                           poison_error, event_opts, pickups, now)
+                           poison_error, call)
   local task_key = keys[1]
   local work_key = keys[6]
-  local t = hmget(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo', 'tp',
-    'tn', 'oq', 'tc', 'ca', 'ce')
-  local status = t[1]
+  local now = call.now
+  local t = read_record(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo',
+    'tp', 'tn', 'oq', 'tc', 'ca', 'ce')
+  local status = t.st
   if not status then
     drop_entry(work_key, entry_id)
     return {RC_NOT_FOUND}
   end
   if TERMINAL[status] then
     drop_entry(work_key, entry_id)
-    if t[16] and t[16] == claim_mark(entry_id, consumer) then
+    if t.ce and t.ce == claim_mark(entry_id, consumer) then
       -- The claim that ended the task, run again after its reply was lost: it is
       -- told what it was told then, not that some other call ended the task.
       return {status == ST_CANCELLED and RC_CANCELLED or RC_POISONED}
     end
     return {RC_TERMINAL}
   end
-  if t[5] and tonumber(t[5]) > now then
-    if t[10] == consumer and t[7] == entry_id then
+  if t.ld and tonumber(t.ld) > now then
+    if t.lo == consumer and t.wk == entry_id then
       -- No attempt is recorded when the lease came from a renewal before any
       -- claim; a nil here would cut the reply short (Lua tables end at a nil).
-      return {RC_OK, tonumber(t[2]) or 0, tonumber(t[3]) or 0, t[8], t[9] or '', t[11] or ''}
+      return {RC_OK, tonumber(t.fn) or 0, tonumber(t.at) or 0, t['or'], t.pl or '', t.tp or ''}
     end
     return {RC_LEASE_HELD}
   end
-  local entry = t[7] or entry_id
-  local account = {t[12], t[13], t[14]}
-  if t[4] == '1' then
-    terminate(keys, task_id, entry, t[6], t.updated, ST_CANCELLED, nil, '', '', event_opts,
-      account, nil)
+  local entry = t.wk or entry_id
+  if t.cx == '1' then
+    terminate(keys, task_id, t, entry, {status = ST_CANCELLED}, call)
     redis.call('HSET', task_key, 'ce', claim_mark(entry_id, consumer))
     return {RC_CANCELLED}
   end
-  local attempt = (tonumber(t[3]) or 0) + 1
+  local attempt = (tonumber(t.at) or 0) + 1
   if attempt > max_attempts then
-    terminate(keys, task_id, entry, t[6], t.updated, ST_FAILED, nil, 'er', poison_error,
-      event_opts, account, nil)
+    terminate(keys, task_id, t, entry, {status = ST_FAILED, field = 'er', value = poison_error},
+      call)
     redis.call('HSET', task_key, 'ce', claim_mark(entry_id, consumer))
     return {RC_POISONED}
   end
   local run_key = nil
-  local cap = tonumber(t[14])
-  if cap and t[12] then
+  local cap = tonumber(t.tc)
+  if cap and t.tn then
     local tag = tag_of(task_key, task_id)
-    run_key = tag .. KEY_RUN .. t[12]
+    run_key = tag .. KEY_RUN .. t.tn
     -- The cap in force is the tenant's current one where its settings are kept (it
     -- waits here): its plan may have changed since this task was created.
-    local current = redis.call('HGET', tag .. KEY_TENANTS, t[12])
+    local current = redis.call('HGET', tag .. KEY_TENANTS, t.tn)
     if current then
       cap = select(2, tenant_settings(current))
     end
     local mine = tonumber(redis.call('ZSCORE', run_key, task_id))
     if cap > 0 and not (mine and mine > now) and running(run_key, now) >= cap then
-      defer(keys, tag, t[12], t[14], task_id, {entry_id, t[7] ~= entry_id and t[7] or nil}, now)
+      defer(keys, tag, t.tn, t.tc, task_id, {entry_id, t.wk ~= entry_id and t.wk or nil}, now)
       return {RC_DEFERRED}
     end
   end
-  local fence = math.max((tonumber(t[2]) or 0) + 1, now * 1024 + tiebreak_of(consumer))
+  local fence = math.max((tonumber(t.fn) or 0) + 1, now * 1024 + tiebreak_of(consumer))
   local deadline = now + lease_ms
   local fields = {'fn', int_text(fence), 'at', int_text(attempt), 'lo', consumer,
     'ld', int_text(deadline)}
-  if not t[7] then
+  if not t.wk then
     -- Dispatched from its tenant's queue inside this script: this is its entry.
     fields[#fields + 1] = 'wk'
     fields[#fields + 1] = entry_id
@@ -154,8 +154,8 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     expire_with_last(run_key)
   end
   if attempt == 1 then
-    local bucket = pickup_bucket(t[15], now)
-    pickups[bucket] = (pickups[bucket] or 0) + 1
+    local bucket = pickup_bucket(t.ca, now)
+    call.pickups[bucket] = (call.pickups[bucket] or 0) + 1
   end
-  return {RC_OK, fence, attempt, t[8], t[9] or '', t[11] or ''}
+  return {RC_OK, fence, attempt, t['or'], t.pl or '', t.tp or ''}
 end

@@ -112,6 +112,19 @@ local function hmget(key, ...)
   return values
 end
 
+-- A record's fields `...` by name (`t.st`, `t.ld`), as hmget reads them: pieces
+-- joined, false where absent, `fn` as 0 and `ua` as `ca` when absent, and
+-- `.updated` when `ua` is asked for. What a script decides on reads by name;
+-- only a reply that lists fields in order (find, inspect) reads them by number.
+local function read_record(key, ...)
+  local values = hmget(key, ...)
+  local t = {updated = values.updated}
+  for i, name in ipairs({...}) do
+    t[name] = values[i]
+  end
+  return t
+end
+
 -- Append `name`, `value` to an HSET argument list, in pieces when it is long.
 local function add_field(fields, name, value)
   local size = #value

@@ -236,11 +236,77 @@ local function release_tenant_slot(tag, tenant, task_id)
   end
 end
 
+-- The ring's head: the first `want` tenants in pass order that may run a task now,
+-- each {name, pass, stride, room (tasks it may start: its cap's room, else `want`),
+-- capped}. A tenant found at its cap on the way is parked (it can run nothing, and
+-- its waiting tasks must hold nobody back), and the read goes on past it: a ring
+-- whose head is all at its cap still serves the tenants behind them at once (read
+-- `want` at a time; each parked tenant leaves the ring, so this ends).
+local function runnable_head(tag, want, now)
+  local ring_key, tenants_key = tag .. KEY_RING, tag .. KEY_TENANTS
+  local heads = {}
+  while #heads < want do
+    -- The kept heads stay at ranks 0 .. #heads - 1: only parked tenants leave.
+    local top = redis.call('ZRANGE', ring_key, #heads, want - 1, 'WITHSCORES')
+    if not top[1] then
+      break
+    end
+    local names = {}
+    for i = 1, #top - 1, 2 do
+      names[#names + 1] = top[i]
+    end
+    local settings = redis.call('HMGET', tenants_key, unpack(names))
+    for i, name in ipairs(names) do
+      local weight, cap = tenant_settings(settings[i])
+      local room = want
+      if cap > 0 then
+        room = cap - running(tag .. KEY_RUN .. name, now)
+      end
+      if room > 0 then
+        heads[#heads + 1] = {name = name, pass = tonumber(top[2 * i]), stride = stride_of(weight),
+          room = room, capped = cap > 0}
+      else
+        park(tag, name, tag .. KEY_RUN .. name, now)
+      end
+    end
+  end
+  return heads
+end
+
+-- How `count` dispatches fall among `heads` (runnable_head, in pass order): each
+-- to the head of lowest pass with room left (a tie: the first), whose pass then
+-- grows by its stride. Sets each head's picks (and its pass after them); returns
+-- the pass the last pick started at (the new virtual time), or nil for none.
+-- Pure, and the twin of plan_picks in redis_tasks/_tenancy.py (a shared table of
+-- cases drives both). Why `count` heads are enough: every head has room, so a
+-- head is picked only after every head before it was, and `count` picks reach
+-- at most `count` heads.
+local function plan_picks(heads, count)
+  for _, head in ipairs(heads) do
+    head.picks = 0
+  end
+  local started = nil
+  for _ = 1, count do
+    local best = nil
+    for _, head in ipairs(heads) do
+      if head.picks < head.room and (not best or head.pass < best.pass) then
+        best = head
+      end
+    end
+    if not best then
+      break
+    end
+    best.picks = best.picks + 1
+    started = best.pass
+    best.pass = best.pass + best.stride
+  end
+  return started
+end
+
 -- Move up to `count` waiting tasks from the tenant queues of the partition tagged
--- `tag` into its work stream, in weighted round-robin; how many entries it added.
--- The next `count` picks all fall among the `count` + 1 tenants of lowest pass (one
--- of them is never picked, and no other tenant's pass is lower), so only those are
--- read. A capped tenant gets at most its cap's room, and is parked at its cap.
+-- `tag` into its work stream, in weighted round-robin (runnable_head, then
+-- plan_picks, then their writes here); how many entries it added. A capped
+-- tenant gets at most its cap's room, and is parked at its cap.
 local function dispatch(tag, work_key, stats_key, count, now)
   local ring_key, parked_key = tag .. KEY_RING, tag .. KEY_PARKED
   -- Parked tenants whose soonest lease deadline came (its worker died): look again.
@@ -248,61 +314,32 @@ local function dispatch(tag, work_key, stats_key, count, now)
       'LIMIT', 0, count)) do
     unpark(tag, tenant)
   end
-  local top = redis.call('ZRANGE', ring_key, 0, count, 'WITHSCORES')
-  if not top[1] then
+  local heads = runnable_head(tag, count, now)
+  local started = plan_picks(heads, count)
+  if not started then
     return 0
   end
-  local tenants, pass, stride, room, capped, picks = {}, {}, {}, {}, {}, {}
-  for i = 1, #top - 1, 2 do
-    tenants[#tenants + 1] = top[i]
-    pass[#pass + 1] = tonumber(top[i + 1])
-  end
-  local settings = redis.call('HMGET', tag .. KEY_TENANTS, unpack(tenants))
-  for i, tenant in ipairs(tenants) do
-    local weight, cap = tenant_settings(settings[i])
-    stride[i] = stride_of(weight)
-    capped[i] = cap > 0
-    room[i] = capped[i] and cap - running(tag .. KEY_RUN .. tenant, now) or count
-    picks[i] = 0
-  end
-  local started = nil  -- the pass the last pick started at: the new virtual time
-  for _ = 1, count do
-    local best = nil
-    for i = 1, #tenants do
-      if picks[i] < room[i] and (not best or pass[i] < pass[best]) then
-        best = i
-      end
-    end
-    if not best then
-      break
-    end
-    picks[best] = picks[best] + 1
-    started = pass[best]
-    pass[best] = pass[best] + stride[best]
-  end
-  if started then
-    redis.call('HSET', tag .. KEY_TENANTS, VTIME_FIELD, int_text(started))
-  end
+  redis.call('HSET', tag .. KEY_TENANTS, VTIME_FIELD, int_text(started))
   local added, left = 0, false
-  for i, tenant in ipairs(tenants) do
-    local queue_key = tag .. KEY_QUEUE .. tenant
+  for _, head in ipairs(heads) do
+    local queue_key = tag .. KEY_QUEUE .. head.name
     local waiting = true
-    if picks[i] > 0 then
-      local got = redis.call('LPOP', queue_key, picks[i]) or {}
+    if head.picks > 0 then
+      local got = redis.call('LPOP', queue_key, head.picks) or {}
       for _, task_id in ipairs(got) do
         redis.call('XADD', work_key, '*', 't', task_id)
       end
       added = added + #got
-      waiting = #got == picks[i] and redis.call('EXISTS', queue_key) == 1
+      waiting = #got == head.picks and redis.call('EXISTS', queue_key) == 1
     end
     if not waiting then
-      redis.call('ZREM', ring_key, tenant)
-      redis.call('HDEL', tag .. KEY_TENANTS, tenant)
+      redis.call('ZREM', ring_key, head.name)
+      redis.call('HDEL', tag .. KEY_TENANTS, head.name)
       left = true
-    elseif capped[i] and picks[i] >= room[i] then
-      park(tag, tenant, tag .. KEY_RUN .. tenant, now)
-    elseif picks[i] > 0 then
-      redis.call('ZADD', ring_key, int_text(pass[i]), tenant)
+    elseif head.capped and head.picks >= head.room then
+      park(tag, head.name, tag .. KEY_RUN .. head.name, now)
+    elseif head.picks > 0 then
+      redis.call('ZADD', ring_key, int_text(head.pass), head.name)
     end
   end
   if left and redis.call('EXISTS', ring_key) == 0 and redis.call('EXISTS', parked_key) == 0 then

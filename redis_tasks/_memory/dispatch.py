@@ -13,13 +13,13 @@ from collections import deque
 
 from redis_tasks._ids import parse_task_id
 from redis_tasks._record import FIELD_STATUS, FIELD_TENANT, FIELD_WORK_ENTRY
-from redis_tasks._tenancy import stride
+from redis_tasks._tenancy import Head, plan_picks, stride
 
 from .records import TERMINAL, TaskRecords
 from .stream import Streams, id_text
-from .tenants import settings_of
+from .tenants import Tenants, settings_of
 
-__all__ = ["dispatch", "dispatch_first", "enqueue"]
+__all__ = ["dispatch", "dispatch_first", "enqueue", "runnable_head"]
 
 #: The most undelivered entries ``dispatch_first`` moves behind the task it starts.
 _AHEAD = 16
@@ -63,6 +63,24 @@ def enqueue(
     return None, newcomer
 
 
+def runnable_head(tenants: Tenants, want: int, now: int) -> list[Head]:
+    """Mirror of ``runnable_head``: the first ``want`` tenants in pass order that may
+    run a task now; those found at their cap on the way are parked."""
+    heads: list[Head] = []
+    while len(heads) < want:
+        top = tenants.lowest(want)[len(heads) :]
+        if not top:
+            break
+        for name, pass_ in top:
+            weight, cap = settings_of(tenants.settings.get(name))
+            room = cap - tenants.live_running(name, now) if cap > 0 else want
+            if room > 0:
+                heads.append(Head(name, pass_, stride(weight), room, cap > 0))
+            else:
+                tenants.park(name, now)
+    return heads
+
+
 def dispatch(streams: Streams, partition: int, count: int, now: int) -> int:
     """Mirror of ``dispatch``: up to ``count`` waiting tasks into the stream, in
     weighted round-robin; how many it added."""
@@ -70,33 +88,18 @@ def dispatch(streams: Streams, partition: int, count: int, now: int) -> int:
     due = sorted((at, name) for name, at in tenants.parked.items() if at <= now)
     for _, name in due[:count]:
         tenants.unpark(name)
-    top = tenants.lowest(count + 1)
-    if not top:
+    heads = runnable_head(tenants, count, now)
+    started = plan_picks(heads, count)
+    if started is None:
         return 0
-    names = [name for name, _ in top]
-    passes = [score for _, score in top]
-    strides, rooms, capped, picks = [], [], [], [0] * len(names)
-    for name in names:
-        weight, cap = settings_of(tenants.settings.get(name))
-        strides.append(stride(weight))
-        capped.append(cap > 0)
-        rooms.append(cap - tenants.live_running(name, now) if cap > 0 else count)
-    for _ in range(count):
-        best = None
-        for i in range(len(names)):
-            if picks[i] < rooms[i] and (best is None or passes[i] < passes[best]):
-                best = i
-        if best is None:
-            break
-        picks[best] += 1
-        tenants.vtime = passes[best]
-        passes[best] += strides[best]
+    tenants.vtime = started
     added, left = 0, False
-    for i, name in enumerate(names):
+    for head in heads:
+        name = head.name
         waiting = True
-        if picks[i] > 0:
+        if head.picks > 0:
             queue = tenants.queue(name, now) or deque()
-            got = [queue.popleft() for _ in range(min(picks[i], len(queue)))]
+            got = [queue.popleft() for _ in range(min(head.picks, len(queue)))]
             for task_id in got:
                 streams.append(partition, task_id)
             added += len(got)
@@ -107,10 +110,10 @@ def dispatch(streams: Streams, partition: int, count: int, now: int) -> int:
             tenants.ring.pop(name, None)
             tenants.settings.pop(name, None)
             left = True
-        elif capped[i] and picks[i] >= rooms[i]:
+        elif head.capped and head.picks >= head.room:
             tenants.park(name, now)
-        elif picks[i] > 0:
-            tenants.ring[name] = passes[i]
+        elif head.picks > 0:
+            tenants.ring[name] = head.pass_
     if left and not tenants.ring and not tenants.parked:
         tenants.queued = 0  # nothing waits: none is queued
     else:

@@ -274,17 +274,19 @@ class RedisContract(TaskManagerBase):
         """One ``finish_batch`` call for fenced ``finishes`` of ``partition``: each one's
         error, or ``None``."""
         link = self._link
-        outcomes: list[Arg] = []
+        outcomes: list[lua.FinishArgs] = []
         for task_id, outcome in finishes:
             has_message, message = _message_args(outcome.message)
-            outcomes += (
-                task_id,
-                outcome.fence,
-                outcome.status.value,
-                has_message,
-                message,
-                outcome.result_field,
-                outcome.value,
+            outcomes.append(
+                lua.FinishArgs(
+                    task_id=task_id,
+                    fence=outcome.fence,
+                    status=outcome.status.value,
+                    has_message=has_message,
+                    message=message,
+                    outcome_field=outcome.result_field,
+                    outcome=outcome.value,
+                )
             )
         keys = self._keys
         reply, unconfirmed = await link.runner.run_confirmed(

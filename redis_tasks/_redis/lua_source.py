@@ -77,6 +77,7 @@ __all__ = [
     "Include",
     "Spec",
     "assemble",
+    "check_group_locals",
     "check_header",
     "check_literals",
     "check_slot_locals",
@@ -92,6 +93,10 @@ __all__ = [
 
 _HEADER = re.compile(r"\A--\[\[(.*?)\]\]", re.S)
 _SLOT = re.compile(r"^\s+(\d+)(\.\.)?\s+(\w+)", re.M)
+# A repeated group's names, right after its trailing ARGV slot: `3.. outcomes  (a, b, c)`.
+_GROUP = re.compile(r"^\s+\d+\.\.\s+\w+\s+\(([\w,\s]+)\)", re.M)
+# Where a script unpacks one group into locals: `local a, b, c = unpack(ARGV, i, ...)`.
+_GROUP_LOCALS = re.compile(r"\blocal\s+([\w\s,]+?)\s*=\s*unpack\(ARGV,")
 
 
 def lua_dir() -> Path:
@@ -103,11 +108,22 @@ def lua_dir() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Spec:
-    """A script's KEYS and ARGV names; ``variadic`` names trailing repeated ARGV."""
+    """A script's KEYS and ARGV names; ``variadic`` names trailing repeated ARGV, and
+    ``group`` the names of each repeated group of them, when the header declares one
+    (``3.. outcomes  (task_id, fence, ...)``)."""
 
     keys: tuple[str, ...]
     argv: tuple[str, ...]
     variadic: str | None = None
+    group: tuple[str, ...] = ()
+
+    def group_constants(self) -> dict[str, str]:
+        """The constants a script with a group gets: where the groups start in ARGV
+        (``<VARIADIC>_FROM``) and how many ARGV each takes (``<VARIADIC>_EACH``)."""
+        if not self.group or self.variadic is None:
+            return {}
+        name = self.variadic.upper()
+        return {f"{name}_FROM": str(len(self.argv) + 1), f"{name}_EACH": str(len(self.group))}
 
 
 def _section(header: str, name: str) -> list[tuple[int, bool, str]]:
@@ -130,12 +146,30 @@ def parse_header(name: str, source: str) -> tuple[Spec, str]:
     variadic = [word for _, dots, word in argv if dots]
     if not numbers_ok or len(variadic) > 1 or (variadic and not argv[-1][1]):
         raise InternalError(f"lua/{name}.lua header numbers its KEYS or ARGV wrongly")
+    group = _GROUP.search(header.group(1))
     spec = Spec(
         tuple(word for _, _, word in keys),
         tuple(word for _, dots, word in argv if not dots),
         variadic[0] if variadic else None,
+        tuple(name.strip() for name in group.group(1).split(",")) if group else (),
     )
     return spec, header.group(1)
+
+
+def check_group_locals(where: str, source: str, spec: Spec) -> None:
+    """Refuse a script with a repeated group that does not unpack each group, once,
+    into locals named as its header names them, in order (the layout a binding
+    packs: a field added on one side only fails at load, not mid-batch)."""
+    if not spec.group:
+        return
+    found = [
+        tuple(name.strip() for name in match.group(1).split(","))
+        for match in _GROUP_LOCALS.finditer(code(source))
+    ]
+    if found != [spec.group]:
+        raise InternalError(
+            f"{where}: unpack each {spec.variadic} group into locals {', '.join(spec.group)}"
+        )
 
 
 def check_header(name: str, source: str, spec: Spec) -> None:
@@ -380,11 +414,16 @@ def assemble(
 
 
 def join_source(
-    order: list[str], body: str, includes: dict[str, Include], where: str = "a script"
+    order: list[str],
+    body: str,
+    includes: dict[str, Include],
+    where: str = "a script",
+    constants: dict[str, str] | None = None,
 ) -> str:
     """The constants and the includes in ``order``, keeping only the definitions
     ``body`` uses (and those they use), then ``body``; refused (naming ``where``) if
     the result reads a name it does not define (:func:`~.lua_text.check_globals`).
+    ``constants``: the script's own, after the shared ones (a group's layout).
 
     Why: Redis runs a script's whole text at every call, so each constant table and
     each helper closure is built again each time, used or not: a small script with
@@ -392,6 +431,8 @@ def join_source(
     those it used. Definitions keep their order, so each still comes before its uses.
     """
     pieces = [*definitions(_PRELUDE)]
+    if constants:
+        pieces += definitions("".join(f"local {k} = {v}\n" for k, v in constants.items()))
     for include in order:
         pieces += definitions(includes[include].text)
     source = keep_used(pieces, body) + body

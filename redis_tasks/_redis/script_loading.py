@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from redis_tasks._errors import InternalError
 from .lua_source import (
     Include,
     Spec,
+    check_group_locals,
     check_literals,
     check_slot_locals,
     check_uses,
@@ -70,6 +72,21 @@ def _check_signature(name: str, binding: Binding, spec: Spec) -> None:
         for p in parameters
     ):
         raise InternalError(f"lua/{name}.lua header disagrees with its binding {name}()")
+    if spec.group and _group_fields(binding, spec) != spec.group:
+        raise InternalError(f"lua/{name}.lua header's {spec.variadic} disagree with {name}()")
+
+
+def _group_type(binding: Binding, spec: Spec) -> Any:
+    """The element type of the binding's grouped trailing ARGV (``Sequence[T]``)."""
+    hints = typing.get_type_hints(binding)
+    arguments = typing.get_args(hints.get(spec.variadic or "", object))
+    return arguments[0] if arguments else None
+
+
+def _group_fields(binding: Binding, spec: Spec) -> tuple[str, ...]:
+    """The fields of that element type, a NamedTuple: the group as Python packs it."""
+    fields = getattr(_group_type(binding, spec), "_fields", None)
+    return tuple(fields) if isinstance(fields, tuple) else ()
 
 
 def check_binding(binding: Binding, script: Script) -> None:
@@ -77,9 +94,14 @@ def check_binding(binding: Binding, script: Script) -> None:
     place: called with every argument its own name, it must answer the header."""
     spec = script.spec
     arguments: dict[str, Any] = {p.name: p.name for p in _parameters(binding)}
-    if spec.variadic:
+    trailing: tuple[str, ...] = ()
+    if spec.variadic and spec.group:
+        # One group whose every field is its own name: packed flat, in header order.
+        arguments[spec.variadic] = (_group_type(binding, spec)(*spec.group),)
+        trailing = spec.group
+    elif spec.variadic:
         arguments[spec.variadic] = (f"{spec.variadic}..",)
-    trailing = (f"{spec.variadic}..",) if spec.variadic else ()
+        trailing = (f"{spec.variadic}..",)
     try:
         call = binding(**arguments)
     except TypeError as exc:
@@ -99,9 +121,10 @@ def load_script(
     _check_signature(name, binding, spec)
     check_literals(where, body)
     check_slot_locals(where, body, spec)
+    check_group_locals(where, body, spec)
     named = named_includes(where, header)
     check_uses(where, body, named, includes)
     order = resolve(named, includes)
-    source = join_source(order, body, includes, where)
+    source = join_source(order, body, includes, where, spec.group_constants())
     sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324
     return Script(name, spec, tuple(order), source, sha)

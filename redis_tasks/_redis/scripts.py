@@ -18,9 +18,10 @@ self-contained script with one SHA, called with EVALSHA and reloaded on NOSCRIPT
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 from .lua_source import (
     CONSTANTS,
@@ -38,6 +39,7 @@ __all__ = [
     "SPECS",
     "Arg",
     "Call",
+    "FinishArgs",
     "Include",
     "Script",
     "Spec",
@@ -266,11 +268,34 @@ def finish(
     )
 
 
+class FinishArgs(NamedTuple):
+    """One task's outcome in a ``finish_batch`` call: the header's ``outcomes`` group
+    (finish.lua's ARGV 1 to 7), field for field; the loader checks the two agree."""
+
+    task_id: str
+    fence: Arg
+    status: str
+    has_message: Arg
+    message: Arg
+    outcome_field: Arg
+    outcome: Arg
+
+
 @_binding
 def finish_batch(
-    *, work: str, events: str, stats: str, tag: str, event_opts: str, outcomes: Sequence[Arg]
+    *,
+    work: str,
+    events: str,
+    stats: str,
+    tag: str,
+    event_opts: str,
+    outcomes: Sequence[FinishArgs],
 ) -> Call:
-    return scripts["finish_batch"], (work, events, stats), (tag, event_opts, *outcomes)
+    return (
+        scripts["finish_batch"],
+        (work, events, stats),
+        (tag, event_opts, *itertools.chain.from_iterable(outcomes)),
+    )
 
 
 @_binding

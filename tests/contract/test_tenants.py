@@ -461,6 +461,42 @@ async def test_a_capped_tenant_runs_at_most_its_cap_and_holds_nobody_back(make: 
         assert [(e.task_id, c.outcome) for e, c in batch] == [(capped[2], ClaimOutcome.RUN)]
 
 
+async def test_a_ring_whose_head_is_all_at_its_cap_serves_the_tenant_behind_it_at_once(
+    make: Build,
+) -> None:
+    """Twenty tenants at their cap of one joined the ring ahead of a tenant that may
+    run (their passes are lower: chosen by their jitter). A batch claim of one parks
+    them all and dispatches that tenant's task in the same call: it read only the
+    two lowest once, found both at their cap and dispatched nothing, with the worker
+    left to find the task at its next probe, up to a block period later."""
+    stride_1 = stride(1)
+    by_place = sorted(
+        (f"org:{n}" for n in range(60)),
+        key=lambda key: jitter(tenant_digest(b"", b"", key.encode()), 0, stride_1),
+    )
+    capped, free = by_place[:20], by_place[-1]
+    async with make(limits=Limits(max_running_tasks_per_tenant=1)) as b:
+        m = b.manager
+        q = m.work_queue
+        for key in capped:
+            await create(m, tenant=key)
+        running = await q.claim_next(0, consumer="w1", count=20, lease=LONG, max_attempts=5)
+        assert [c.outcome for _, c in running] == [ClaimOutcome.RUN] * 20
+        first = await create(m, tenant="org:first")  # straight into the stream: the
+        for key in capped:  # others then wait in the ring, each at its cap
+            await create(m, tenant=key)
+        waiting = await create(m, tenant=free)
+        ((entry, _),) = await q.claim_next(0, consumer="w1", count=1, lease=LONG, max_attempts=5)
+        assert entry.task_id == first
+        ((entry, claim),) = await q.claim_next(
+            0, consumer="w1", count=1, lease=LONG, max_attempts=5
+        )
+        assert (entry.task_id, claim.outcome) == (waiting, ClaimOutcome.RUN)
+        assert await q.claim_next(0, consumer="w1", count=5, lease=LONG, max_attempts=5) == []
+        depth = await q.depth(0)
+        assert (depth.queued, depth.tenants) == (20, 20)
+
+
 async def test_a_capped_task_claimed_past_the_cap_is_deferred_back_to_its_queue(
     make: Build,
 ) -> None:

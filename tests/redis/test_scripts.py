@@ -281,6 +281,18 @@ def test_a_script_using_an_include_it_does_not_name_is_refused_at_load(
             "local unused = no_such_helper(1)\nlocal answers = ",
             "lua/take_answers.lua reads no_such_helper, which it never defines",
         ),
+        (  # finish_batch's group: the header's layout against the binding's FinishArgs
+            "finish_batch.lua",
+            "outcome_field,\n                     outcome)",
+            "outcome_field)",
+            "header's outcomes disagree with finish_batch",
+        ),
+        (  # ...and against the script's own unpacking of each group
+            "finish_batch.lua",
+            "local task_id, fence, status,",
+            "local fence, task_id, status,",
+            "unpack each outcomes group into locals task_id, fence, status",
+        ),
     ],
 )
 def test_an_assembled_script_reads_only_what_it_defines(
