@@ -11,7 +11,8 @@ __all__ = ["MAX_CREATE_RATE", "MAX_TENANT_WEIGHT", "MIN_CREATE_RATE", "Limits"]
 
 _KIB = 1024
 _MIB = 1024 * _KIB
-#: The most a weight may be (the scheduler's stride is 5,040 / weight: 1,000 keeps it >= 5).
+#: The most a weight may be (the scheduler's stride is 720,720 // weight: at 1,000 it is 720,
+#: and the floor costs any weight under 0.14 % of its share).
 MAX_TENANT_WEIGHT = 1000
 #: Bounds of a tenant's create rate, creates a second (the GCRA counts microseconds).
 MIN_CREATE_RATE = 1e-3

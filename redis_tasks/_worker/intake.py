@@ -190,7 +190,7 @@ class Intake:
                     # (the call returns at once, so the reservation holds no capacity
                     # idle).
                     wanted = 1 if mode is Mode.PROBE else self._settings.read_batch
-                    reserved = self._slots.take_share(wanted)
+                    reserved = self._slots.take_up_to(wanted)
                     if reserved is None:
                         continue
                     more, backoff = await self._claim_batch(partition, reserved, backoff)

@@ -151,7 +151,7 @@ class Run:
         held = self.holds_slot
         self.state = to
         if held and to not in _HOLDING:
-            self.slot.give_back(time.monotonic() - self.started)
+            self.slot.give_back()
 
     def abandon(self, reason: str) -> None:
         """Stop the run: its outcome will not be written. A run not yet in its
