@@ -291,11 +291,8 @@ def finish_batch(
     event_opts: str,
     outcomes: Sequence[FinishArgs],
 ) -> Call:
-    return (
-        scripts["finish_batch"],
-        (work, events, stats),
-        (tag, event_opts, *itertools.chain.from_iterable(outcomes)),
-    )
+    flat = itertools.chain.from_iterable(outcomes)
+    return scripts["finish_batch"], (work, events, stats), (tag, event_opts, *flat)
 
 
 @_binding

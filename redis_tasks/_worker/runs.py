@@ -336,7 +336,7 @@ class Runs:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 task.uncancel()  # our own stop, delivered (or swallowed) in the handler
-            await self._abandoned(run)
+            await self.stopped(run)
             return
         METRICS.run_ended(outcome.ended, time.monotonic() - run.started)
         run.move(RunState.FINISHING)  # the slot back before the outcome is written
@@ -357,7 +357,11 @@ class Runs:
         if self.latest.get(task_id) is run:
             del self.latest[task_id]
 
-    async def _abandoned(self, run: Run) -> None:
+    async def claims_settled(self) -> None:
+        """Wait until every claim sent has been answered (each then is a run, or none)."""
+        await self._claims_settled.wait()
+
+    async def stopped(self, run: Run) -> None:
         """A run the worker stopped: its slot back and, at shutdown, its task handed
         back; once, from its own task or from a stop it held up."""
         if run.state is not RunState.STOPPING:
@@ -387,42 +391,3 @@ class Runs:
                 task=task,
                 error=type(exc).__name__,
             )
-
-    # -- shutdown ---------------------------------------------------------------------
-
-    async def drain(self, grace: float) -> None:
-        """Give running handlers ``grace`` seconds, then stop and hand back the rest."""
-        # Claims already sent still become runs; wait for them to register.
-        await self._claims_settled.wait()
-        tasks = [r.runner for r in self.active if r.runner]
-        if tasks:
-            log(
-                logging.INFO,
-                "waiting for running handlers",
-                "draining",
-                running=len(tasks),
-                grace=grace,
-            )
-            await asyncio.wait(tasks, timeout=grace)
-        for run in list(self.active):
-            run.abandon("shutdown")
-        rest = [r for r in self.active if r.runner]
-        if not rest:
-            return
-        # Stopped handlers hand their tasks back themselves. One that goes on past a
-        # call's timeout (it ignored the cancellation) is handed back from here, and
-        # left to end on its own: its outcome is refused by the fence anyway.
-        await asyncio.wait([r.runner for r in rest if r.runner], timeout=self._settings.timeout)
-        stubborn = [r for r in rest if r.state is RunState.STOPPING]
-        for run in stubborn:
-            log(
-                logging.WARNING,
-                "handler went on after it was stopped; its task is handed back",
-                "handler_ignored_stop",
-                task=run.task,
-            )
-        await asyncio.gather(*(self._abandoned(run) for run in stubborn))
-        # The others end once their hand-back or outcome write does (each bounded).
-        ending = [r.runner for r in rest if r.runner and r not in stubborn]
-        if ending:
-            await asyncio.wait(ending)

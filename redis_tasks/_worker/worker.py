@@ -34,6 +34,7 @@ from .log import frames, log
 from .renewal import Renewal
 from .run_state import Settings
 from .runs import Runs
+from .shutdown import drain
 from .slots import Background, Slots
 
 __all__ = ["Worker"]
@@ -240,7 +241,7 @@ class Worker:
             # Ended, not just cancelled: a cancellation can be lost in a Redis call
             # (redis_tasks._cancel), and the loop would then run on.
             await cancel_and_wait([reclaiming])
-            await self._runs.drain(self._grace)
+            await drain(self._runs, self._grace, self._settings.timeout)
             # Whatever else is in flight (hint renewals, dropped entries) ends here.
             await self._background.cancel_all()
             await cancel_and_wait([renewing])
