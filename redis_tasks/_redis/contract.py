@@ -277,15 +277,17 @@ class RedisContract(TaskManagerBase):
         outcomes: list[lua.FinishArgs] = []
         for task_id, outcome in finishes:
             has_message, message = _message_args(outcome.message)
+            # Positional (keywords cost 0.2 us a task more): the loader holds FinishArgs'
+            # fields to the header's group, and mypy these arguments to its fields.
             outcomes.append(
                 lua.FinishArgs(
-                    task_id=task_id,
-                    fence=outcome.fence,
-                    status=outcome.status.value,
-                    has_message=has_message,
-                    message=message,
-                    outcome_field=outcome.result_field,
-                    outcome=outcome.value,
+                    task_id,
+                    outcome.fence,
+                    outcome.status.value,
+                    has_message,
+                    message,
+                    outcome.result_field,
+                    outcome.value,
                 )
             )
         keys = self._keys
