@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
-from typing import Final
 
 from redis_tasks._execution import TaskExecution
 from redis_tasks._ids import task_ref
@@ -88,22 +87,36 @@ class RunState(Enum):
             |            |                               ^
             +------------+--> STOPPING --> HANDING_BACK -+
 
-    A run holds its handler slot in ``STARTING``, ``HANDLING`` and ``STOPPING``
-    (:attr:`Run.holds_slot`), and gives it back on leaving them, once. ``ENDED``
-    is reached from any state through :meth:`~.runs.Runs.let_go` alone, which also
-    forgets the run.
+    Each state carries what it means, so the paths that ask read one fact: whether
+    the run holds its handler slot (given back on leaving those states, once),
+    whether its lease still needs renewing, and whether it is in its handler (for
+    the gauge of handlers running). ``ENDED`` is reached from any state through
+    :meth:`~.runs.Runs.let_go` alone, which also forgets the run. (Plain attributes,
+    not sets of members: an Enum member hashes in Python, and these are read twice
+    a task.)
     """
 
-    STARTING = "starting"  #: admitted, its handler not entered yet
-    HANDLING = "handling"  #: in its handler: a stop cancels it
-    FINISHING = "finishing"  #: the handler is done, its outcome is being written
-    STOPPING = "stopping"  #: the worker stopped it (:meth:`Run.abandon`); no outcome
-    HANDING_BACK = "handing_back"  #: stopped and its slot given back (and its task, at shutdown)
-    ENDED = "ended"  #: let go: no longer one of the worker's runs
+    #: admitted, its handler not entered yet
+    STARTING = "starting", True, True, False
+    #: in its handler: a stop cancels it
+    HANDLING = "handling", True, True, True
+    #: the handler is done, its outcome is being written
+    FINISHING = "finishing", False, False, False
+    #: the worker stopped it (:meth:`Run.abandon`); no outcome is written
+    STOPPING = "stopping", True, False, True
+    #: stopped, its slot given back (and its task, at shutdown)
+    HANDING_BACK = "handing_back", False, False, False
+    #: let go: no longer one of the worker's runs
+    ENDED = "ended", False, False, False
 
-
-#: States in which a run still holds its handler slot.
-_HOLDING: Final = frozenset({RunState.STARTING, RunState.HANDLING, RunState.STOPPING})
+    def __init__(self, label: str, holds_slot: bool, renewable: bool, in_handler: bool) -> None:
+        self.label = label
+        #: The run still holds its handler slot.
+        self.holds_slot = holds_slot
+        #: The run's lease still needs renewing.
+        self.renewable = renewable
+        #: The run is (or may still be) inside its handler.
+        self.in_handler = in_handler
 
 
 @dataclass(eq=False)
@@ -138,19 +151,19 @@ class Run:
     def renewable(self) -> bool:
         """Whether the lease still needs renewing: until the outcome is being written
         or the worker stopped the run."""
-        return self.state is RunState.STARTING or self.state is RunState.HANDLING
+        return self.state.renewable
 
     @property
     def holds_slot(self) -> bool:
         """Whether the run still holds its handler slot."""
-        return self.state in _HOLDING
+        return self.state.holds_slot
 
     def move(self, to: RunState) -> None:
         """Enter state ``to``, giving the slot back when it leaves the holding states
         (once: no state holds it again)."""
-        held = self.holds_slot
+        held = self.state.holds_slot
         self.state = to
-        if held and to not in _HOLDING:
+        if held and not to.holds_slot:
             self.slot.give_back()
 
     def abandon(self, reason: str) -> None:

@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any
 
 from redis_tasks._errors import RedisTasksError
 from redis_tasks._execution import Handler, TaskExecution, TaskFailed
@@ -42,9 +42,6 @@ from .run_state import Run, RunOutcome, RunState, Settings
 from .slots import Background, SlotLease
 
 __all__ = ["Runs"]
-
-# A stopped run is still in its handler until the handler gives up.
-_IN_HANDLER: Final = frozenset({RunState.HANDLING, RunState.STOPPING})
 
 
 class Runs:
@@ -74,7 +71,7 @@ class Runs:
 
     def handlers_running(self) -> int:
         """Handlers not yet done (safe from an exporter's thread: a copy is counted)."""
-        return sum(1 for run in tuple(self.active) if run.state in _IN_HANDLER)
+        return sum(1 for run in tuple(self.active) if run.state.in_handler)
 
     # -- claiming and starting --------------------------------------------------------
 
