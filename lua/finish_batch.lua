@@ -36,6 +36,7 @@ local stats_key = KEYS[3]
 local tag = ARGV[1]
 local event_opts = ARGV[2]
 
+local partition = tag_partition(tag)
 local out = {RC_OK}
 local batch = {entries = {}, counts = {}, hints = {}}
 local call = {now = now_ms(), event_opts = event_opts, batch = batch}
@@ -44,7 +45,7 @@ for i = OUTCOMES_FROM, #ARGV - OUTCOMES_EACH + 1, OUTCOMES_EACH do
   local task_id, fence, status, has_message, message, outcome_field, outcome =
     unpack(ARGV, i, i + OUTCOMES_EACH - 1)
   -- Anything but a task ID of this partition must not become part of a key name.
-  if not is_task_id(task_id) or string.match(task_id, '^(%d+)%.') ~= tag_partition(tag) then
+  if is_task_id(task_id) ~= partition then
     out[#out + 1] = RC_NOT_FOUND
   else
     local ending = {status = status, message = has_message == '1' and message or nil,

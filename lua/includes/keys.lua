@@ -2,10 +2,11 @@
 -- make them, from the constants the loader generates from those modules
 -- (KEY_*, TASK_ID_PATTERN, PARTITION_DIGITS, MAX_PARTITIONS).
 
--- Whether `task_id` is a task ID that parse_task_id accepts. TASK_ID_PATTERN
--- checks the form and captures the partition; a Lua pattern has neither
--- alternatives nor counted repeats, so the partition's lack of a leading zero
--- and its bound are checked here.
+-- Whether `task_id` is a task ID that parse_task_id accepts: its partition's
+-- digits when it is (a caller may compare them with a tag's), else false.
+-- TASK_ID_PATTERN checks the form and captures the partition; a Lua pattern has
+-- neither alternatives nor counted repeats, so the partition's lack of a leading
+-- zero and its bound are checked here.
 local function is_task_id(task_id)
   local partition = string.match(task_id, TASK_ID_PATTERN)
   if not partition or #partition > PARTITION_DIGITS then
@@ -14,7 +15,7 @@ local function is_task_id(task_id)
   if #partition > 1 and string.sub(partition, 1, 1) == '0' then
     return false
   end
-  return tonumber(partition) < MAX_PARTITIONS
+  return tonumber(partition) < MAX_PARTITIONS and partition
 end
 
 -- The record key of the task `task_id` of the partition tagged `tag`, as
@@ -24,11 +25,21 @@ local function record_key(tag, task_id)
 end
 
 -- The keys of that task, in the order terminate() and claim_entry() take:
--- {task, requests, issued, answers, journal, work, events, stats}.
+-- {task, requests, issued, answers, journal, work, events, stats}, with the four
+-- input keys left out (nil): input_keys() makes them when a task has input. Most
+-- tasks never do, and four key names a task are four strings Lua makes and later
+-- collects (a batch script makes them for every task it meets).
 local function task_keys(tag, task_id, work_key, events_key, stats_key)
-  local base = record_key(tag, task_id)
-  return {base, base .. KEY_REQUESTS, base .. KEY_ISSUED, base .. KEY_ANSWERS,
-    base .. KEY_JOURNAL, work_key, events_key, stats_key}
+  return {record_key(tag, task_id), nil, nil, nil, nil, work_key, events_key, stats_key}
+end
+
+-- The input keys (requests, issued, answers, journal) of the task whose keys are
+-- `keys`: a script's own KEYS, or made from the record key where task_keys left
+-- them out.
+local function input_keys(keys)
+  local base = keys[1]
+  return keys[2] or base .. KEY_REQUESTS, keys[3] or base .. KEY_ISSUED,
+    keys[4] or base .. KEY_ANSWERS, keys[5] or base .. KEY_JOURNAL
 end
 
 -- The tag of the partition a task's record key `task_key` lives in (the key is

@@ -55,7 +55,7 @@ local function terminate(keys, task_id, t, entry, ending, call)
   -- status (and so `ua`) whenever it makes them, and update needs what it made. A
   -- task that ran straight through (most do) has no `ua` and saves the DEL.
   if t.updated then
-    redis.call('DEL', keys[2], keys[3], keys[4], keys[5])
+    redis.call('DEL', input_keys(keys))
   end
   if entry and batch then
     batch.entries[#batch.entries + 1] = entry

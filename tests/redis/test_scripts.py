@@ -88,7 +88,12 @@ async def test_the_lua_task_id_check_accepts_exactly_what_parse_task_id_accepts(
 
 
 async def test_the_lua_task_keys_are_keyspace_task_keys(redis_server: RedisServer) -> None:
-    body = "return task_keys(ARGV[1], ARGV[2], KEYS[1], KEYS[2])\n"
+    # task_keys leaves the input keys out; input_keys makes them from the record key.
+    body = (
+        "local k = task_keys(ARGV[1], ARGV[2], KEYS[1], KEYS[2], 's')\n"
+        "local requests, issued, answers, journal = input_keys(k)\n"
+        "return {k[1], requests, issued, answers, journal, k[6], k[7]}\n"
+    )
     source = lua.assemble(("keys",), body)
     space = KeySpace("rt")
     task_id = new_task_id(16)
