@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio.connection import parse_url
 
+from ._errors import BackendError, InternalError
 from ._ids import MAX_PARTITIONS
+from ._loop import run
 from ._redis.inspect import MAX_SAMPLE
 from ._redis.manager import RedisTaskManager
 
@@ -20,6 +24,7 @@ __all__ = [
     "check_redis_options",
     "manager_from",
     "only_partitions",
+    "run_reading",
     "tenant_key_problem",
     "url_problem",
 ]
@@ -136,3 +141,26 @@ def manager_from(args: argparse.Namespace, **options: Any) -> RedisTaskManager:
         timeout=args.timeout,
         **options,
     )
+
+
+def run_reading(command: str, problem: str | None, body: Callable[[], Awaitable[int]]) -> int:
+    """Run ``redis-tasks <command>``, a command that reads Redis: its options'
+    ``problem``, if any, on stderr (exit 2), else ``body()``'s exit status, with a
+    Redis failure told in one line (exit 1)."""
+    if problem is not None:
+        print(f"redis-tasks {command}: {problem}", file=sys.stderr)
+        return 2
+    return run(_told(command, body), "asyncio")
+
+
+async def _told(command: str, body: Callable[[], Awaitable[int]]) -> int:
+    try:
+        return await body()
+    except BackendError as exc:
+        # The URL may hold a password: the message names the failure's kind only.
+        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "BackendError"
+        print(f"redis-tasks {command}: Redis unavailable ({cause})", file=sys.stderr)
+        return 1
+    except InternalError:
+        print(f"redis-tasks {command}: an unexpected reply from Redis", file=sys.stderr)
+        return 1

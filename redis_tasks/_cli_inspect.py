@@ -34,14 +34,14 @@ from ._cli_common import (
     check_redis_options,
     manager_from,
     only_partitions,
+    run_reading,
     tenant_key_problem,
 )
-from ._errors import BackendError, InternalError
+from ._errors import BackendError
 from ._ids import parse_task_id
 from ._inspection import Inspection, Rates, TaskInspection
 from ._inspection.tenants import named_tenants
 from ._inspection.text import render_inspection, render_task
-from ._loop import run
 from ._redis.manager import RedisTaskManager
 
 __all__ = ["add_inspect_command", "run_inspect"]
@@ -207,25 +207,12 @@ async def _show_queues(manager: RedisTaskManager, args: argparse.Namespace, out:
 
 
 async def _inspect(args: argparse.Namespace, out: TextIO) -> int:
-    try:
-        async with manager_from(args) as manager:
-            if args.task_id is not None:
-                return await _show_task(manager, args, out)
-            return await _show_queues(manager, args, out)
-    except BackendError as exc:
-        # The URL may hold a password: the message names the failure's kind only.
-        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "BackendError"
-        print(f"redis-tasks inspect: Redis unavailable ({cause})", file=sys.stderr)
-        return 1
-    except InternalError:
-        print("redis-tasks inspect: an unexpected reply from Redis", file=sys.stderr)
-        return 1
+    async with manager_from(args) as manager:
+        if args.task_id is not None:
+            return await _show_task(manager, args, out)
+        return await _show_queues(manager, args, out)
 
 
 def run_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``redis-tasks inspect`` for the parsed ``args``."""
-    problem = _problem(args)
-    if problem is not None:
-        print(f"redis-tasks inspect: {problem}", file=sys.stderr)
-        return 2
-    return run(_inspect(args, out or sys.stdout), "asyncio")
+    return run_reading("inspect", _problem(args), lambda: _inspect(args, out or sys.stdout))

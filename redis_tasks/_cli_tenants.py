@@ -24,12 +24,11 @@ from ._cli_common import (
     check_redis_options,
     manager_from,
     only_partitions,
+    run_reading,
     tenant_key_problem,
 )
-from ._errors import BackendError, InternalError
 from ._inspection.tenant_report import render_tenants
 from ._inspection.tenants import named_tenants
-from ._loop import run
 
 __all__ = ["add_tenants_command", "run_tenants"]
 
@@ -61,19 +60,10 @@ def _problem(args: argparse.Namespace) -> str | None:
 
 async def _tenants(args: argparse.Namespace, out: TextIO) -> int:
     names = named_tenants(args.tenant_key)
-    try:
-        async with manager_from(args) as manager:
-            chosen = only_partitions(args)
-            report = await manager.inspect_tenants(chosen, sample=args.sample)
-            inspection = await manager.inspect(chosen, sample=args.sample)
-    except BackendError as exc:
-        # The URL may hold a password: the message names the failure's kind only.
-        cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else "BackendError"
-        print(f"redis-tasks tenants: Redis unavailable ({cause})", file=sys.stderr)
-        return 1
-    except InternalError:
-        print("redis-tasks tenants: an unexpected reply from Redis", file=sys.stderr)
-        return 1
+    async with manager_from(args) as manager:
+        chosen = only_partitions(args)
+        report = await manager.inspect_tenants(chosen, sample=args.sample)
+        inspection = await manager.inspect(chosen, sample=args.sample)
     running = {t: f.running for t, f in inspection.tenants.figures.items() if f.running}
     report = report.with_running(running)
     if args.json:
@@ -85,8 +75,4 @@ async def _tenants(args: argparse.Namespace, out: TextIO) -> int:
 
 def run_tenants(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``redis-tasks tenants`` for the parsed ``args``."""
-    problem = _problem(args)
-    if problem is not None:
-        print(f"redis-tasks tenants: {problem}", file=sys.stderr)
-        return 2
-    return run(_tenants(args, out or sys.stdout), "asyncio")
+    return run_reading("tenants", _problem(args), lambda: _tenants(args, out or sys.stdout))
