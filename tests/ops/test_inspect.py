@@ -628,16 +628,23 @@ async def test_tenants_show_by_digest_with_backlog_running_and_refusals(
             assert len({p.node for p in seen.partitions}) == 3
 
 
+async def _tenant_load_for_the_cli(
+    server: RedisServer, prefix: str
+) -> tuple[TenantLoad, tuple[str, ...]]:
+    """The known tenant load on ``server``, and the options that name it to a command."""
+    async with RedisTaskManager.from_url(
+        server.url, prefix=prefix, partitions=TENANT_PARTITIONS, limits=TENANT_LIMITS
+    ) as m:
+        load = await _tenant_load(m)
+    options = ("--redis-url", server.url, "--prefix", prefix)
+    return load, (*options, "--partitions", str(TENANT_PARTITIONS))
+
+
 async def test_the_command_line_names_a_tenant_only_when_asked(
     redis_server: RedisServer, prefix: str
 ) -> None:
-    url = redis_server.url
-    async with RedisTaskManager.from_url(
-        url, prefix=prefix, partitions=TENANT_PARTITIONS, limits=TENANT_LIMITS
-    ) as m:
-        load = await _tenant_load(m)
+    load, common = await _tenant_load_for_the_cli(redis_server, prefix)
     named, other = digest(load.named), digest(load.other)
-    common = ("--redis-url", url, "--prefix", prefix, "--partitions", str(TENANT_PARTITIONS))
     text = await asyncio.to_thread(_cli, *common)
     assert text.returncode == 0, text.stderr
     assert "tenants    waiting 2 (counted per partition; 2 distinct)  parked 1  deferred 1" in (
@@ -728,13 +735,8 @@ async def test_the_tenants_command_shows_each_tenant_s_open_running_queued_refus
 async def test_the_tenants_command_names_a_tenant_only_when_asked(
     redis_server: RedisServer, prefix: str
 ) -> None:
-    url = redis_server.url
-    async with RedisTaskManager.from_url(
-        url, prefix=prefix, partitions=TENANT_PARTITIONS, limits=TENANT_LIMITS
-    ) as m:
-        load = await _tenant_load(m)
+    load, common = await _tenant_load_for_the_cli(redis_server, prefix)
     named, other = digest(load.named), digest(load.other)
-    common = ("--redis-url", url, "--prefix", prefix, "--partitions", str(TENANT_PARTITIONS))
     text = await asyncio.to_thread(_cli_command, "tenants", *common)
     assert text.returncode == 0, text.stderr
     assert "tenants: 3 over 4 partition(s)" in text.stdout
