@@ -152,7 +152,6 @@ def check_globals(where: str, source: str) -> None:
     for pattern in _DECLARED:
         for match in pattern.finditer(text):
             declared.update(name.strip() for name in match.group(1).split(",") if name.strip())
-    declared.discard("...")
     missing = sorted(
         {
             match.group(1)
