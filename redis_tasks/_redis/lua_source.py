@@ -76,6 +76,7 @@ from .lua_text import (
     check_globals,
     code,
     definitions,
+    inline,
     keep_used,
 )
 
@@ -183,7 +184,12 @@ CONSTANTS: Final[dict[str, str]] = {
     "PICKUP_BOUNDS": "{" + ", ".join(str(ms) for ms in PICKUP_BOUNDS_MS) + "}",
     "PICKUP_FIELDS": "{" + ", ".join(lua_string(name) for name in PICKUP_FIELDS) + "}",
 }
-_PRELUDE: Final = "".join(f"local {name} = {value}\n" for name, value in CONSTANTS.items())
+# Constants that are tables stay definitions (a literal table would be built at each
+# use); the others are written in place of their names (join_source).
+_SCALARS: Final = {name: value for name, value in CONSTANTS.items() if not value.startswith("{")}
+_TABLES: Final = "".join(
+    f"local {name} = {value}\n" for name, value in CONSTANTS.items() if value.startswith("{")
+)
 
 _FIELD_LIKE = re.compile(r"[a-z]{2,3}")
 _STATUSES: Final = {status.value: status_constant(status) for status in TaskStatus}
@@ -331,12 +337,14 @@ def join_source(
     each helper closure is built again each time, used or not: a small script with
     every definition cost callgrind 60,000 instructions a call, and 31,000 with only
     those it used. Definitions keep their order, so each still comes before its uses.
+    The scalar constants (numbers and strings, and the group's own) are not defined
+    at all but written where they are read (:func:`~.lua_text.inline`): a helper that
+    reads them then carries no upvalue for them.
     """
-    pieces = [*definitions(_PRELUDE)]
-    if constants:
-        pieces += definitions("".join(f"local {k} = {v}\n" for k, v in constants.items()))
+    own = constants or {}
+    pieces = [*definitions(_TABLES)]
     for include in order:
         pieces += definitions(includes[include].text)
-    source = keep_used(pieces, body) + body
+    source = inline(keep_used(pieces, body) + body, {**_SCALARS, **own})
     check_globals(where, source)
     return source

@@ -17,6 +17,7 @@ from redis_tasks._record import RECORD_FIELDS
 from redis_tasks._redis import scripts as lua
 from redis_tasks._redis.keys import KeySpace
 from redis_tasks._redis.lua_source import check_uses, read_includes
+from redis_tasks._redis.lua_text import inline
 from redis_tasks._status import TaskStatus
 from redis_tasks.testing import RedisServer
 
@@ -183,13 +184,16 @@ async def test_a_script_keeps_only_the_definitions_it_uses_and_theirs(
     assert "local function now_ms" not in small
     assert "local PICKUP_FIELDS" not in small
     assert "local RC_TERMINAL" not in small
-    # worker_guard needs fence_matches and TERMINAL, which needs ST_*: each kept, each
-    # before its use; a name right after `..` is a use too.
+    # worker_guard needs fence_matches and TERMINAL: each kept, each before its use.
+    # The scalar constants (ST_*, KEY_TASK) are not defined but written where read,
+    # in TERMINAL's definition too; a name right after `..` is a read as well.
     body = "return {worker_guard(ARGV[1], ARGV[2], ARGV[3]), 'x' ..KEY_TASK}\n"
     source = lua.assemble(("common",), body)
-    order = [source.index(f"local {name}") for name in ("ST_COMPLETED", "TERMINAL")]
+    order = [source.index(f"local {name}") for name in ("TERMINAL", "function fence_matches")]
     assert order == sorted(order) < [source.index("local function worker_guard")] * 2
     assert "local function now_ms" not in source
+    assert "ST_COMPLETED" not in source and "KEY_TASK" not in source
+    assert f"[({lua.CONSTANTS['ST_COMPLETED']})] = true" in source
     client = Redis.from_url(redis_server.url)
     try:
         working = await client.eval(source, 0, TaskStatus.WORKING.value, "3", "3")
@@ -333,6 +337,28 @@ async def test_assembly_sees_names_and_definitions_as_lua_does(
     client = Redis.from_url(redis_server.url)
     try:
         assert await client.eval(source, 0, f"1.{RANDOM}") == [1, b"x:task:"]
+    finally:
+        await client.aclose()
+
+
+async def test_constants_are_written_where_code_reads_them_and_nowhere_else(
+    redis_server: RedisServer,
+) -> None:
+    """A constant read by code becomes its value in parentheses, so it parses as it
+    would have (``-N``, ``#K``, ``K:upper()``); a string, a comment, a field
+    (``t.N``) and a write (``{N = 1}``) keep the name."""
+    source = (
+        "local t = {N = 1} -- N in a comment\n"
+        "return {1-N, #K, K:upper(), 'N', t.N, 'x'..K}\n"
+    )
+    inlined = inline(source, {"N": "-2", "K": "'ab'"})
+    assert inlined == (
+        "local t = {N = 1} -- N in a comment\n"
+        "return {1-(-2), #('ab'), ('ab'):upper(), 'N', t.N, 'x'..('ab')}\n"
+    )
+    client = Redis.from_url(redis_server.url)
+    try:
+        assert await client.eval(inlined, 0) == [3, 2, b"AB", b"N", 1, b"xab"]
     finally:
         await client.aclose()
 
