@@ -192,7 +192,8 @@ async def test_a_script_keeps_only_the_definitions_it_uses_and_theirs(
     order = [source.index(f"local {name}") for name in ("TERMINAL", "function fence_matches")]
     assert order == sorted(order) < [source.index("local function worker_guard")] * 2
     assert "local function now_ms" not in source
-    assert "ST_COMPLETED" not in source and "KEY_TASK" not in source
+    assert "ST_COMPLETED" not in source
+    assert "KEY_TASK" not in source
     assert f"[({lua.CONSTANTS['ST_COMPLETED']})] = true" in source
     client = Redis.from_url(redis_server.url)
     try:
@@ -347,10 +348,7 @@ async def test_constants_are_written_where_code_reads_them_and_nowhere_else(
     """A constant read by code becomes its value in parentheses, so it parses as it
     would have (``-N``, ``#K``, ``K:upper()``); a string, a comment, a field
     (``t.N``) and a write (``{N = 1}``) keep the name."""
-    source = (
-        "local t = {N = 1} -- N in a comment\n"
-        "return {1-N, #K, K:upper(), 'N', t.N, 'x'..K}\n"
-    )
+    source = "local t = {N = 1} -- N in a comment\nreturn {1-N, #K, K:upper(), 'N', t.N, 'x'..K}\n"
     inlined = inline(source, {"N": "-2", "K": "'ab'"})
     assert inlined == (
         "local t = {N = 1} -- N in a comment\n"
