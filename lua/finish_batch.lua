@@ -4,8 +4,8 @@
   same checks in the same order, the same terminal write, the same answer to a
   retry of the very same transition. What the tasks share is written once: the
   clock is read once, their work entries are acknowledged and deleted with one
-  XACK and one XDEL, the stats count each status with one HINCRBY, and on a
-  cluster one SPUBLISH carries every task's hint (one line each). A worker
+  XACK and one XDEL, the stats count each status with one HINCRBY, and one event
+  entry names every task it ended (published on a cluster as one line). A worker
   whose handlers end together so sends one script call per partition where it
   sent one per task. Unfenced finishes (a client's or an operator's) stay with
   finish.lua: they carry an operation ID and signal the task's worker.
@@ -28,7 +28,8 @@
     {RC_OK, code, code, ...}  one code per outcome, in order: RC_OK (also for the
     lease holder's same transition again), RC_NOT_FOUND (a task ID that names no
     task of this partition included), RC_LEASE_LOST or RC_TERMINAL
-  Events: one entry per task it ends; published ("p"), one message for them all.
+  Events: one entry for all the tasks it ends, their IDs separated by spaces;
+  published ("p") as one line.
 ]]
 local work_key = KEYS[1]
 local events_key = KEYS[2]
@@ -38,7 +39,7 @@ local event_opts = ARGV[2]
 
 local partition = tag_partition(tag)
 local out = {RC_OK}
-local batch = {entries = {}, counts = {}, hints = {}}
+local batch = {entries = {}, counts = {}, ended = {}}
 local call = {now = now_ms(), event_opts = event_opts, batch = batch}
 
 for i = OUTCOMES_FROM, #ARGV - OUTCOMES_EACH + 1, OUTCOMES_EACH do
@@ -63,5 +64,7 @@ end
 for status, count in pairs(batch.counts) do
   redis.call('HINCRBY', stats_key, status, count)
 end
-publish_hints(events_key, batch.hints)
+if #batch.ended > 0 then
+  emit(events_key, event_opts, table.concat(batch.ended, ' '))
+end
 return out

@@ -47,6 +47,14 @@ local function claim_mark(entry_id, consumer)
   return entry_id .. ' ' .. consumer
 end
 
+-- The record `t` as claim_entry read it, with what terminate() needs besides:
+-- `ua` (and `.updated`) and `oq`. Read only by a claim that ends its task.
+local function ending_fields(task_key, t)
+  local more = read_record(task_key, 'ua', 'oq')
+  t.ua, t.updated, t.oq = more.ua, more.updated, more.oq
+  return t
+end
+
 -- A capped tenant is at its cap: its task goes back to the head of its queue (it
 -- keeps its place in the tenant's order), its entry is dropped, and the tenant
 -- waits parked; nothing else about the task changes (no attempt is counted).
@@ -84,8 +92,11 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   local task_key = keys[1]
   local work_key = keys[6]
   local now = call.now
-  local t = read_record(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'ua', 'wk', 'or', 'pl', 'lo',
-    'tp', 'tn', 'oq', 'tc', 'ca', 'ce')
+  -- What a claim that runs its task needs, and what decides that; the fields only
+  -- a claim that ends it needs are read on that path (ending_fields): each field
+  -- asked for is a scan of the record's listpack, and most are absent.
+  local t = read_record(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'wk', 'or', 'pl', 'lo', 'tp',
+    'tn', 'tc', 'ca')
   local status = t.st
   if not status then
     drop_entry(work_key, entry_id)
@@ -93,7 +104,7 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   end
   if TERMINAL[status] then
     drop_entry(work_key, entry_id)
-    if t.ce and t.ce == claim_mark(entry_id, consumer) then
+    if redis.call('HGET', task_key, 'ce') == claim_mark(entry_id, consumer) then
       -- The claim that ended the task, run again after its reply was lost: it is
       -- told what it was told then, not that some other call ended the task.
       return {status == ST_CANCELLED and RC_CANCELLED or RC_POISONED}
@@ -110,14 +121,14 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   end
   local entry = t.wk or entry_id
   if t.cx == '1' then
-    terminate(keys, task_id, t, entry, {status = ST_CANCELLED}, call)
+    terminate(keys, task_id, ending_fields(task_key, t), entry, {status = ST_CANCELLED}, call)
     redis.call('HSET', task_key, 'ce', claim_mark(entry_id, consumer))
     return {RC_CANCELLED}
   end
   local attempt = (tonumber(t.at) or 0) + 1
   if attempt > max_attempts then
-    terminate(keys, task_id, t, entry, {status = ST_FAILED, field = 'er', value = poison_error},
-      call)
+    terminate(keys, task_id, ending_fields(task_key, t), entry,
+      {status = ST_FAILED, field = 'er', value = poison_error}, call)
     redis.call('HSET', task_key, 'ce', claim_mark(entry_id, consumer))
     return {RC_POISONED}
   end

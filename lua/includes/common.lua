@@ -196,39 +196,28 @@ local function write_status(task_key, status, message, current_message, last_upd
   redis.call('HSET', task_key, unpack(fields))
 end
 
--- One task-ID hint on the partition's bounded event stream. `event_opts` is the
--- stream's MAXLEN, followed by "p" when the hint is also published on the
--- stream's shard channel (named like the stream, so in its slot): on a cluster
--- that is how tails learn of changes without one blocking read per partition.
--- The stream stays the record; pcall, since a lost wake-up is allowed.
--- The options are parsed once per script call (a batch emits once per task).
--- `hints`: nil, or a batch's list that gathers the published hints for one
--- SPUBLISH at the end of the call (publish_hints). On a cluster each SPUBLISH is
--- also a cluster-bus message to every replica of the shard, with a header of
--- about 2 KiB: one per task cost the primary more than the rest of the event.
+-- One event on the partition's bounded event stream: the task IDs `task_ids`
+-- (one, or a batch's, separated by spaces) in one entry's `t`. `event_opts` is the
+-- stream's MAXLEN, followed by "p" when the event is also published on the
+-- stream's shard channel (named like the stream, so in its slot) as one line,
+-- `<entry ID> <task IDs>`: on a cluster that is how tails learn of changes without
+-- one blocking read per partition. The stream stays the record; pcall, since a
+-- lost wake-up is allowed. The options are parsed once per script call.
+-- A batch script ends many tasks and emits once for them all (finish_batch): an
+-- XADD a task cost more Redis work than any other part of its event, and on a
+-- cluster each SPUBLISH is also a cluster-bus message to every replica of the
+-- shard, with a header of about 2 KiB.
 local parsed_event_opts = {}
-local function emit(events_key, event_opts, task_id, hints)
+local function emit(events_key, event_opts, task_ids)
   local opts = parsed_event_opts[event_opts]
   if not opts then
     local maxlen, publish = string.match(event_opts, '^(%d+)(p?)$')
     opts = {maxlen, publish == 'p'}
     parsed_event_opts[event_opts] = opts
   end
-  local id = redis.call('XADD', events_key, 'MAXLEN', '~', opts[1], '*', 't', task_id)
+  local id = redis.call('XADD', events_key, 'MAXLEN', '~', opts[1], '*', 't', task_ids)
   if opts[2] then
-    local hint = id .. ' ' .. task_id
-    if hints then
-      hints[#hints + 1] = hint
-    else
-      redis.pcall('SPUBLISH', events_key, hint)
-    end
-  end
-end
-
--- The hints a batch gathered (emit's `hints`), as one message of lines.
-local function publish_hints(events_key, hints)
-  if #hints > 0 then
-    redis.pcall('SPUBLISH', events_key, table.concat(hints, '\n'))
+    redis.pcall('SPUBLISH', events_key, id .. ' ' .. task_ids)
   end
 end
 

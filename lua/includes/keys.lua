@@ -1,15 +1,16 @@
 -- Key names and task IDs, as redis_tasks/_redis/keys.py and redis_tasks/_ids.py
 -- make them, from the constants the loader generates from those modules
--- (KEY_*, TASK_ID_PATTERN, PARTITION_DIGITS, MAX_PARTITIONS).
+-- (KEY_*, TASK_ID_PATTERN, RANDOM_CHARS, PARTITION_DIGITS, MAX_PARTITIONS).
 
 -- Whether `task_id` is a task ID that parse_task_id accepts: its partition's
 -- digits when it is (a caller may compare them with a tag's), else false.
 -- TASK_ID_PATTERN checks the form and captures the partition; a Lua pattern has
--- neither alternatives nor counted repeats, so the partition's lack of a leading
--- zero and its bound are checked here.
+-- neither alternatives nor counted repeats, so the random part's length, the
+-- partition's lack of a leading zero and its bound are checked here.
 local function is_task_id(task_id)
   local partition = string.match(task_id, TASK_ID_PATTERN)
-  if not partition or #partition > PARTITION_DIGITS then
+  if not partition or #partition > PARTITION_DIGITS
+      or #task_id ~= #partition + 1 + RANDOM_CHARS then
     return false
   end
   if #partition > 1 and string.sub(partition, 1, 1) == '0' then

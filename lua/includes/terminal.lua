@@ -22,12 +22,14 @@
 --   continuation piece of `pl`, `sm` and `tp` (`pl+1`, ...), when the caller read
 --   it, says whether that field is pieced (false: it is not): only those pieces'
 --   names go to the HDEL, which otherwise names 21 fields a task rarely has (7 us
---   a task).
+--   a task). Of the fields it drops (DROPPED_AT_END), one the caller read and
+--   found absent (false) is not named either.
 -- ending: {status, message (nil for none), field ('rs', 'er' or nil), value}
 -- call: what the script call shares: {now, event_opts, batch}; batch is nil, or
---   finish_batch's {entries, counts, hints}: the work entries to acknowledge, the
---   statuses to count and the hints to publish, which that script then writes
---   with one command each for all its tasks.
+--   finish_batch's {entries, counts, ended}: the work entries to acknowledge, the
+--   statuses to count and the IDs of the tasks ended, which that script then
+--   writes with one command each for all its tasks (one event for them all).
+local DROPPED_AT_END = {'pl', 'wk', 'ld', 'lo', 'tp', 'tn', 'oq', 'tc'}
 local function terminate(keys, task_id, t, entry, ending, call)
   local task_key = keys[1]
   local batch = call.batch
@@ -40,7 +42,14 @@ local function terminate(keys, task_id, t, entry, ending, call)
   end
   -- Old pieces go before the new value lands: a shorter message must not be
   -- joined with the tail of a longer one.
-  local dropped = {'pl', 'wk', 'ld', 'lo', 'tp', 'tn', 'oq', 'tc'}
+  -- A field the caller read and found absent is not named: each name in an HDEL is
+  -- a scan of the record's listpack, to its end for a field it does not hold.
+  local dropped = {}
+  for _, name in ipairs(DROPPED_AT_END) do
+    if t[name] ~= false then
+      dropped[#dropped + 1] = name
+    end
+  end
   for _, name in ipairs({'pl', 'sm', 'tp'}) do
     if t[pieces_of(name)[1]] ~= false then  -- nil: not read, so maybe pieced
       add_pieces(dropped, name)
@@ -48,6 +57,9 @@ local function terminate(keys, task_id, t, entry, ending, call)
   end
   if not ending.message then
     dropped[#dropped + 1] = 'sm'
+  end
+  if not dropped[1] then
+    dropped[1] = 'ld'  -- never empty: the HDEL is the first write (see above)
   end
   redis.call('HDEL', task_key, unpack(dropped))
   redis.call('HSET', task_key, unpack(fields))
@@ -82,7 +94,11 @@ local function terminate(keys, task_id, t, entry, ending, call)
   else
     redis.call('HINCRBY', keys[8], ending.status, 1)
   end
-  emit(keys[7], call.event_opts, task_id, batch and batch.hints)
+  if batch then
+    batch.ended[#batch.ended + 1] = task_id
+  else
+    emit(keys[7], call.event_opts, task_id)
+  end
 end
 
 -- What finish does for one task, shared by finish and finish_batch (which finish

@@ -217,9 +217,10 @@ class RedisEventPublisher(TaskEventPublisher):
                     name = stream.decode() if isinstance(stream, bytes) else stream
                     for entry_id, fields in entries:
                         positions[name] = entry_id
-                        task_id = entry_field(fields, b"t")
-                        if task_id is not None:
-                            self._deliver(task_id.decode("utf-8", "replace"))
+                        task_ids = entry_field(fields, b"t")
+                        if task_ids is not None:
+                            for task_id in task_ids.split(b" "):
+                                self._deliver(task_id.decode("utf-8", "replace"))
         finally:
             await tail.close()
 

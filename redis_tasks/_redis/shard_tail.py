@@ -134,9 +134,10 @@ class _Stream:
         newer = 0  # entries appended after the counter was read
         for entry_id, fields in entries:
             if entry_id not in pushed:
-                task_id = entry_field(fields, b"t")
-                if task_id is not None:
-                    deliver(task_id.decode("utf-8", "replace"))
+                task_ids = entry_field(fields, b"t")
+                if task_ids is not None:
+                    for task_id in task_ids.split(b" "):
+                        deliver(task_id.decode("utf-8", "replace"))
             if stream_id(entry_id) > last:
                 newer += 1
         end = bytes(entries[-1][0]) if entries else self.position
@@ -329,12 +330,14 @@ class ShardTail:
                 await node.pool.release(connection)
 
     def _pushed(self, stream: _Stream, message: bytes) -> None:
-        """Deliver the hints of one pushed message: a line ``<entry id> <task id>``
-        each (a batch script publishes all of its hints in one message)."""
+        """Deliver the hints of one pushed message: ``<entry id> <task ids>``, the
+        IDs separated by spaces (a batch script's one event names all the tasks it
+        ended); lines of such, from earlier releases, are read too."""
         for line in message.split(b"\n"):
-            entry_id, _, task_id = line.partition(b" ")
-            if task_id and stream.pushed_hint(entry_id):
-                self._deliver(task_id.decode("utf-8", "replace"))
+            entry_id, _, task_ids = line.partition(b" ")
+            if task_ids and stream.pushed_hint(entry_id):
+                for task_id in task_ids.split(b" "):
+                    self._deliver(task_id.decode("utf-8", "replace"))
 
     async def _catch_up_every(
         self, node: Node, members: list[_Stream], ready: asyncio.Event
