@@ -22,7 +22,7 @@
   of them. A named or limited plan's terms are kept for operators, and the
   tenant marked seen (redis-tasks tenants reads both).
 
-  Includes: common, tenants
+  Includes: common, create
 
   KEYS:
     1 task           the task record hash
@@ -96,8 +96,7 @@ local task_id = ARGV[1]
 local binding = ARGV[2]
 local origin = ARGV[3]
 local payload = ARGV[4]
-local ttl_ms = tonumber(ARGV[5])
-local ttl_ms_text = ARGV[5]
+local ttl_ms = ARGV[5]
 local poll_ms = ARGV[6]
 local metadata = ARGV[7]
 local event_opts = ARGV[8]
@@ -105,114 +104,19 @@ local trace_context = ARGV[9]
 local tenant = ARGV[10]
 local settings = ARGV[11]
 local cap = ARGV[12]
-local max_open = tonumber(ARGV[13])
-local rate_us = tonumber(ARGV[14])
-local burst_us = tonumber(ARGV[15])
-local fair = ARGV[16] == '1'
+local max_open = ARGV[13]
+local rate_us = ARGV[14]
+local burst_us = ARGV[15]
+local fair = ARGV[16]
 local terms = ARGV[17]
-
-local existing = hmget(task_key, 'bd', 'or', 'ca')
-if existing[1] then
-  if existing[1] == binding and existing[2] == origin then
-    return {RC_OK, tonumber(existing[3])}
-  end
-  return {RC_EXISTS}
-end
 
 local us = now_us()
 local now = math.floor(us / 1000)
-local refusal = nil
-if max_open > 0 and redis.call('ZCOUNT', open_key, '(' .. int_text(now), '+inf') >= max_open then
-  refusal = {STATS_REFUSED_QUOTA, 'quota', {RC_QUOTA}}
-end
-local arrival = 0
-if rate_us > 0 and not refusal then
-  arrival = math.max(tonumber(redis.call('GET', rate_key)) or 0, us)
-  local early = arrival - us - burst_us
-  if early > 0 then
-    refusal = {STATS_REFUSED_RATE, 'rate', {RC_RATE, int_text(math.ceil(early / 1000))}}
-  end
-end
--- A tenant seen (a plan kept, or a refusal) enters the partition's index that
--- redis-tasks tenants reads; one not seen for a day leaves it when a new one comes.
--- Inline, not a function: a script's every definition is made at each call.
-if refusal then
-  -- Counted for the partition and for the tenant (the tenant's counts last a day
-  -- from its latest refusal), best effort: nothing else is stored.
-  redis.pcall('HINCRBY', stats_key, refusal[1], 1)
-  redis.pcall('HINCRBY', refused_key, refusal[2], 1)
-  redis.pcall('PEXPIREAT', refused_key, int_text(now + REFUSALS_KEPT_MS))
-  if redis.pcall('ZADD', seen_key, int_text(now), tenant) == 1 then
-    redis.pcall('ZREMRANGEBYSCORE', seen_key, '-inf', int_text(now - REFUSALS_KEPT_MS))
-  end
-  return refusal[3]
-end
-
-local expire_at = ttl_ms > 0 and now + ttl_ms or 0
-local entry, newcomer = enqueue({ring_key, tenants_key, queue_key}, work_key, stats_key, tenant,
-  settings, task_id, fair, expire_at)
--- No `ua` (it reads as `ca` until the first update) and no `fn` (it reads as
--- 0 until the first claim): every byte of a record is kept for its retention.
-local fields = {
-  'st', ST_WORKING, 'ca', int_text(now), 'ttl', ttl_ms_text, 'pi', poll_ms, 'bd', binding,
-  'tn', tenant,
-}
-if entry then
-  table.insert(fields, 'wk')
-  table.insert(fields, entry)
-end
-add_field(fields, 'or', origin)
-add_field(fields, 'pl', payload)
-if metadata ~= '' then
-  add_field(fields, 'md', metadata)
-end
--- Absent unless a span was recorded: an untraced task keeps no byte for it.
-if trace_context ~= '' then
-  add_field(fields, 'tp', trace_context)
-end
-if ttl_ms > 0 then
-  table.insert(fields, 'ex')
-  table.insert(fields, int_text(now + ttl_ms))
-end
-if max_open > 0 then
-  table.insert(fields, 'oq')
-  table.insert(fields, '1')
-end
-if cap ~= '0' then
-  table.insert(fields, 'tc')
-  table.insert(fields, cap)
-end
-redis.call('HSET', task_key, unpack(fields))
-if ttl_ms > 0 then
-  redis.call('PEXPIREAT', task_key, now + ttl_ms)
-  -- A string holding a shared integer: the smallest key Redis keeps.
-  redis.call('SET', grant_key, '1', 'PXAT', now + ttl_ms)
-else
-  redis.call('SET', grant_key, '1')
-end
-if max_open > 0 then
-  redis.call('ZREMRANGEBYSCORE', open_key, '-inf', int_text(now))
-  redis.call('ZADD', open_key, ttl_ms > 0 and int_text(now + ttl_ms) or '+inf', task_id)
-  expire_with_last(open_key)
-end
-if rate_us > 0 then
-  -- Kept until the bucket is full again: then it holds nothing a GET would not assume.
-  local next_arrival = arrival + rate_us
-  redis.call('SET', rate_key, int_text(next_arrival), 'PXAT', int_text(math.ceil(next_arrival / 1000)))
-end
-if terms ~= '' then
-  if ttl_ms > 0 then
-    redis.call('SET', plan, terms, 'PXAT', int_text(expire_at))
-  else
-    redis.call('SET', plan, terms)
-  end
-  if redis.call('ZADD', seen_key, int_text(now), tenant) == 1 then
-    redis.call('ZREMRANGEBYSCORE', seen_key, '-inf', int_text(now - REFUSALS_KEPT_MS))
-  end
-end
-redis.call('HINCRBY', stats_key, STATS_CREATED, 1)
-emit(events_key, event_opts, task_id)
-if newcomer then
-  emit(signals_key, event_opts, task_id)
-end
-return {RC_OK, now}
+local reply = create_task(task_key, grant_key,
+  {work = work_key, events = events_key, stats = stats_key, ring = ring_key,
+   tenants = tenants_key, queue = queue_key, open = open_key, rate = rate_key,
+   signals = signals_key, plan = plan, refused = refused_key, seen = seen_key},
+  {us = us, now = now, now_text = int_text(now), expiries = {}, event_opts = event_opts},
+  task_id, binding, origin, payload, ttl_ms, poll_ms, metadata, trace_context, tenant, settings,
+  cap, max_open, rate_us, burst_us, fair, terms)
+return reply

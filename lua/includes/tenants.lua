@@ -94,6 +94,32 @@ local function queue_lives_to(queue_key, pushed, expire_at)
   end
 end
 
+-- A batch's task queued in `queue_key` (what its RPUSH answered: `pushed`; its
+-- expiry: `expire_at`): counted, and its queue's expiry gathered, as queue_lives_to
+-- would have set it task by task: a list new in this batch gets its expiry set, an
+-- older one's moves only later, and one task kept forever keeps the list.
+local function queue_batch(batch, queue_key, pushed, expire_at)
+  batch.queued = batch.queued + 1
+  local queue = batch.queues[queue_key]
+  if not queue then
+    queue = {key = queue_key, fresh = pushed == 1, expire_at = expire_at}
+    batch.queues[queue_key] = queue
+    batch.queues[#batch.queues + 1] = queue
+  elseif queue.expire_at ~= 0 then
+    queue.expire_at = expire_at ~= 0 and math.max(queue.expire_at, expire_at) or 0
+  end
+end
+
+-- What queue_batch gathered, written: one expiry a queue and one count for all.
+local function queues_live(batch, stats_key)
+  for _, queue in ipairs(batch.queues) do
+    queue_lives_to(queue.key, queue.fresh and 1 or 2, queue.expire_at)
+  end
+  if batch.queued > 0 then
+    redis.call('HINCRBY', stats_key, STATS_QUEUED, batch.queued)
+  end
+end
+
 -- The ring's first tenant, when its queue is gone (every task of it expired while
 -- no worker dispatched, and the list with them): out of the ring and the tenants
 -- hash, so those stay bounded by the tenants waiting with workers down too. When
@@ -175,7 +201,11 @@ end
 -- `expire_at` the task's expiry (ms; 0: never), which its queue lives to. The
 -- first write is RPUSH or XADD, which a full Redis refuses.
 -- keys: {ring, tenants, queue} of the task's partition
-local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fair, expire_at)
+-- batch: nil, or create_batch's {queued, queues}: the queued count and each queue's
+--   expiry are gathered there (queue_batch) and written once for the whole call
+--   (queues_live), not per task.
+local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fair, expire_at,
+                       batch)
   local ring_key, tenants_key, queue_key = keys[1], keys[2], keys[3]
   if not fair then
     return redis.call('XADD', work_key, '*', 't', task_id), false
@@ -203,8 +233,12 @@ local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fai
   if settings ~= '' then
     redis.call('HSET', tenants_key, tenant, settings)
   end
-  queue_lives_to(queue_key, pushed, expire_at)
-  redis.call('HINCRBY', stats_key, STATS_QUEUED, 1)
+  if batch then
+    queue_batch(batch, queue_key, pushed, expire_at)
+  else
+    queue_lives_to(queue_key, pushed, expire_at)
+    redis.call('HINCRBY', stats_key, STATS_QUEUED, 1)
+  end
   return false, newcomer
 end
 

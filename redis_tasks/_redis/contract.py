@@ -32,6 +32,9 @@ __all__ = ["RedisContract"]
 #: The most fenced finishes one ``finish_batch`` call carries: a script runs alone on
 #: its server, so a bigger batch would hold every other client up for longer.
 FINISH_BATCH: Final = 64
+#: The most creates one ``create_batch`` call carries (for the same reason; a create
+#: carries its origin and payload, and does more than a finish).
+CREATE_BATCH: Final = 32
 
 
 def _message_args(message: bytes | None) -> tuple[bytes, bytes]:
@@ -65,8 +68,12 @@ class RedisContract(TaskManagerBase):
         # Read once per call, so a call's runner and events argument belong together.
         self._link = link
         #: A worker's fenced finishes of one turn, one script call per partition.
-        self._finishes: TurnBatches[tuple[str, Outcome]] = TurnBatches(
+        self._finishes: TurnBatches[tuple[str, Outcome], None] = TurnBatches(
             self._finish_one, self._finish_many, FINISH_BATCH
+        )
+        #: The creates of one turn, one script call per partition.
+        self._creates: TurnBatches[NewTask, int] = TurnBatches(
+            self._create_one, self._create_many, CREATE_BATCH
         )
 
     # -- helpers -------------------------------------------------------------------
@@ -159,6 +166,64 @@ class RedisContract(TaskManagerBase):
         return replies.cancel_ended(reply)
 
     async def _create(self, new: NewTask) -> int:
+        """A create joins the turn's others of its partition (:mod:`.turn_batches`):
+        each stored, enqueued and announced atomically, as one ``create`` would."""
+        partition = parse_task_id(new.task_id)
+        if partition is None:  # the manager made the ID: a bug
+            raise InternalError("a new task's ID names no partition")
+        return await self._creates.submit(partition, new)
+
+    async def _create_many(self, partition: int, news: list[NewTask]) -> list[int | BaseException]:
+        """One ``create_batch`` call for ``news`` of ``partition``: each one's creation
+        time, or its error."""
+        link = self._link
+        creates: list[lua.CreateArgs] = []
+        for new in news:
+            task_keys = self._worker_keys(new.task_id)
+            admitted = new.admission
+            # Positional, as _finish_many's: the loader holds CreateArgs to the header.
+            creates.append(
+                lua.CreateArgs(
+                    new.task_id,
+                    task_keys.grant_digest(new.endpoint, new.binding),
+                    task_keys.binding_digest(new.endpoint, new.binding),
+                    new.origin,
+                    new.payload,
+                    new.ttl_ms,
+                    new.poll_ms,
+                    new.metadata,
+                    new.trace_context,
+                    admitted.tenant,
+                    lua.limits_arg(
+                        admitted.settings,
+                        admitted.cap,
+                        admitted.max_open,
+                        admitted.rate_us,
+                        admitted.burst_us,
+                        admitted.plan,
+                    ),
+                )
+            )
+        keys = self._keys
+        tenant = keys.tenant(partition, "")
+        reply, unconfirmed = await link.runner.run_confirmed(
+            lua.create_batch(
+                work=keys.work(partition),
+                events=keys.events(partition),
+                stats=keys.stats(partition),
+                ring=tenant.ring,
+                tenants=tenant.tenants,
+                signals=keys.signals(partition),
+                seen=tenant.seen,
+                tag=keys.tag(partition),
+                event_opts=link.events,
+                fair=int(self._fair),
+                creates=creates,
+            )
+        )
+        return replies.batch_created(reply, len(news), unconfirmed)
+
+    async def _create_one(self, new: NewTask) -> int:
         """One ``create`` script call: stored, enqueued and announced atomically."""
         link = self._link
         keys = self._worker_keys(new.task_id)

@@ -172,7 +172,12 @@ class TaskKeys:
         nothing, since the record's own check is an independent digest
         (:meth:`binding_digest`).
         """
-        return self.grant_prefix + _digest(b"rt-grant", self.task_id, endpoint, binding, 9)
+        return self.grant_prefix + self.grant_digest(endpoint, binding)
+
+    def grant_digest(self, endpoint: bytes, binding: bytes) -> str:
+        """The part of :meth:`grant`'s key after :attr:`grant_prefix`: what a batch
+        of creates sends, its script putting the prefix before it."""
+        return _digest(b"rt-grant", self.task_id, endpoint, binding, 9)
 
     def binding_digest(self, endpoint: bytes, binding: bytes) -> str:
         """What the record keeps (``bd``) instead of the endpoint and partition key, and

@@ -22,6 +22,7 @@ from redis_tasks._record import SNAPSHOT_FIELDS, decode_origin
 
 __all__ = [
     "answers",
+    "batch_created",
     "claim",
     "claim_batch",
     "created_ms",
@@ -85,6 +86,34 @@ def cancel_ended(reply: Any) -> bool:
     """``request_cancel``: ``{RC_OK, ended}``: whether the call ended the task."""
     _, ended = shaped(_ok(reply, "request_cancel"), "request_cancel", int, int)
     return bool(ended)
+
+
+def batch_created(
+    reply: Any, count: int, unconfirmed: Exception | None
+) -> list[int | BaseException]:
+    """``create_batch``: ``{RC_OK, code, value, ...}``, a pair per create: each
+    create's time (ms), or the error its code maps to; ``unconfirmed`` (the call's
+    writes not confirmed by enough replicas) is the error of each that answered OK,
+    as a lone create's would be."""
+    if (
+        not isinstance(reply, list)
+        or len(reply) != 1 + 2 * count
+        or reply[0] != ReturnCode.OK
+        or isinstance(reply[0], bool)
+    ):
+        raise _unfit("create_batch")
+    out: list[int | BaseException] = []
+    for at in range(1, len(reply), 2):
+        code, value = reply[at], reply[at + 1]
+        if not isinstance(code, int) or isinstance(code, bool):
+            raise _unfit("create_batch")
+        if code != ReturnCode.OK:
+            out.append(error_for(code, value if isinstance(value, bytes) and value else None))
+        elif not isinstance(value, int) or isinstance(value, bool):
+            raise _unfit("create_batch")
+        else:
+            out.append(unconfirmed if unconfirmed is not None else value)
+    return out
 
 
 def created_ms(reply: Any) -> int:

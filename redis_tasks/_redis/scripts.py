@@ -39,6 +39,7 @@ __all__ = [
     "SPECS",
     "Arg",
     "Call",
+    "CreateArgs",
     "FinishArgs",
     "Include",
     "Script",
@@ -50,12 +51,14 @@ __all__ = [
     "claim",
     "claim_next",
     "create",
+    "create_batch",
     "find",
     "finish",
     "finish_batch",
     "inspect_queue",
     "inspect_task",
     "inspect_tenants",
+    "limits_arg",
     "load_all",
     "lua_dir",
     "release",
@@ -129,6 +132,58 @@ def create(
             trace_context, tenant, settings, cap, max_open, rate_us, burst_us, fair,
             terms)  # fmt: skip
     return scripts["create"], keys, argv
+
+
+class CreateArgs(NamedTuple):
+    """One task's create in a ``create_batch`` call: the header's ``creates`` group
+    (create's arguments but the keys, ``event_opts`` and ``fair``, with the grant
+    key's digest and the tenant's limits in one: :func:`limits_arg`), field for
+    field; the loader checks the two agree."""
+
+    task_id: str
+    grant: str
+    binding: str
+    origin: Arg
+    payload: Arg
+    ttl_ms: Arg
+    poll_ms: Arg
+    metadata: Arg
+    trace_context: Arg
+    tenant: str
+    limits: str
+
+
+def limits_arg(
+    settings: str, cap: int, max_open: int, rate_us: int, burst_us: int, terms: str
+) -> str:
+    """``create_batch``'s ``limits``: ``""`` for a tenant with none, else the six
+    joined by ``|`` (``terms`` last: it is the only one that may hold one)."""
+    if not (settings or cap or max_open or rate_us or burst_us or terms):
+        return ""
+    return f"{settings}|{cap}|{max_open}|{rate_us}|{burst_us}|{terms}"
+
+
+@_binding
+def create_batch(
+    *,
+    work: str,
+    events: str,
+    stats: str,
+    ring: str,
+    tenants: str,
+    signals: str,
+    seen: str,
+    tag: str,
+    event_opts: str,
+    fair: int,
+    creates: Sequence[CreateArgs],
+) -> Call:
+    flat = itertools.chain.from_iterable(creates)
+    return (
+        scripts["create_batch"],
+        (work, events, stats, ring, tenants, signals, seen),
+        (tag, event_opts, fair, *flat),
+    )
 
 
 @_binding

@@ -20,12 +20,14 @@ from redis_tasks import (
     BackendError,
     ClaimOutcome,
     InternalError,
+    QuotaExceededError,
     RedisTaskManager,
     TaskNotFoundError,
     TaskRequestContext,
     TaskStatus,
     TaskUpdateContext,
 )
+from redis_tasks._limits import Limits
 from redis_tasks._models import RequestContext
 from redis_tasks._origin import TaskOrigin
 from redis_tasks._redis import events as redis_events
@@ -33,6 +35,7 @@ from redis_tasks._redis.keys import KeySpace
 from redis_tasks._redis.lua_source import check_header, lua_dir
 from redis_tasks._redis.pipeline import AutoPipeline
 from redis_tasks._redis.scripts import SPECS, scripts
+from redis_tasks._stats import CREATED_FIELD, REFUSED_FIELDS
 from redis_tasks._work_queue import WorkEntry
 from redis_tasks.testing import RedisServer, start_redis_server
 from tests.support.backends import Backend
@@ -116,6 +119,80 @@ async def test_each_operation_is_one_evalsha_round_trip(standalone_backend: Back
         ran = await commands_of(client, action)
         top_level = {c: n for c, n in ran.items() if c in ("evalsha", "eval", "script|load")}
         assert top_level == {"evalsha": 1}, (name, ran)
+
+
+async def test_creates_of_one_turn_are_one_call_a_partition_each_answered_as_if_alone(
+    redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creates made together (one event-loop turn) go as ``create_batch`` calls, one a
+    partition (at most CREATE_BATCH creates each), and each is admitted and answered
+    exactly as it would be alone: a tenant's quota admits exactly its number whichever
+    batch a create rode in, each refused create raises its own error and stores
+    nothing, the stats count each create once, and every created task's event
+    arrives (one event entry names a batch's tasks); a batch sent again after its
+    reply was lost creates nothing twice."""
+    quota = 30
+    async with RedisTaskManager.from_url(
+        redis_server.url,
+        prefix=prefix,
+        partitions=2,
+        limits=Limits(max_open_tasks_per_tenant=quota),
+    ) as m:
+        client = m.client
+        assert isinstance(client, Redis)
+        events = EventLog()
+        m.event_publisher.subscribe(events)
+        await m.event_publisher.wait_ready()
+        tenants = ["a"] * 45 + ["b"] * 45
+
+        async def burst() -> list[Any]:
+            return await asyncio.gather(
+                *(m.create_task(ALICE, ORIGIN, tenant=t) for t in tenants),
+                return_exceptions=True,
+            )
+
+        replies: list[Any] = []
+
+        async def run() -> None:
+            replies.extend(await burst())
+
+        ran = await commands_of(client, run)
+        # A tenant with a quota lives in its home partition: each tenant's 45 creates
+        # are two calls (32 + 13), not 45.
+        assert ran["evalsha"] <= 4, ran
+        for tenant in ("a", "b"):
+            mine = [r for t, r in zip(tenants, replies, strict=True) if t == tenant]
+            created = [r for r in mine if not isinstance(r, BaseException)]
+            refused = [r for r in mine if isinstance(r, BaseException)]
+            assert len(created) == quota
+            assert all(isinstance(r, QuotaExceededError) for r in refused), refused
+            assert len(refused) == len(mine) - quota
+            for task in created:
+                assert await m.find_task(TaskRequestContext(ALICE, task.task_id)) == task
+                await events.wait_for(task.task_id, 1)
+        counts = Counter[str]()
+        for partition in range(2):
+            stats = await client.hgetall(KeySpace(prefix).stats(partition))
+            counts.update({k.decode(): int(v) for k, v in stats.items()})
+        assert counts[CREATED_FIELD] == 2 * quota
+        assert counts[REFUSED_FIELDS["quota"]] == len(tenants) - 2 * quota
+
+        # A batch whose reply is lost is sent again: each create finds its own task,
+        # so none is created, counted or announced twice.
+        (node,) = m._topology.primaries()
+        flaky = LoseNextReply(node.pipeline)
+        monkeypatch.setattr(node.pipeline, "call", flaky.call)
+        monkeypatch.setattr(node.pipeline, "call_now", flaky.call_now)
+        flaky.armed = True
+        again = await asyncio.gather(*(m.create_task(ALICE, ORIGIN, tenant="c") for _ in range(10)))
+        assert flaky.lost == 1
+        marker = await m.create_task(ALICE, ORIGIN, tenant="c")
+        await events.wait_for(marker.task_id, 1)
+        for task in again:
+            assert await m.find_task(TaskRequestContext(ALICE, task.task_id)) == task
+            assert events.count(task.task_id) == 1
+        seen = await m.inspect()
+        assert seen.created == 2 * quota + 11
 
 
 async def test_an_outcome_deletes_input_keys_only_after_input(standalone_backend: Backend) -> None:

@@ -459,10 +459,10 @@ def test_a_header_that_disagrees_with_its_binding_is_refused(
         ),
         # A converted ARGV (tonumber) and a flag (== '1') are bindings too.
         (
-            "create.lua",
-            "local max_open = tonumber(ARGV[13])",
-            "local max_open = tonumber(ARGV[14])",
-            "local max_open reads ARGV\\[14\\], which the header names rate_us",
+            "claim_next.lua",
+            "local count = tonumber(ARGV[3])",
+            "local count = tonumber(ARGV[4])",
+            "local count reads ARGV\\[4\\], which the header names lease_ms",
         ),
         (
             "claim_next.lua",

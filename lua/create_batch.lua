@@ -1,0 +1,102 @@
+--[[
+  create_batch: the creates of many tasks of one partition in one call, each
+  exactly as create.lua does it (create_task): the same admission in the same
+  order, the same writes, the same answer to a retry of a create whose reply was
+  lost. What they share is written once: the clock is read once, the stats count
+  the creates and the queued tasks with one HINCRBY each, each tenant queue's
+  expiry is set once, and one event entry names every task created (published on
+  a cluster as one line). A manager whose callers create together (one event-loop
+  turn) so sends one script call per partition where it sent one per task. The
+  task and tenant keys are built here from the partition's hash tag, the way
+  KeySpace names them (record_key, KEY_GRANT and the tenant infixes after the
+  tag), so they share the declared keys' slot.
+
+  Includes: common, keys, tenants, create
+
+  KEYS:
+    1 work           the partition's work stream
+    2 events         the partition's event stream
+    3 stats          the partition's stats hash (created, queued, refusals)
+    4 ring           the partition's ring of tenants with tasks waiting
+    5 tenants        the partition's hash of tenant settings (weight, cap)
+    6 signals        the partition's signal stream
+    7 seen           the partition's index of tenants with a plan kept or a refusal
+  ARGV:
+    1 tag            the partition's hash tag, e.g. {rt:3.17}
+    2 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
+    3 fair           "1": fair dispatch; "0": first come first served (create's)
+    4.. creates      (task_id, grant, binding, origin, payload, ttl_ms, poll_ms,
+                     metadata, trace_context, tenant, limits) a group per task:
+                     create.lua's ARGV but event_opts and fair, with `grant` the
+                     grant key's digest (after the tag and KEY_GRANT) and `limits`
+                     '' for a tenant with none (create's settings '', cap,
+                     max_open, rate_us and burst_us 0, terms ''), else those six
+                     as "<settings>|<cap>|<max_open>|<rate_us>|<burst_us>|<terms>"
+                     (most tenants have none: five arguments a create fewer);
+                     the loader checks this layout against the binding's
+                     CreateArgs and the unpacking below, and gives the script
+                     CREATES_FROM and CREATES_EACH
+  Returns:
+    {RC_OK, code, value, code, value, ...}  a pair per create, in order: what
+    create answers for it ({RC_OK, created_ms}, {RC_EXISTS}, {RC_QUOTA},
+    {RC_RATE, retry_after_ms}), with '' for no value; RC_NOT_FOUND for a task ID
+    that names no task of this partition or limits that do not parse (nothing
+    stored for it)
+  Events: one entry for all the tasks it creates, their IDs separated by spaces,
+  published ("p") as one line; a signal for each newcomer (see create).
+]]
+local work_key = KEYS[1]
+local events_key = KEYS[2]
+local stats_key = KEYS[3]
+local ring_key = KEYS[4]
+local tenants_key = KEYS[5]
+local signals_key = KEYS[6]
+local seen_key = KEYS[7]
+local tag = ARGV[1]
+local event_opts = ARGV[2]
+local fair = ARGV[3]
+
+local partition = tag_partition(tag)
+local us = now_us()
+local batch = {created = {}, queued = 0, queues = {}}
+local now = math.floor(us / 1000)
+local call = {us = us, now = now, now_text = int_text(now), expiries = {},
+  event_opts = event_opts, batch = batch}
+-- A tenant's keys, made once per call: a batch's creates are mostly one tenant's.
+local tenant_keys = {}
+local out = {RC_OK}
+for i = CREATES_FROM, #ARGV - CREATES_EACH + 1, CREATES_EACH do
+  local task_id, grant, binding, origin, payload, ttl_ms, poll_ms, metadata, trace_context,
+    tenant, limits = unpack(ARGV, i, i + CREATES_EACH - 1)
+  local settings, cap, max_open, rate_us, burst_us, terms = '', '0', '0', '0', '0', ''
+  if limits ~= '' then
+    settings, cap, max_open, rate_us, burst_us, terms =
+      string.match(limits, '^([%d ]*)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
+  end
+  local reply
+  -- Anything but a task ID of this partition must not become part of a key name.
+  if is_task_id(task_id) ~= partition or not settings then
+    reply = {RC_NOT_FOUND}
+  else
+    local k = tenant_keys[tenant]
+    if not k then
+      k = {work = work_key, events = events_key, stats = stats_key, ring = ring_key,
+        tenants = tenants_key, queue = tag .. KEY_QUEUE .. tenant, open = tag .. KEY_OPEN .. tenant,
+        rate = tag .. KEY_RATE .. tenant, signals = signals_key, plan = tag .. KEY_PLAN .. tenant,
+        refused = tag .. KEY_REFUSED .. tenant, seen = seen_key}
+      tenant_keys[tenant] = k
+    end
+    reply = create_task(record_key(tag, task_id), tag .. KEY_GRANT .. grant, k, call, task_id,
+      binding, origin, payload, ttl_ms, poll_ms, metadata, trace_context, tenant, settings, cap,
+      max_open, rate_us, burst_us, fair, terms)
+  end
+  out[#out + 1] = reply[1]
+  out[#out + 1] = reply[2] or ''
+end
+queues_live(batch, stats_key)
+local created = batch.created
+if #created > 0 then
+  redis.call('HINCRBY', stats_key, STATS_CREATED, #created)
+  emit(events_key, event_opts, table.concat(created, ' '))
+end
+return out
