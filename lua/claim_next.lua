@@ -60,6 +60,9 @@ local first = ARGV[9]
 local out = {RC_OK}
 -- One reading of the clock for the whole batch: its claims and its dispatch.
 local call = {now = now_ms(), event_opts = event_opts, pickups = {}}
+-- One keys table for the whole call, each task's record key written over the
+-- last's (claim_entry keeps no reference to it).
+local keys = task_keys(tag, '', work_key, events_key, stats_key)
 
 -- Read up to `wanted` new entries and claim each; how many tasks it met (doorbells
 -- are dropped and not counted) and whether the stream ran out of new entries.
@@ -96,8 +99,9 @@ local function read_and_claim(wanted)
         drop_entry(work_key, entry_id)
         reply = {RC_NOT_FOUND}
       else
-        reply = claim_entry(task_keys(tag, task_id, work_key, events_key, stats_key), task_id,
-          entry_id, consumer, lease_ms, max_attempts, poison_error, call)
+        keys[1] = record_key(tag, task_id)
+        reply = claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
+          poison_error, call)
       end
       table.insert(out, entry_id)
       table.insert(out, task_id)

@@ -41,6 +41,11 @@ local partition = tag_partition(tag)
 local out = {RC_OK}
 local batch = {entries = {}, counts = {}, ended = {}}
 local call = {now = now_ms(), event_opts = event_opts, batch = batch}
+-- One keys table and one ending for the whole call, each task's written over the
+-- last's: nothing keeps them past its task, and two tables a task were two more for
+-- Lua to make and collect.
+local keys = task_keys(tag, '', work_key, events_key, stats_key)
+local ending = {}
 
 for i = OUTCOMES_FROM, #ARGV - OUTCOMES_EACH + 1, OUTCOMES_EACH do
   local task_id, fence, status, has_message, message, outcome_field, outcome =
@@ -49,10 +54,12 @@ for i = OUTCOMES_FROM, #ARGV - OUTCOMES_EACH + 1, OUTCOMES_EACH do
   if is_task_id(task_id) ~= partition then
     out[#out + 1] = RC_NOT_FOUND
   else
-    local ending = {status = status, message = has_message == '1' and message or nil,
-      field = outcome_field ~= '' and outcome_field or nil, value = outcome}
-    out[#out + 1] = (finish_task(task_keys(tag, task_id, work_key, events_key, stats_key),
-      task_id, fence, ending, '', call))
+    ending.status = status
+    ending.message = has_message == '1' and message or nil
+    ending.field = outcome_field ~= '' and outcome_field or nil
+    ending.value = outcome
+    keys[1] = record_key(tag, task_id)
+    out[#out + 1] = (finish_task(keys, task_id, fence, ending, '', call))
   end
 end
 local entries = batch.entries

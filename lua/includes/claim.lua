@@ -47,14 +47,6 @@ local function claim_mark(entry_id, consumer)
   return entry_id .. ' ' .. consumer
 end
 
--- The record `t` as claim_entry read it, with what terminate() needs besides:
--- `ua` (and `.updated`) and `oq`. Read only by a claim that ends its task.
-local function ending_fields(task_key, t)
-  local more = read_record(task_key, 'ua', 'oq')
-  t.ua, t.updated, t.oq = more.ua, more.updated, more.oq
-  return t
-end
-
 -- A capped tenant is at its cap: its task goes back to the head of its queue (it
 -- keeps its place in the tenant's order), its entry is dropped, and the tenant
 -- waits parked; nothing else about the task changes (no attempt is counted).
@@ -86,17 +78,17 @@ end
 -- `now` is the server's clock (now_ms()), read once per script call: a batch's
 -- claims share it (one TIME where there was one a claim).
 -- keys: {task, requests, issued, answers, journal, work, events, stats}
--- call: what the script call shares: {now, event_opts, pickups} (terminate()'s).
+-- call: what the script call shares: {now, event_opts, pickups, texts (the lease
+--   deadline and the fence floor as text, made here once: a call has one consumer
+--   and one lease length)}; and terminate()'s.
 local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
                            poison_error, call)
   local task_key = keys[1]
   local work_key = keys[6]
   local now = call.now
-  -- What a claim that runs its task needs, and what decides that; the fields only
-  -- a claim that ends it needs are read on that path (ending_fields): each field
-  -- asked for is a scan of the record's listpack, and most are absent.
-  local t = read_record(task_key, 'st', 'fn', 'at', 'cx', 'ld', 'wk', 'or', 'pl', 'lo', 'tp',
-    'tn', 'tc', 'ca')
+  -- A claim needs most of the record (13 fields, most of them absent on a first
+  -- claim): read whole, in one walk of it (read_all).
+  local t = read_all(task_key, 'or', 'pl', 'tp')
   local status = t.st
   if not status then
     drop_entry(work_key, entry_id)
@@ -104,7 +96,7 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   end
   if TERMINAL[status] then
     drop_entry(work_key, entry_id)
-    if redis.call('HGET', task_key, 'ce') == claim_mark(entry_id, consumer) then
+    if t.ce == claim_mark(entry_id, consumer) then
       -- The claim that ended the task, run again after its reply was lost: it is
       -- told what it was told then, not that some other call ended the task.
       return {status == ST_CANCELLED and RC_CANCELLED or RC_POISONED}
@@ -121,14 +113,14 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   end
   local entry = t.wk or entry_id
   if t.cx == '1' then
-    terminate(keys, task_id, ending_fields(task_key, t), entry, {status = ST_CANCELLED}, call)
+    terminate(keys, task_id, t, entry, {status = ST_CANCELLED}, call)
     redis.call('HSET', task_key, 'ce', claim_mark(entry_id, consumer))
     return {RC_CANCELLED}
   end
   local attempt = (tonumber(t.at) or 0) + 1
   if attempt > max_attempts then
-    terminate(keys, task_id, ending_fields(task_key, t), entry,
-      {status = ST_FAILED, field = 'er', value = poison_error}, call)
+    terminate(keys, task_id, t, entry, {status = ST_FAILED, field = 'er', value = poison_error},
+      call)
     redis.call('HSET', task_key, 'ce', claim_mark(entry_id, consumer))
     return {RC_POISONED}
   end
@@ -149,10 +141,18 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
       return {RC_DEFERRED}
     end
   end
-  local fence = math.max((tonumber(t.fn) or 0) + 1, now * 1024 + tiebreak_of(consumer))
+  local floor = now * 1024 + tiebreak_of(consumer)
+  local fence = math.max((tonumber(t.fn) or 0) + 1, floor)
   local deadline = now + lease_ms
-  local fields = {'fn', int_text(fence), 'at', int_text(attempt), 'lo', consumer,
-    'ld', int_text(deadline)}
+  -- The call's deadline and fence floor as text, made once: a batch's claims share
+  -- them (most fences are the floor), and each int_text was 2 % of a drained job.
+  local texts = call.texts
+  if not texts then
+    texts = {deadline = int_text(deadline), floor = int_text(floor)}
+    call.texts = texts
+  end
+  local fields = {'fn', fence == floor and texts.floor or int_text(fence),
+    'at', attempt == 1 and '1' or int_text(attempt), 'lo', consumer, 'ld', texts.deadline}
   if not t.wk then
     -- Dispatched from its tenant's queue inside this script: this is its entry.
     fields[#fields + 1] = 'wk'
@@ -161,7 +161,7 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   redis.call('HSET', task_key, unpack(fields))
   if run_key then
     redis.call('ZREMRANGEBYSCORE', run_key, '-inf', int_text(now))
-    redis.call('ZADD', run_key, int_text(deadline), task_id)
+    redis.call('ZADD', run_key, texts.deadline, task_id)
     expire_with_last(run_key)
   end
   if attempt == 1 then

@@ -1,23 +1,48 @@
--- create_task(), the admission, store and enqueue of one new task, for create and
--- create_batch (which creates each of its tasks exactly as create would, one by one).
+-- create_task(), the admission, store and enqueue of one new task, for create.
 -- Includes: common, tenants
 
--- Admit, store and enqueue one task (see create.lua's header for what each step
--- does and why in this order). The caller has checked nothing; the clock is the
--- call's. Returns the reply create answers for it: {RC_OK, created_ms},
--- {RC_EXISTS}, {RC_QUOTA} or {RC_RATE, retry_after_ms}; and whether it created
--- the task (a retry of a create whose reply was lost answers RC_OK and does not).
+-- Admit, store and enqueue one task, as the first of a call or after the others:
+-- nothing it does depends on whether others came in the same call.
+-- Admission first, with reads only, so a refused create stores nothing but the
+-- counts of its refusal (the partition's stats and the tenant's own, best
+-- effort): the tenant's open-task quota (its open set: task IDs scored by expiry,
+-- so a task that expires stops counting by itself), then its create rate (GCRA:
+-- the theoretical arrival time, in us). The first write is RPUSH or XADD, both
+-- refused by a Redis out of memory (noeviction), so a full Redis refuses the
+-- create whole (Redis lets a script that has written once go on writing past
+-- maxmemory). The work goes straight into the stream when nothing waits in the
+-- partition (tenants.lua's enqueue), so an idle worker's blocked read wakes at
+-- once; else to the tail of the tenant's queue, dispatched fairly by claim_next.
+-- A tenant that was not waiting joins the ring near its head, and the task's ID
+-- goes to the signal stream too: busy workers, whose read loops wait for a free
+-- slot rather than read, give this partition their next free slot (the tenant
+-- most behind starts next, whichever partition it landed in). A tenant queue
+-- lives as long as its last task. A tenant with a quota, a rate or a cap has all
+-- its tasks in its home partition (the caller chose the ID), so these keys see all
+-- of them. A named or limited plan's terms are kept for operators, and the tenant
+-- marked seen (redis-tasks tenants reads both).
+-- A retry of a create whose reply was lost finds its own task (same binding and
+-- origin) and answers RC_OK without a second task, before any admission. The
+-- record keeps the binding's digest only (`bd`), never the endpoint or partition
+-- key, and the tenant's digest (`tn`), never its key. The trace context (`tp`)
+-- lives while the task does: claims return it (the worker's span links to it)
+-- and the terminal transition drops it, like `pl`.
+-- Returns the reply create answers for it: {RC_OK, created_ms}, {RC_EXISTS},
+-- {RC_QUOTA} or {RC_RATE, retry_after_ms}.
 -- task_key, grant_key: the task's record and grant keys
--- k: {work, events, stats, ring, tenants, queue, open, rate, signals, plan, refused,
---   seen}, the partition's and the tenant's keys of create.lua's header, by those
---   names (a batch's creates of one tenant share one such table)
--- task_id ... terms: create.lua's ARGV 1 to 7 and 9 to 17 (all but event_opts), in
---   that order: positional, since a table of them cost a batch's create 3 %
+-- k: {work, events, stats, ring, tenants, signals, seen}: the partition's keys of
+--   create.lua's header by those names, its `tag`, and the tenant's `queue` (a
+--   call's creates of one tenant share one such table); the tenant's other keys
+--   (KEY_OPEN, KEY_RATE, KEY_PLAN, KEY_REFUSED after the tag) are made here for a
+--   tenant that needs them
 -- call: what the script call shares: {us, now, now_text (int_text(now)), expiries
---   (TTL -> expiry as text, filled here), event_opts, batch}; batch is nil
---   (this call emits the task's event and counts it) or create_batch's {created,
---   queued}: the IDs of the tasks it created and the queued count, which that
---   script emits and counts once for them all (see enqueue's `batch`).
+--   (TTL -> expiry as text, filled here), event_opts, batch}, batch being
+--   {created, queued, queues}: the IDs of the tasks created and the queued tasks
+--   and their queues' expiries, which create writes once for them all (see
+--   enqueue's `batch`)
+-- task_id ... terms: one create's arguments (create.lua's `creates` group, with
+--   `limits` taken apart and `fair` the call's), positional, since a table of them
+--   cost a create 3 %
 local function create_task(task_key, grant_key, k, call, task_id, binding, origin, payload,
                            ttl_ms_text, poll_ms, metadata, trace_context, tenant, settings, cap,
                            max_open_text, rate_us_text, burst_us, fair, terms)
@@ -26,22 +51,25 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
   if redis.call('EXISTS', task_key) == 1 then
     local existing = hmget(task_key, 'bd', 'or', 'ca')
     if existing[1] == binding and existing[2] == origin then
-      return {RC_OK, tonumber(existing[3])}, false
+      return {RC_OK, tonumber(existing[3])}
     end
-    return {RC_EXISTS}, false
+    return {RC_EXISTS}
   end
 
   local us, now = call.us, call.now
     -- Compared as text first: most tenants have neither, and tonumber is a strtod.
   local max_open = max_open_text ~= '0' and tonumber(max_open_text) or 0
   local rate_us = rate_us_text ~= '0' and tonumber(rate_us_text) or 0
+  -- The tenant's limit keys, made only for a tenant with that limit.
+  local open_key = max_open > 0 and k.tag .. KEY_OPEN .. tenant
+  local rate_key = rate_us > 0 and k.tag .. KEY_RATE .. tenant
   local refusal = nil
-  if max_open > 0 and redis.call('ZCOUNT', k.open, '(' .. int_text(now), '+inf') >= max_open then
+  if max_open > 0 and redis.call('ZCOUNT', open_key, '(' .. int_text(now), '+inf') >= max_open then
     refusal = {STATS_REFUSED_QUOTA, 'quota', {RC_QUOTA}}
   end
   local arrival = 0
   if rate_us > 0 and not refusal then
-    arrival = math.max(tonumber(redis.call('GET', k.rate)) or 0, us)
+    arrival = math.max(tonumber(redis.call('GET', rate_key)) or 0, us)
     local early = arrival - us - tonumber(burst_us)
     if early > 0 then
       refusal = {STATS_REFUSED_RATE, 'rate', {RC_RATE, int_text(math.ceil(early / 1000))}}
@@ -52,13 +80,14 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
   if refusal then
     -- Counted for the partition and for the tenant (the tenant's counts last a day
     -- from its latest refusal), best effort: nothing else is stored.
+    local refused_key = k.tag .. KEY_REFUSED .. tenant
     redis.pcall('HINCRBY', k.stats, refusal[1], 1)
-    redis.pcall('HINCRBY', k.refused, refusal[2], 1)
-    redis.pcall('PEXPIREAT', k.refused, int_text(now + REFUSALS_KEPT_MS))
+    redis.pcall('HINCRBY', refused_key, refusal[2], 1)
+    redis.pcall('PEXPIREAT', refused_key, int_text(now + REFUSALS_KEPT_MS))
     if redis.pcall('ZADD', k.seen, int_text(now), tenant) == 1 then
       redis.pcall('ZREMRANGEBYSCORE', k.seen, '-inf', int_text(now - REFUSALS_KEPT_MS))
     end
-    return refusal[3], false
+    return refusal[3]
   end
 
   local ttl_ms = tonumber(ttl_ms_text)
@@ -116,35 +145,31 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
     redis.call('SET', grant_key, '1')
   end
   if max_open > 0 then
-    redis.call('ZREMRANGEBYSCORE', k.open, '-inf', int_text(now))
-    redis.call('ZADD', k.open, ttl_ms > 0 and int_text(expire_at) or '+inf', task_id)
-    expire_with_last(k.open)
+    redis.call('ZREMRANGEBYSCORE', open_key, '-inf', int_text(now))
+    redis.call('ZADD', open_key, ttl_ms > 0 and int_text(expire_at) or '+inf', task_id)
+    expire_with_last(open_key)
   end
   if rate_us > 0 then
     -- Kept until the bucket is full again: then it holds nothing a GET would not assume.
     local next_arrival = arrival + rate_us
-    redis.call('SET', k.rate, int_text(next_arrival), 'PXAT',
+    redis.call('SET', rate_key, int_text(next_arrival), 'PXAT',
       int_text(math.ceil(next_arrival / 1000)))
   end
   if terms ~= '' then
+    local plan_key = k.tag .. KEY_PLAN .. tenant
     if ttl_ms > 0 then
-      redis.call('SET', k.plan, terms, 'PXAT', int_text(expire_at))
+      redis.call('SET', plan_key, terms, 'PXAT', int_text(expire_at))
     else
-      redis.call('SET', k.plan, terms)
+      redis.call('SET', plan_key, terms)
     end
     if redis.call('ZADD', k.seen, int_text(now), tenant) == 1 then
       redis.call('ZREMRANGEBYSCORE', k.seen, '-inf', int_text(now - REFUSALS_KEPT_MS))
     end
   end
-  local batch = call.batch
-  if batch then
-    batch.created[#batch.created + 1] = task_id
-  else
-    redis.call('HINCRBY', k.stats, STATS_CREATED, 1)
-    emit(k.events, call.event_opts, task_id)
-  end
+  local created = call.batch.created
+  created[#created + 1] = task_id
   if newcomer then
     emit(k.signals, call.event_opts, task_id)
   end
-  return {RC_OK, now}, true
+  return {RC_OK, now}
 end

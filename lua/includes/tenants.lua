@@ -201,8 +201,8 @@ end
 -- `expire_at` the task's expiry (ms; 0: never), which its queue lives to. The
 -- first write is RPUSH or XADD, which a full Redis refuses.
 -- keys: {ring, tenants, queue} of the task's partition
--- batch: nil, or create_batch's {queued, queues}: the queued count and each queue's
---   expiry are gathered there (queue_batch) and written once for the whole call
+-- batch: create's {queued, queues}: the queued count and each queue's expiry are
+--   gathered there (queue_batch) and written once for the whole call
 --   (queues_live), not per task.
 local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fair, expire_at,
                        batch)
@@ -233,12 +233,7 @@ local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fai
   if settings ~= '' then
     redis.call('HSET', tenants_key, tenant, settings)
   end
-  if batch then
-    queue_batch(batch, queue_key, pushed, expire_at)
-  else
-    queue_lives_to(queue_key, pushed, expire_at)
-    redis.call('HINCRBY', stats_key, STATS_QUEUED, 1)
-  end
+  queue_batch(batch, queue_key, pushed, expire_at)
   return false, newcomer
 end
 

@@ -16,7 +16,7 @@
 -- The first write is HDEL, which a full Redis allows (HSET as the first write
 -- would be refused): a worker still finishes what runs when Redis is full.
 -- keys: {task, requests, issued, answers, journal, work, events, stats}
--- t: the record as read_record read it, with at least `wk`, `ua` (and so
+-- t: the record as read_record or read_all read it, with at least `wk`, `ua` (and so
 --   `.updated`: see the DEL below), `tn`, `oq` and `tc`; `entry` the work entry
 --   to acknowledge (the record's `wk`, or the one a claim met). The first
 --   continuation piece of `pl`, `sm` and `tp` (`pl+1`, ...), when the caller read
@@ -25,15 +25,29 @@
 --   a task). Of the fields it drops (DROPPED_AT_END), one the caller read and
 --   found absent (false) is not named either.
 -- ending: {status, message (nil for none), field ('rs', 'er' or nil), value}
--- call: what the script call shares: {now, event_opts, batch}; batch is nil, or
+-- call: what the script call shares: {now, now_text (int_text(now), made here when
+--   absent), event_opts, batch}; batch is nil, or
 --   finish_batch's {entries, counts, ended}: the work entries to acknowledge, the
 --   statuses to count and the IDs of the tasks ended, which that script then
 --   writes with one command each for all its tasks (one event for them all).
 local DROPPED_AT_END = {'pl', 'wk', 'ld', 'lo', 'tp', 'tn', 'oq', 'tc'}
+local PIECED_AT_END = {'pl', 'sm', 'tp'}
 local function terminate(keys, task_id, t, entry, ending, call)
   local task_key = keys[1]
   local batch = call.batch
-  local fields = {'st', ending.status, 'ua', int_text(next_update(call.now, t.ua))}
+  local now = call.now
+  local updated_at = next_update(now, t.ua)
+  -- The call's clock as text, made once: a batch's tasks mostly end at it.
+  if updated_at == now then
+    updated_at = call.now_text
+    if not updated_at then
+      updated_at = int_text(now)
+      call.now_text = updated_at
+    end
+  else
+    updated_at = int_text(updated_at)
+  end
+  local fields = {'st', ending.status, 'ua', updated_at}
   if ending.message then
     add_field(fields, 'sm', ending.message)
   end
@@ -44,14 +58,20 @@ local function terminate(keys, task_id, t, entry, ending, call)
   -- joined with the tail of a longer one.
   -- A field the caller read and found absent is not named: each name in an HDEL is
   -- a scan of the record's listpack, to its end for a field it does not hold.
+  -- (absent() written out: two loops of calls cost a job more than the test.)
   local dropped = {}
-  for _, name in ipairs(DROPPED_AT_END) do
-    if t[name] ~= false then
+  local unread_is_absent = t.whole == true
+  for i = 1, #DROPPED_AT_END do
+    local name = DROPPED_AT_END[i]
+    local value = t[name]
+    if value or (value == nil and not unread_is_absent) then
       dropped[#dropped + 1] = name
     end
   end
-  for _, name in ipairs({'pl', 'sm', 'tp'}) do
-    if t[pieces_of(name)[1]] ~= false then  -- nil: not read, so maybe pieced
+  for i = 1, #PIECED_AT_END do
+    local name = PIECED_AT_END[i]
+    local value = t[pieces_of(name)[1]]
+    if value or (value == nil and not unread_is_absent) then  -- unread: maybe pieced
       add_pieces(dropped, name)
     end
   end
@@ -109,15 +129,24 @@ end
 -- answers RC_OK and writes nothing).
 -- keys: as terminate()'s
 local function finish_task(keys, task_id, fence, ending, operation, call)
-  local t = read_record(keys[1], 'st', 'fn', 'ua', 'wk', 'op', 'tn', 'oq', 'tc',
-    pieces_of('pl')[1], pieces_of('tp')[1], pieces_of('sm')[1])
+  -- Read as read_record would read these fields (none is a long one, so none is
+  -- pieced), but into a table built whole: read_record's loop over the names cost
+  -- a finish more than its fields' lookups (a job ends once, on the busy path).
+  local pl1, tp1, sm1 = pieces_of('pl')[1], pieces_of('tp')[1], pieces_of('sm')[1]
+  local v = redis.call('HMGET', keys[1], 'st', 'fn', 'ua', 'wk', 'tn', 'oq', 'tc', pl1, tp1, sm1,
+    'ca')
+  local t = {st = v[1], fn = v[2] or '0', ua = v[3] or v[11], updated = v[3] ~= false, wk = v[4],
+    tn = v[5], oq = v[6], tc = v[7], [pl1] = v[8], [tp1] = v[9], [sm1] = v[10]}
   local guard = worker_guard(t.st, t.fn, fence)
   if guard == RC_TERMINAL then
+    -- The operation that ended the task is read only here: a task that ends is not
+    -- terminal yet, and a field asked for is a scan of the record.
+    local op = redis.call('HGET', keys[1], 'op')
     if operation ~= '' then
-      if t.op == operation then
+      if op == operation then
         return RC_OK, false  -- this very call again: a retry after a lost reply
       end
-    elseif not t.op and t.st == ending.status then
+    elseif not op and t.st == ending.status then
       -- Only a retry compares what was written: the message and the outcome are
       -- read here, not for every finish.
       local done = read_record(keys[1], 'sm', ending.field or 'st')

@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Final
 
-from redis_tasks._ids import parse_task_id
+from redis_tasks._ids import RANDOM_CHARS, parse_task_id
 from redis_tasks._models import TaskRequestContext
 from redis_tasks._origin import TaskOrigin
 from redis_tasks._plans import TenantPlan, plan_terms
@@ -237,7 +237,10 @@ class OurScenarios(BenchBase):
             keys = manager.keyspace.task(0, task.task_id)
             # The arguments create_task and find_task send for WHO and ORIGIN; a
             # random ID per call (all in partition 0's slot, as a cluster needs).
-            fresh = manager.keyspace.task(0, "b__rand_int__")
+            # A valid ID in partition 0 whose last 12 characters redis-benchmark
+            # fills in (__rand_int__, 12 digits) at every call.
+            rand_id = "0." + "b" * (RANDOM_CHARS - 12) + "__rand_int__"
+            fresh = manager.keyspace.task(0, rand_id)
             endpoint, binding = WHO.endpoint, f"={WHO.partition_key}"
             grant = (endpoint.encode(), binding.encode())
             # The creates' grant keys differ as their IDs do (redis-benchmark fills
@@ -249,39 +252,41 @@ class OurScenarios(BenchBase):
                 limits, *grant, None, plan_terms(limits, TenantPlan.of_limits(limits), 1)
             )
             tenant = manager.keyspace.tenant(0, who.tenant)
+            # A lone create: a create call of one, as create_task sends it alone.
             create = _evalsha(
                 lua.create(
-                    task=fresh.task,
                     work=fresh.work,
                     events=fresh.events,
-                    grant=fresh.grant_prefix + "b__rand_int__",
                     stats=fresh.stats,
                     ring=tenant.ring,
                     tenants=tenant.tenants,
-                    queue=tenant.queue,
-                    open=tenant.open,
-                    rate=tenant.rate,
                     signals=fresh.signals,
-                    plan=tenant.plan,
-                    refused=tenant.refused,
                     seen=tenant.seen,
-                    task_id="b__rand_int__",
-                    binding=digest,
-                    origin=ORIGIN.to_persisted_string().encode(),
-                    payload=b"",
-                    ttl_ms=3600000,
-                    poll_ms=1000,
-                    metadata=b"",
+                    tag=manager.keyspace.tag(0),
                     event_opts="10000",
-                    trace_context=b"",
-                    tenant=who.tenant,
-                    settings=who.settings,
-                    cap=who.cap,
-                    max_open=who.max_open,
-                    rate_us=who.rate_us,
-                    burst_us=who.burst_us,
                     fair=int(manager.fair_dispatch),
-                    terms=who.plan,
+                    creates=[
+                        lua.CreateArgs(
+                            rand_id,
+                            "b__rand_int__",
+                            digest,
+                            ORIGIN.to_persisted_string().encode(),
+                            b"",
+                            3600000,
+                            1000,
+                            b"",
+                            b"",
+                            who.tenant,
+                            lua.limits_arg(
+                                who.settings,
+                                who.cap,
+                                who.max_open,
+                                who.rate_us,
+                                who.burst_us,
+                                who.plan,
+                            ),
+                        )
+                    ],
                 )
             )
             find = _evalsha(

@@ -32,7 +32,7 @@ __all__ = ["RedisContract"]
 #: The most fenced finishes one ``finish_batch`` call carries: a script runs alone on
 #: its server, so a bigger batch would hold every other client up for longer.
 FINISH_BATCH: Final = 64
-#: The most creates one ``create_batch`` call carries (for the same reason; a create
+#: The most creates one ``create`` call carries (for the same reason; a create
 #: carries its origin and payload, and does more than a finish).
 CREATE_BATCH: Final = 32
 
@@ -174,8 +174,8 @@ class RedisContract(TaskManagerBase):
         return await self._creates.submit(partition, new)
 
     async def _create_many(self, partition: int, news: list[NewTask]) -> list[int | BaseException]:
-        """One ``create_batch`` call for ``news`` of ``partition``: each one's creation
-        time, or its error."""
+        """One ``create`` call for ``news`` of ``partition``: each one's creation time,
+        or its error."""
         link = self._link
         creates: list[lua.CreateArgs] = []
         for new in news:
@@ -207,7 +207,7 @@ class RedisContract(TaskManagerBase):
         keys = self._keys
         tenant = keys.tenant(partition, "")
         reply, unconfirmed = await link.runner.run_confirmed(
-            lua.create_batch(
+            lua.create(
                 work=keys.work(partition),
                 events=keys.events(partition),
                 stats=keys.stats(partition),
@@ -221,51 +221,17 @@ class RedisContract(TaskManagerBase):
                 creates=creates,
             )
         )
-        return replies.batch_created(reply, len(news), unconfirmed)
+        return replies.created(reply, len(news), unconfirmed)
 
     async def _create_one(self, new: NewTask) -> int:
-        """One ``create`` script call: stored, enqueued and announced atomically."""
-        link = self._link
-        keys = self._worker_keys(new.task_id)
-        admitted = new.admission
-        tenant = self._keys.tenant(keys.partition, admitted.tenant)
-        reply = await link.runner.run(
-            lua.create(
-                task=keys.task,
-                work=keys.work,
-                events=keys.events,
-                grant=keys.grant(new.endpoint, new.binding),
-                stats=keys.stats,
-                ring=tenant.ring,
-                tenants=tenant.tenants,
-                queue=tenant.queue,
-                open=tenant.open,
-                rate=tenant.rate,
-                signals=keys.signals,
-                plan=tenant.plan,
-                refused=tenant.refused,
-                seen=tenant.seen,
-                task_id=new.task_id,
-                binding=keys.binding_digest(new.endpoint, new.binding),
-                origin=new.origin,
-                payload=new.payload,
-                ttl_ms=new.ttl_ms,
-                poll_ms=new.poll_ms,
-                metadata=new.metadata,
-                event_opts=link.events,
-                trace_context=new.trace_context,
-                tenant=admitted.tenant,
-                settings=admitted.settings,
-                cap=admitted.cap,
-                max_open=admitted.max_open,
-                rate_us=admitted.rate_us,
-                burst_us=admitted.burst_us,
-                fair=int(self._fair),
-                terms=admitted.plan,
-            ),
-            durable=True,
-        )
-        return replies.created_ms(reply)
+        """A lone create: a ``create`` call of one."""
+        partition = parse_task_id(new.task_id)
+        if partition is None:  # the manager made the ID: a bug
+            raise InternalError("a new task's ID names no partition")
+        (result,) = await self._create_many(partition, [new])
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     async def _set_working(self, task_id: str, fence: bytes, message: bytes | None) -> None:
         """One ``set_status`` script call."""

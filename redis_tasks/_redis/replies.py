@@ -22,10 +22,9 @@ from redis_tasks._record import SNAPSHOT_FIELDS, decode_origin
 
 __all__ = [
     "answers",
-    "batch_created",
     "claim",
     "claim_batch",
-    "created_ms",
+    "created",
     "flag",
     "flat_records",
     "shaped",
@@ -88,10 +87,8 @@ def cancel_ended(reply: Any) -> bool:
     return bool(ended)
 
 
-def batch_created(
-    reply: Any, count: int, unconfirmed: Exception | None
-) -> list[int | BaseException]:
-    """``create_batch``: ``{RC_OK, code, value, ...}``, a pair per create: each
+def created(reply: Any, count: int, unconfirmed: Exception | None) -> list[int | BaseException]:
+    """``create``: ``{RC_OK, code, value, ...}``, a pair per create: each
     create's time (ms), or the error its code maps to; ``unconfirmed`` (the call's
     writes not confirmed by enough replicas) is the error of each that answered OK,
     as a lone create's would be."""
@@ -101,24 +98,21 @@ def batch_created(
         or reply[0] != ReturnCode.OK
         or isinstance(reply[0], bool)
     ):
-        raise _unfit("create_batch")
+        raise _unfit("create")
     out: list[int | BaseException] = []
     for at in range(1, len(reply), 2):
         code, value = reply[at], reply[at + 1]
         if not isinstance(code, int) or isinstance(code, bool):
-            raise _unfit("create_batch")
+            raise _unfit("create")
         if code != ReturnCode.OK:
-            out.append(error_for(code, value if isinstance(value, bytes) and value else None))
+            if not isinstance(value, bytes):
+                raise _unfit("create")
+            out.append(error_for(code, value or None))
         elif not isinstance(value, int) or isinstance(value, bool):
-            raise _unfit("create_batch")
+            raise _unfit("create")
         else:
             out.append(unconfirmed if unconfirmed is not None else value)
     return out
-
-
-def created_ms(reply: Any) -> int:
-    """``create``: ``{RC_OK, created_ms}``."""
-    return int(shaped(_ok(reply, "create"), "create", int, int)[1])
 
 
 def snapshot(reply: Any) -> tuple[list[bytes | None], list[bytes]]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final, NamedTuple, TypeVar
+from typing import Final, TypeVar
 
 from .lua_source import (
     CONSTANTS,
@@ -32,6 +32,7 @@ from .lua_source import (
     lua_dir,
     read_includes,
 )
+from .script_args import CreateArgs, FinishArgs, limits_arg
 from .script_loading import Arg, Binding, Call, Script, check_binding, load_script
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "claim",
     "claim_next",
     "create",
-    "create_batch",
     "find",
     "finish",
     "finish_batch",
@@ -94,78 +94,6 @@ def _binding(function: _BindingT) -> _BindingT:
 @_binding
 def create(
     *,
-    task: str,
-    work: str,
-    events: str,
-    grant: str,
-    stats: str,
-    ring: str,
-    tenants: str,
-    queue: str,
-    open: str,
-    rate: str,
-    signals: str,
-    plan: str,
-    refused: str,
-    seen: str,
-    task_id: str,
-    binding: str,
-    origin: bytes,
-    payload: bytes,
-    ttl_ms: int,
-    poll_ms: int,
-    metadata: bytes,
-    event_opts: str,
-    trace_context: bytes,
-    tenant: str,
-    settings: str,
-    cap: int,
-    max_open: int,
-    rate_us: int,
-    burst_us: int,
-    fair: int,
-    terms: str,
-) -> Call:
-    keys = (task, work, events, grant, stats, ring, tenants, queue, open, rate, signals, plan,
-            refused, seen)  # fmt: skip
-    argv = (task_id, binding, origin, payload, ttl_ms, poll_ms, metadata, event_opts,
-            trace_context, tenant, settings, cap, max_open, rate_us, burst_us, fair,
-            terms)  # fmt: skip
-    return scripts["create"], keys, argv
-
-
-class CreateArgs(NamedTuple):
-    """One task's create in a ``create_batch`` call: the header's ``creates`` group
-    (create's arguments but the keys, ``event_opts`` and ``fair``, with the grant
-    key's digest and the tenant's limits in one: :func:`limits_arg`), field for
-    field; the loader checks the two agree."""
-
-    task_id: str
-    grant: str
-    binding: str
-    origin: Arg
-    payload: Arg
-    ttl_ms: Arg
-    poll_ms: Arg
-    metadata: Arg
-    trace_context: Arg
-    tenant: str
-    limits: str
-
-
-def limits_arg(
-    settings: str, cap: int, max_open: int, rate_us: int, burst_us: int, terms: str
-) -> str:
-    """``create_batch``'s ``limits``: ``""`` for a tenant with none, else the six
-    joined by ``|`` (``terms`` last: it is the only one that may hold one)."""
-    if not (settings or cap or max_open or rate_us or burst_us or terms):
-        return ""
-    return f"{settings}|{cap}|{max_open}|{rate_us}|{burst_us}|{terms}"
-
-
-@_binding
-def create_batch(
-    *,
     work: str,
     events: str,
     stats: str,
@@ -180,7 +108,7 @@ def create_batch(
 ) -> Call:
     flat = itertools.chain.from_iterable(creates)
     return (
-        scripts["create_batch"],
+        scripts["create"],
         (work, events, stats, ring, tenants, signals, seen),
         (tag, event_opts, fair, *flat),
     )
@@ -321,19 +249,6 @@ def finish(
             event_opts,
         ),
     )
-
-
-class FinishArgs(NamedTuple):
-    """One task's outcome in a ``finish_batch`` call: the header's ``outcomes`` group
-    (finish.lua's ARGV 1 to 7), field for field; the loader checks the two agree."""
-
-    task_id: str
-    fence: Arg
-    status: str
-    has_message: Arg
-    message: Arg
-    outcome_field: Arg
-    outcome: Arg
 
 
 @_binding

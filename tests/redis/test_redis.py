@@ -124,7 +124,7 @@ async def test_each_operation_is_one_evalsha_round_trip(standalone_backend: Back
 async def test_creates_of_one_turn_are_one_call_a_partition_each_answered_as_if_alone(
     redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Creates made together (one event-loop turn) go as ``create_batch`` calls, one a
+    """Creates made together (one event-loop turn) go as ``create`` calls, one a
     partition (at most CREATE_BATCH creates each), and each is admitted and answered
     exactly as it would be alone: a tenant's quota admits exactly its number whichever
     batch a create rode in, each refused create raises its own error and stores

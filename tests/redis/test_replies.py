@@ -6,12 +6,18 @@ through the same readers in every other test."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from redis_tasks._codes import ReturnCode
-from redis_tasks._errors import InternalError, TaskNotFoundError
+from redis_tasks._errors import (
+    InternalError,
+    QuotaExceededError,
+    ReplicationError,
+    TaskNotFoundError,
+)
 from redis_tasks._lease import ClaimOutcome
 from redis_tasks._origin import TaskOrigin
 from redis_tasks._record import SNAPSHOT_FIELDS
@@ -26,7 +32,12 @@ FIELDS: list[Any] = [b"v"] * len(SNAPSHOT_FIELDS)
 # (reader, a reply that fits, the script the reader names)
 Reader = Callable[[Any], object]
 GOOD: list[tuple[str, Reader, list[Any], str]] = [
-    ("created_ms", replies.created_ms, [OK, 1_700_000_000_000], "create"),
+    (
+        "created",
+        lambda r: replies.created(r, 2, None),
+        [OK, OK, 1_700_000_000_000, int(ReturnCode.QUOTA), b""],
+        "create",
+    ),
     ("snapshot", replies.snapshot, [OK, FIELDS, [b"k", SECRET]], "find"),
     ("answers", lambda r: replies.answers(r, "take_answers"), [OK, [b"k", SECRET]], "take_answers"),
     ("flag", lambda r: replies.flag(r, "renew"), [OK, 1], "renew"),
@@ -59,7 +70,17 @@ def test_a_reply_off_its_shape_is_an_internal_error_naming_the_script(
 
 
 def test_a_fitting_reply_reads_as_its_header_says() -> None:
-    assert replies.created_ms([OK, 1_700_000_000_000]) == 1_700_000_000_000
+    created, refused, late = replies.created(
+        [OK, OK, 1_700_000_000_000, int(ReturnCode.RATE), b"250", OK, 1_700_000_000_001],
+        3,
+        None,
+    )
+    assert created == 1_700_000_000_000
+    assert isinstance(refused, QuotaExceededError)
+    assert (refused.reason, refused.retry_after) == ("rate", timedelta(milliseconds=250))
+    assert late == 1_700_000_000_001
+    unconfirmed = ReplicationError("only 0 of 1 replicas confirmed the write in time")
+    assert replies.created([OK, OK, 1_700_000_000_000], 1, unconfirmed) == [unconfirmed]
     fields, requests = replies.snapshot([OK, [None, *FIELDS[1:]], [b"k", SECRET]])
     assert fields[0] is None
     assert requests == [b"k", SECRET]
@@ -79,7 +100,7 @@ def test_a_fitting_reply_reads_as_its_header_says() -> None:
 
 def test_a_code_other_than_ok_raises_what_it_maps_to() -> None:
     with pytest.raises(TaskNotFoundError):
-        replies.created_ms([int(ReturnCode.NOT_FOUND)])
+        replies.flag([int(ReturnCode.NOT_FOUND)], "renew")
     with pytest.raises(InternalError):  # a settled claim code alone, then extra elements
         replies.claim([OK, 0, [int(ReturnCode.TERMINAL), 1]])
     with pytest.raises(InternalError):  # a flag that is not 0 or 1

@@ -230,7 +230,7 @@ def test_the_order_includes_are_named_in_does_not_matter(tmp_path: Path) -> None
             "claim_next.lua",
             "Includes: common, keys, tenants, claim",
             "Includes: common, tenants, claim",
-            "claim_next.lua uses is_task_id, task_keys of include keys, not included",
+            "claim_next.lua uses is_task_id, record_key, task_keys of include keys, not included",
         ),
         (
             "take_answers.lua",
@@ -453,9 +453,9 @@ def test_a_header_that_disagrees_with_its_binding_is_refused(
         # Two KEYS locals swapped.
         (
             "create.lua",
-            "local task_key = KEYS[1]\nlocal work_key = KEYS[2]",
-            "local task_key = KEYS[2]\nlocal work_key = KEYS[1]",
-            "local task_key reads KEYS\\[2\\], which the header names work",
+            "local work_key = KEYS[1]\nlocal events_key = KEYS[2]",
+            "local work_key = KEYS[2]\nlocal events_key = KEYS[1]",
+            "local work_key reads KEYS\\[2\\], which the header names events",
         ),
         # A converted ARGV (tonumber) and a flag (== '1') are bindings too.
         (
