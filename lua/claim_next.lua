@@ -103,9 +103,9 @@ local function read_and_claim(wanted)
         reply = claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
           poison_error, call)
       end
-      table.insert(out, entry_id)
-      table.insert(out, task_id)
-      table.insert(out, reply)
+      out[#out + 1] = entry_id
+      out[#out + 1] = task_id
+      out[#out + 1] = reply
       met = met + 1
     end
   end

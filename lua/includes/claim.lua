@@ -67,6 +67,9 @@ local function defer(keys, tag, tenant, cap, task_id, entries, now)
   redis.call('HINCRBY', keys[8], STATS_DEFERRED, 1)
 end
 
+-- The long fields a claim returns, joined from their pieces (read_all's `joined`).
+local CLAIM_JOINED = {'or', 'pl', 'tp'}
+
 -- The claim of one work entry, shared by claim (an entry the worker read or
 -- reclaimed) and claim_next (entries read inside the script). See claim.lua's
 -- header for the outcomes. A first claim that runs the task is counted in
@@ -88,7 +91,7 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
   local now = call.now
   -- A claim needs most of the record (13 fields, most of them absent on a first
   -- claim): read whole, in one walk of it (read_all).
-  local t = read_all(task_key, 'or', 'pl', 'tp')
+  local t = read_all(task_key, CLAIM_JOINED)
   local status = t.st
   if not status then
     drop_entry(work_key, entry_id)
@@ -117,7 +120,8 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     redis.call('HSET', task_key, 'ce', claim_mark(entry_id, consumer))
     return {RC_CANCELLED}
   end
-  local attempt = (tonumber(t.at) or 0) + 1
+  -- A first claim's `at` is absent and its `fn` reads as '0': no tonumber (a strtod).
+  local attempt = t.at and tonumber(t.at) + 1 or 1
   if attempt > max_attempts then
     terminate(keys, task_id, t, entry, {status = ST_FAILED, field = 'er', value = poison_error},
       call)
@@ -142,7 +146,7 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     end
   end
   local floor = now * 1024 + tiebreak_of(consumer)
-  local fence = math.max((tonumber(t.fn) or 0) + 1, floor)
+  local fence = math.max(t.fn == '0' and 1 or (tonumber(t.fn) or 0) + 1, floor)
   local deadline = now + lease_ms
   -- The call's deadline and fence floor as text, made once: a batch's claims share
   -- them (most fences are the floor), and each int_text was 2 % of a drained job.

@@ -156,12 +156,12 @@ end
 
 -- The whole record of `key` by name, as read_record reads fields (`fn` as 0, `ua`
 -- as `ca` when absent, `.updated`), from one HGETALL, with `.whole` set: a field it
--- lacks is absent (nil), not unread. The long fields named `...` are joined from
--- their pieces (the others' pieces stay as they are). For a caller that needs most
+-- lacks is absent (nil), not unread. The long fields named in `joined` are joined
+-- from their pieces (the others' pieces stay as they are). For a caller that needs most
 -- of a record: each field HMGET asks for is a scan of the record's listpack, to its
 -- end for one it does not hold, where HGETALL walks it once (a claim asked for 13,
 -- most of them absent on a first claim).
-local function read_all(key, ...)
+local function read_all(key, joined)
   local flat = redis.call('HGETALL', key)
   local t = {whole = true, updated = false}
   for i = 1, #flat - 1, 2 do
@@ -175,7 +175,8 @@ local function read_all(key, ...)
   else
     t.ua = t.ca
   end
-  for _, name in ipairs({...}) do
+  for i = 1, #joined do
+    local name = joined[i]
     local first = t[name]
     if first and #first == PIECE_BYTES then
       local parts = {first}

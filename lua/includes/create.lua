@@ -110,7 +110,11 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
     fields[#fields + 1] = entry
   end
   add_field(fields, 'or', origin)
-  add_field(fields, 'pl', payload)
+  -- Absent when empty (the claim reads it as ''): one field fewer for every
+  -- command that meets the record while it lives.
+  if payload ~= '' then
+    add_field(fields, 'pl', payload)
+  end
   if metadata ~= '' then
     add_field(fields, 'md', metadata)
   end

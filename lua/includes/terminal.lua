@@ -35,17 +35,18 @@ local PIECED_AT_END = {'pl', 'sm', 'tp'}
 local function terminate(keys, task_id, t, entry, ending, call)
   local task_key = keys[1]
   local batch = call.batch
-  local now = call.now
-  local updated_at = next_update(now, t.ua)
   -- The call's clock as text, made once: a batch's tasks mostly end at it.
-  if updated_at == now then
-    updated_at = call.now_text
-    if not updated_at then
-      updated_at = int_text(now)
-      call.now_text = updated_at
-    end
-  else
-    updated_at = int_text(updated_at)
+  local now_text = call.now_text
+  if not now_text then
+    now_text = int_text(call.now)
+    call.now_text = now_text
+  end
+  -- last_updated_at never goes backwards (next_update), compared here as text: both
+  -- are whole ms written by int_text (no sign, no leading zero), so the longer is
+  -- the later and of equal length the later sorts last; no tonumber (a strtod) a job.
+  local last, updated_at = t.ua, now_text
+  if last and (#last > #now_text or (#last == #now_text and last > now_text)) then
+    updated_at = last
   end
   local fields = {'st', ending.status, 'ua', updated_at}
   if ending.message then
@@ -75,7 +76,8 @@ local function terminate(keys, task_id, t, entry, ending, call)
       add_pieces(dropped, name)
     end
   end
-  if not ending.message then
+  local sm = t.sm
+  if not ending.message and (sm or (sm == nil and not unread_is_absent)) then
     dropped[#dropped + 1] = 'sm'
   end
   if not dropped[1] then
@@ -121,6 +123,16 @@ local function terminate(keys, task_id, t, entry, ending, call)
   end
 end
 
+-- What a read of a long field's first piece `first` says of its continuation
+-- pieces: false (none) when it is absent or not PIECE_BYTES long, else nil (not
+-- known: there may be some).
+local function unpieced(first)
+  if not first or #first ~= PIECE_BYTES then
+    return false
+  end
+  return nil
+end
+
 -- What finish does for one task, shared by finish and finish_batch (which finish
 -- batch's tasks exactly as finish would, one by one): the checks in their order,
 -- the answer to a retry, and the terminal write. `ending` as terminate() takes
@@ -132,11 +144,16 @@ local function finish_task(keys, task_id, fence, ending, operation, call)
   -- Read as read_record would read these fields (none is a long one, so none is
   -- pieced), but into a table built whole: read_record's loop over the names cost
   -- a finish more than its fields' lookups (a job ends once, on the busy path).
+  -- `tp` and `sm` themselves rather than their first continuation pieces: as
+  -- cheap to read (short, mostly absent), and they tell more: an absent one is not
+  -- dropped at all, and one not PIECE_BYTES long has no pieces. A payload may be
+  -- long, so `pl+1` says whether it has pieces.
   local pl1, tp1, sm1 = pieces_of('pl')[1], pieces_of('tp')[1], pieces_of('sm')[1]
-  local v = redis.call('HMGET', keys[1], 'st', 'fn', 'ua', 'wk', 'tn', 'oq', 'tc', pl1, tp1, sm1,
+  local v = redis.call('HMGET', keys[1], 'st', 'fn', 'ua', 'wk', 'tn', 'oq', 'tc', pl1, 'tp', 'sm',
     'ca')
   local t = {st = v[1], fn = v[2] or '0', ua = v[3] or v[11], updated = v[3] ~= false, wk = v[4],
-    tn = v[5], oq = v[6], tc = v[7], [pl1] = v[8], [tp1] = v[9], [sm1] = v[10]}
+    tn = v[5], oq = v[6], tc = v[7], [pl1] = v[8], tp = v[9], sm = v[10],
+    [tp1] = unpieced(v[9]), [sm1] = unpieced(v[10])}
   local guard = worker_guard(t.st, t.fn, fence)
   if guard == RC_TERMINAL then
     -- The operation that ended the task is read only here: a task that ends is not
