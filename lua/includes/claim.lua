@@ -83,7 +83,8 @@ local CLAIM_JOINED = {'or', 'pl', 'tp'}
 -- keys: {task, requests, issued, answers, journal, work, events, stats}
 -- call: what the script call shares: {now, event_opts, pickups, texts (the lease
 --   deadline and the fence floor as text, made here once: a call has one consumer
---   and one lease length)}; and terminate()'s.
+--   and one lease length), buckets (creation ms -> pickup bucket, filled here)};
+--   and terminate()'s.
 local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
                            poison_error, call)
   local task_key = keys[1]
@@ -169,7 +170,18 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     expire_with_last(run_key)
   end
   if attempt == 1 then
-    local bucket = pickup_bucket(t.ca, now)
+    -- A batch's tasks mostly share their creation's millisecond (they were created
+    -- together): its bucket is found once (pickup_bucket parses `ca`).
+    local buckets = call.buckets
+    if not buckets then
+      buckets = {}
+      call.buckets = buckets
+    end
+    local bucket = buckets[t.ca]
+    if not bucket then
+      bucket = pickup_bucket(t.ca, now)
+      buckets[t.ca] = bucket
+    end
     call.pickups[bucket] = (call.pickups[bucket] or 0) + 1
   end
   return {RC_OK, fence, attempt, t['or'], t.pl or '', t.tp or ''}

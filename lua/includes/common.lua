@@ -156,14 +156,18 @@ end
 
 -- The whole record of `key` by name, as read_record reads fields (`fn` as 0, `ua`
 -- as `ca` when absent, `.updated`), from one HGETALL, with `.whole` set: a field it
--- lacks is absent (nil), not unread. The long fields named in `joined` are joined
+-- lacks is absent (false or nil), not unread. The long fields named in `joined` are joined
 -- from their pieces (the others' pieces stay as they are). For a caller that needs most
 -- of a record: each field HMGET asks for is a scan of the record's listpack, to its
 -- end for one it does not hold, where HGETALL walks it once (a claim asked for 13,
 -- most of them absent on a first claim).
 local function read_all(key, joined)
   local flat = redis.call('HGETALL', key)
-  local t = {whole = true, updated = false}
+  -- Built with the fields a claimed record mostly has (false: absent, as nil is
+  -- here), so filling it grows no table: four rehashes a record otherwise.
+  local t = {whole = true, updated = false, st = false, ca = false, ttl = false, pi = false,
+    bd = false, tn = false, wk = false, ['or'] = false, ex = false, fn = false, at = false,
+    lo = false, ld = false, ua = false}
   for i = 1, #flat - 1, 2 do
     t[flat[i]] = flat[i + 1]
   end
