@@ -276,6 +276,7 @@ local function runnable_head(tag, want, now)
   local heads = {}
   while #heads < want do
     -- The kept heads stay at ranks 0 .. #heads - 1: only parked tenants leave.
+    local asked = want - #heads
     local top = redis.call('ZRANGE', ring_key, #heads, want - 1, 'WITHSCORES')
     if not top[1] then
       break
@@ -284,6 +285,9 @@ local function runnable_head(tag, want, now)
     for i = 1, #top - 1, 2 do
       names[#names + 1] = top[i]
     end
+    -- Fewer than asked: the ring holds no more, so no second read finds any (a
+    -- ring of fewer tenants than a batch wants read twice per dispatch).
+    local last_read = #names < asked
     local settings = redis.call('HMGET', tenants_key, unpack(names))
     for i, name in ipairs(names) do
       local weight, cap = tenant_settings(settings[i])
@@ -297,6 +301,9 @@ local function runnable_head(tag, want, now)
       else
         park(tag, name, tag .. KEY_RUN .. name, now)
       end
+    end
+    if last_read then
+      break
     end
   end
   return heads
