@@ -1,12 +1,14 @@
 """Redis instructions per ``create_task``: this checkout against earlier revisions.
 
 Usage: python -m benchmarks.create_instructions [--rev REV ...] [--creates N] [--runs R]
+       [--at-once K]
 
 Why: a create is one script call, so what Redis runs for it does not depend on
 batching or timing, and callgrind counts it the same whatever else the machine
 does (two runs agree within half a percent). Each revision gets a fresh
 redis-server under callgrind (``redis_tasks._bench._callgrind``); 50 creates warm
-it up, then N creates, 100 at a time, are counted. An earlier revision runs from
+it up, then N creates, K at a time (100; creates made together go as one script call
+a partition, so K = 1 counts a lone create's), are counted. An earlier revision runs from
 a temporary git worktree, in a process of its own. Needs valgrind, git and a
 source checkout.
 """
@@ -27,7 +29,6 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 _WARM = 50
-_AT_ONCE = 100
 
 
 def _callgrind_module() -> Any:
@@ -42,7 +43,7 @@ def _callgrind_module() -> Any:
     return module
 
 
-async def measure(creates: int) -> float:
+async def measure(creates: int, at_once: int = 100) -> float:
     """Redis instructions per create of the ``redis_tasks`` this process imports."""
     import redis.asyncio as aioredis
 
@@ -62,8 +63,8 @@ async def measure(creates: int) -> float:
                 for _ in range(_WARM):
                     await manager.create_task(WHO, ORIGIN)
                 await counter.start([pid])
-                for start in range(0, creates, _AT_ONCE):
-                    batch = min(_AT_ONCE, creates - start)
+                for start in range(0, creates, at_once):
+                    batch = min(at_once, creates - start)
                     await asyncio.gather(*(manager.create_task(WHO, ORIGIN) for _ in range(batch)))
                 (count,) = await counter.take([pid])
         finally:
@@ -72,7 +73,7 @@ async def measure(creates: int) -> float:
     return float(count) / creates
 
 
-def _at(rev: str, creates: int) -> float:
+def _at(rev: str, creates: int, at_once: int) -> float:
     """Instructions per create of revision ``rev``, from a worktree, in a child process."""
     with tempfile.TemporaryDirectory(prefix="redis-tasks-rev-") as scratch:
         tree = Path(scratch) / "tree"
@@ -85,8 +86,8 @@ def _at(rev: str, creates: int) -> float:
             # This file runs from the tree's root with the tree first on the path, so
             # the revision's package is the one measured (the harness is this file).
             done = subprocess.run(
-                [sys.executable, str(Path(__file__).resolve()), "--this-only", "--creates",
-                 str(creates)],
+                [sys.executable, str(Path(__file__).resolve()), "--this-only",
+                 "--at-once", str(at_once), "--creates", str(creates)],
                 cwd=tree,
                 env={**os.environ, "PYTHONPATH": str(tree)},
                 check=True,
@@ -108,25 +109,31 @@ def main() -> None:
     parser.add_argument("--creates", type=int, default=2_000, help="creates counted per run")
     parser.add_argument("--runs", type=int, default=2, help="runs of each revision, alternating")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--at-once", type=int, default=100, help="creates made together")
     parser.add_argument("--this-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.this_only:
-        print(json.dumps({"per_create": asyncio.run(measure(args.creates))}))
+        print(json.dumps({"per_create": asyncio.run(measure(args.creates, args.at_once))}))
         return
     found: dict[str, list[float]] = {"this checkout": []}
     for rev in args.rev:
         found[rev] = []
     for run in range(args.runs):
-        found["this checkout"].append(asyncio.run(measure(args.creates)))
+        found["this checkout"].append(asyncio.run(measure(args.creates, args.at_once)))
         for rev in args.rev:
-            found[rev].append(_at(rev, args.creates))
+            found[rev].append(_at(rev, args.creates, args.at_once))
         print(f"run {run + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in found.items()))
     medians = {name: statistics.median(counts) for name, counts in found.items()}
     for name, median in medians.items():
         ratio = median / medians["this checkout"]
         print(f"{name:>16}: {median:,.0f} instructions per create ({ratio:.3f}x ours)")
     if args.json is not None:
-        results = {"creates": args.creates, "runs": found, "medians": medians}
+        results = {
+            "creates": args.creates,
+            "at_once": args.at_once,
+            "runs": found,
+            "medians": medians,
+        }
         args.json.write_text(json.dumps(results, indent=1) + "\n")
 
 

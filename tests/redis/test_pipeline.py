@@ -183,24 +183,25 @@ async def test_calls_made_while_two_batches_are_out_go_in_the_next_write(
 
 
 async def test_turn_batches_gather_per_partition_and_answer_each_call() -> None:
-    """TurnBatches (a worker's finishes): one send per partition and turn, at most
-    ``limit`` items each, a lone item sent alone; each caller gets its own error, a
-    send that fails fails its callers alone, and a caller cancelled before the
-    send withdraws its item."""
+    """TurnBatches (a worker's finishes, a manager's creates): one send per partition
+    and turn, at most ``limit`` items each, a lone item sent alone; each caller gets its
+    own result or its own error, a send that fails fails its callers alone, and a
+    caller cancelled before the send withdraws its item."""
     sent: list[tuple[str, int | None, list[str]]] = []
 
-    async def one(item: str) -> None:
+    async def one(item: str) -> int:
         sent.append(("one", None, [item]))
         if item.startswith("bad"):
             raise ValueError(item)
+        return len(item)
 
-    async def many(partition: int, items: list[str]) -> list[BaseException | None]:
+    async def many(partition: int, items: list[str]) -> list[int | BaseException]:
         sent.append(("many", partition, items))
         if partition == 3:
             raise RedisConnectionError("lost")
-        return [KeyError(i) if i.startswith("bad") else None for i in items]
+        return [KeyError(i) if i.startswith("bad") else 10 + len(i) for i in items]
 
-    batches: TurnBatches[str] = TurnBatches(one, many, limit=3)
+    batches: TurnBatches[str, int] = TurnBatches(one, many, limit=3)
     calls = {
         "a1": (1, "a1"), "a2": (1, "bad-a2"), "a3": (1, "a3"), "a4": (1, "a4"),
         "b": (2, "bad-b"), "c1": (3, "c1"), "c2": (3, "c2"), "gone": (1, "gone"),
@@ -219,7 +220,8 @@ async def test_turn_batches_gather_per_partition_and_answer_each_call() -> None:
         ],
         key=str,
     )
-    assert [answers[name] for name in ("a1", "a3", "a4")] == [None, None, None]
+    # Each its own result: a batch's (10 + its length) or a lone call's (its length).
+    assert [answers[name] for name in ("a1", "a3", "a4")] == [12, 12, 2]
     assert isinstance(answers["a2"], KeyError)
     assert isinstance(answers["b"], ValueError)
     assert isinstance(answers["c1"], RedisConnectionError)

@@ -173,7 +173,9 @@ async def test_creates_of_one_turn_are_one_call_a_partition_each_answered_as_if_
         counts = Counter[str]()
         for partition in range(2):
             stats = await client.hgetall(KeySpace(prefix).stats(partition))
-            counts.update({k.decode(): int(v) for k, v in stats.items()})
+            counts.update(
+                {k.decode() if isinstance(k, bytes) else k: int(v) for k, v in stats.items()}
+            )
         assert counts[CREATED_FIELD] == 2 * quota
         assert counts[REFUSED_FIELDS["quota"]] == len(tenants) - 2 * quota
 
