@@ -117,6 +117,21 @@ async def test_the_lua_task_keys_are_keyspace_task_keys(redis_server: RedisServe
     ]
 
 
+async def test_the_lua_partition_of_a_tag_is_keyspace_s(redis_server: RedisServer) -> None:
+    """tag_partition reads a KeySpace tag by its first ':' and the '.' after it: right
+    for any prefix KeySpace accepts (dots and dashes in it too) and any partition."""
+    source = lua.assemble(("keys",), "return tag_partition(ARGV[1])\n")
+    client = Redis.from_url(redis_server.url)
+    try:
+        for prefix in ("rt", "my.app-1", "a_b.c.d", "x" * 64):
+            space = KeySpace(prefix)
+            for partition in (0, 7, 1234, MAX_PARTITIONS - 1):
+                found = await client.eval(source, 0, space.tag(partition))
+                assert found == str(partition).encode(), (prefix, partition)
+    finally:
+        await client.aclose()
+
+
 def test_statuses_and_fields_come_from_python() -> None:
     for status in TaskStatus:
         assert lua.CONSTANTS[f"ST_{status.name}"] == f"'{status.value}'"
