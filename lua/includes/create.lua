@@ -57,7 +57,7 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
   end
 
   local us, now = call.us, call.now
-    -- Compared as text first: most tenants have neither, and tonumber is a strtod.
+  -- Compared as text first: most tenants have neither, and tonumber is a strtod.
   local max_open = max_open_text ~= '0' and tonumber(max_open_text) or 0
   local rate_us = rate_us_text ~= '0' and tonumber(rate_us_text) or 0
   -- The tenant's limit keys, made only for a tenant with that limit.

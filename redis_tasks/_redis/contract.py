@@ -205,6 +205,8 @@ class RedisContract(TaskManagerBase):
                 )
             )
         keys = self._keys
+        # The partition's tenant keys (ring, tenants, seen), which name no tenant; each
+        # tenant's own keys the script makes from the tag.
         tenant = keys.tenant(partition, "")
         reply, unconfirmed = await link.runner.run_confirmed(
             lua.create(

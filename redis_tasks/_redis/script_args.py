@@ -37,7 +37,7 @@ class CreateArgs(NamedTuple):
 def limits_arg(
     settings: str, cap: int, max_open: int, rate_us: int, burst_us: int, terms: str
 ) -> str:
-    """``create_batch``'s ``limits``: ``""`` for a tenant with none, else the six
+    """``create``'s ``limits``: ``""`` for a tenant with none, else the six
     joined by ``|`` (``terms`` last: it is the only one that may hold one)."""
     if not (settings or cap or max_open or rate_us or burst_us or terms):
         return ""

@@ -15,7 +15,7 @@ its own. A batch of one goes the way a single call always went. Each caller
 still gets its own answer (its own result or its own error), and a caller
 cancelled before its batch is sent withdraws its call.
 
-Creates go the same way (``lua/create_batch.lua``): an MCP server under load
+Creates go the same way (``lua/create.lua``): an MCP server under load
 creates many tasks at once, and a create's fixed cost on the server (the script
 call, its arguments, its helpers' closures, the clock, the counts and the event)
 was more than half of its Redis work.
