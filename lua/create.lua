@@ -70,7 +70,7 @@ local tag = ARGV[1]
 local event_opts = ARGV[2]
 local fair = ARGV[3]
 
-local id_prefix = tag_partition(tag) .. '.'
+local prefix = id_prefix_of(tag)
 local us = now_us()
 local batch = {created = {}, queued = 0, queues = {}}
 local now = math.floor(us / 1000)
@@ -88,12 +88,9 @@ for i = CREATES_FROM, #ARGV - CREATES_EACH + 1, CREATES_EACH do
       string.match(limits, '^([%d ]*)|(%d+)|(%d+)|(%d+)|(%d+)|(.*)$')
   end
   local reply
-  -- The manager made the ID (new_task_id), so it is one; but one of another
-  -- partition would be stored where no lookup finds it: its partition is checked
-  -- (its prefix, and its length), not its every character (is_task_id: 3 % of a
-  -- create).
-  if string.sub(task_id, 1, #id_prefix) ~= id_prefix or #task_id ~= #id_prefix + RANDOM_CHARS
-      or not settings then
+  -- The manager made the ID (new_task_id); one of another partition would be
+  -- stored where no lookup finds it.
+  if not of_partition(task_id, prefix) or not settings then
     reply = {RC_NOT_FOUND}
   else
     local k = tenant_keys[tenant]

@@ -37,7 +37,7 @@ local stats_key = KEYS[3]
 local tag = ARGV[1]
 local event_opts = ARGV[2]
 
-local id_prefix = tag_partition(tag) .. '.'
+local prefix = id_prefix_of(tag)
 local out = {RC_OK}
 local batch = {entries = {}, counts = {}, ended = {}}
 local call = {now = now_ms(), event_opts = event_opts, batch = batch}
@@ -51,10 +51,7 @@ for i = OUTCOMES_FROM, #ARGV - OUTCOMES_EACH + 1, OUTCOMES_EACH do
   local task_id, fence, status, has_message, message, outcome_field, outcome =
     unpack(ARGV, i, i + OUTCOMES_EACH - 1)
   -- Anything but a task ID of this partition must not become part of a key name.
-  -- The manager parsed each ID (parse_task_id) before it sent it here, so its
-  -- prefix and length say whether it is one of this partition's; its every
-  -- character need not be matched again (is_task_id cost 1 % of a drained job).
-  if string.sub(task_id, 1, #id_prefix) ~= id_prefix or #task_id ~= #id_prefix + RANDOM_CHARS then
+  if not of_partition(task_id, prefix) then
     out[#out + 1] = RC_NOT_FOUND
   else
     ending.status = status

@@ -197,14 +197,6 @@ local function read_all(key, joined)
   return t
 end
 
--- Whether the record `t` (read_record's or read_all's) has no field `name`, as far
--- as its reader knows: read and absent. A field read_record was not asked for is
--- unknown (nil), and so not absent.
-local function absent(t, name)
-  local value = t[name]
-  return value == false or (value == nil and t.whole == true)
-end
-
 -- Append `name`, `value` to an HSET argument list, in pieces when it is long.
 local function add_field(fields, name, value)
   local size = #value

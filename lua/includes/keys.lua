@@ -2,9 +2,7 @@
 -- make them, from the constants the loader generates from those modules
 -- (KEY_*, TASK_ID_PATTERN, RANDOM_CHARS, PARTITION_DIGITS, MAX_PARTITIONS).
 
--- Whether `task_id` is a task ID that parse_task_id accepts: its partition's
--- digits when it is (a caller may compare them with a tag's), else false.
--- TASK_ID_PATTERN checks the form and captures the partition; a Lua pattern has
+-- Whether `task_id` is a task ID that parse_task_id accepts. TASK_ID_PATTERN checks the form and captures the partition; a Lua pattern has
 -- neither alternatives nor counted repeats, so the random part's length, the
 -- partition's lack of a leading zero and its bound are checked here.
 local function is_task_id(task_id)
@@ -16,7 +14,7 @@ local function is_task_id(task_id)
   if #partition > 1 and string.sub(partition, 1, 1) == '0' then
     return false
   end
-  return tonumber(partition) < MAX_PARTITIONS and partition
+  return tonumber(partition) < MAX_PARTITIONS
 end
 
 -- The record key of the task `task_id` of the partition tagged `tag`, as
@@ -53,4 +51,17 @@ end
 -- The partition number (as text) of the tag `tag` ({<prefix>:<partition>.<salt>}).
 local function tag_partition(tag)
   return string.match(tag, ':(%d+)%.%d+}$')
+end
+
+-- What every task ID of the partition tagged `tag` starts with: '<partition>.'.
+local function id_prefix_of(tag)
+  return tag_partition(tag) .. '.'
+end
+
+-- Whether `task_id`, which the manager parsed (parse_task_id) before it sent it, is
+-- one of the partition whose IDs start with `prefix` (id_prefix_of): by its prefix
+-- and its length, not its every character (is_task_id, for IDs Redis holds, cost 1 %
+-- of a drained job where finish_batch ran it, and 3 % of a create).
+local function of_partition(task_id, prefix)
+  return string.sub(task_id, 1, #prefix) == prefix and #task_id == #prefix + RANDOM_CHARS
 end

@@ -59,7 +59,9 @@ local function terminate(keys, task_id, t, entry, ending, call)
   -- joined with the tail of a longer one.
   -- A field the caller read and found absent is not named: each name in an HDEL is
   -- a scan of the record's listpack, to its end for a field it does not hold.
-  -- (absent() written out: two loops of calls cost a job more than the test.)
+  -- A field is absent when read and false, or unread and the record was read whole
+  -- (`.whole`). The test is written out, not a function: eleven calls a job cost
+  -- 2 % of a drained job (benchmarks/call_instructions.py, claims of 32).
   local dropped = {}
   local unread_is_absent = t.whole == true
   for i = 1, #DROPPED_AT_END do
