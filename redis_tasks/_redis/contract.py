@@ -42,6 +42,14 @@ def _message_args(message: bytes | None) -> tuple[bytes, bytes]:
     return (b"0", b"") if message is None else (b"1", message)
 
 
+def _partition_of(new: NewTask) -> int:
+    """The partition of a task to create (its ID, which the manager made, names it)."""
+    partition = parse_task_id(new.task_id)
+    if partition is None:  # the manager made the ID: a bug
+        raise InternalError("a new task's ID names no partition")
+    return partition
+
+
 class RedisContract(TaskManagerBase):
     """The contract's hooks on Redis: one script call each, through ``link``'s runner,
     with ``keys``' layout and ``link``'s ``events`` argument."""
@@ -168,10 +176,7 @@ class RedisContract(TaskManagerBase):
     async def _create(self, new: NewTask) -> int:
         """A create joins the turn's others of its partition (:mod:`.turn_batches`):
         each stored, enqueued and announced atomically, as one ``create`` would."""
-        partition = parse_task_id(new.task_id)
-        if partition is None:  # the manager made the ID: a bug
-            raise InternalError("a new task's ID names no partition")
-        return await self._creates.submit(partition, new)
+        return await self._creates.submit(_partition_of(new), new)
 
     async def _create_many(self, partition: int, news: list[NewTask]) -> list[int | BaseException]:
         """One ``create`` call for ``news`` of ``partition``: each one's creation time,
@@ -227,10 +232,7 @@ class RedisContract(TaskManagerBase):
 
     async def _create_one(self, new: NewTask) -> int:
         """A lone create: a ``create`` call of one."""
-        partition = parse_task_id(new.task_id)
-        if partition is None:  # the manager made the ID: a bug
-            raise InternalError("a new task's ID names no partition")
-        (result,) = await self._create_many(partition, [new])
+        (result,) = await self._create_many(_partition_of(new), [new])
         if isinstance(result, BaseException):
             raise result
         return result

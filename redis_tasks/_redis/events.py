@@ -19,7 +19,7 @@ from .client import CLIENT_ERRORS
 from .keys import KeySpace
 from .link import Link
 from .pipeline import pack
-from .rawio import KeptConnection, entry_field
+from .rawio import KeptConnection, entry_field, task_ids
 from .shard_tail import ShardTail
 from .topology import Topology
 
@@ -217,10 +217,10 @@ class RedisEventPublisher(TaskEventPublisher):
                     name = stream.decode() if isinstance(stream, bytes) else stream
                     for entry_id, fields in entries:
                         positions[name] = entry_id
-                        task_ids = entry_field(fields, b"t")
-                        if task_ids is not None:
-                            for task_id in task_ids.split(b" "):
-                                self._deliver(task_id.decode("utf-8", "replace"))
+                        named = entry_field(fields, b"t")
+                        if named is not None:
+                            for task_id in task_ids(named):
+                                self._deliver(task_id)
         finally:
             await tail.close()
 

@@ -18,7 +18,7 @@ from redis.exceptions import MovedError, ResponseError
 from .pipeline import write
 from .topology import TRANSIENT, Node, Topology
 
-__all__ = ["KeptConnection", "entry_field", "stream_entries"]
+__all__ = ["KeptConnection", "entry_field", "stream_entries", "task_ids"]
 
 
 def stream_entries(reply: Any) -> list[Any]:
@@ -40,6 +40,12 @@ def entry_field(fields: Any, name: bytes) -> bytes | None:
             found: bytes = fields[i + 1]
             return found
     return None
+
+
+def task_ids(raw: bytes) -> list[str]:
+    """The task IDs of an event (its entry's ``t``, or a hint line's tail): one, or the
+    tasks one script call created or ended, separated by spaces."""
+    return [task_id.decode("utf-8", "replace") for task_id in raw.split(b" ")]
 
 
 class KeptConnection:

@@ -47,7 +47,7 @@ from redis.exceptions import MovedError, NoPermissionError, ResponseError
 
 from .client import CLIENT_ERRORS
 from .pipeline import pack, write
-from .rawio import entry_field, stream_entries
+from .rawio import entry_field, stream_entries, task_ids
 from .topology import Node, Topology
 
 __all__ = ["ShardTail"]
@@ -134,10 +134,10 @@ class _Stream:
         newer = 0  # entries appended after the counter was read
         for entry_id, fields in entries:
             if entry_id not in pushed:
-                task_ids = entry_field(fields, b"t")
-                if task_ids is not None:
-                    for task_id in task_ids.split(b" "):
-                        deliver(task_id.decode("utf-8", "replace"))
+                named = entry_field(fields, b"t")
+                if named is not None:
+                    for task_id in task_ids(named):
+                        deliver(task_id)
             if stream_id(entry_id) > last:
                 newer += 1
         end = bytes(entries[-1][0]) if entries else self.position
@@ -334,10 +334,10 @@ class ShardTail:
         IDs separated by spaces (a batch script's one event names all the tasks it
         ended); lines of such, from earlier releases, are read too."""
         for line in message.split(b"\n"):
-            entry_id, _, task_ids = line.partition(b" ")
-            if task_ids and stream.pushed_hint(entry_id):
-                for task_id in task_ids.split(b" "):
-                    self._deliver(task_id.decode("utf-8", "replace"))
+            entry_id, _, named = line.partition(b" ")
+            if named and stream.pushed_hint(entry_id):
+                for task_id in task_ids(named):
+                    self._deliver(task_id)
 
     async def _catch_up_every(
         self, node: Node, members: list[_Stream], ready: asyncio.Event
