@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import tempfile
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -41,8 +43,10 @@ _HOT = ("claim_next", "finish_batch", "create")
 _BODY = "local work_key = KEYS[1]"
 
 
-async def per_job(tasks: int, batch: int) -> float:
-    """Redis instructions a drained job with claims of ``batch`` tasks."""
+@contextlib.asynccontextmanager
+async def _counted_server() -> AsyncIterator[tuple[str, aioredis.Redis, Callgrind, int]]:
+    """A fresh redis-server under callgrind, not counting yet: its URL, a client of it,
+    the counter and the server's PID (which the counter switches)."""
     with tempfile.TemporaryDirectory(prefix="redis-tasks-call-instructions-") as scratch:
         counter = Callgrind(Path(scratch) / "callgrind")
         server = start_redis_server(
@@ -51,63 +55,61 @@ async def per_job(tasks: int, batch: int) -> float:
         client = aioredis.Redis.from_url(server.url)
         try:
             pid = int((await client.info("server"))["process_id"])
-            async with RedisTaskManager.from_url(server.url, prefix="ci", partitions=1) as m:
-                for start in range(0, tasks, _CREATE_AT_ONCE):
-                    n = min(_CREATE_AT_ONCE, tasks - start)
-                    await asyncio.gather(*(m.create_task(WHO, ORIGIN) for _ in range(n)))
-                await counter.start([pid])
-                done = 0
-                while done < tasks:
-                    claimed = await m.work_queue.claim_next(
-                        0, consumer="c1", count=batch, lease=timedelta(minutes=1), max_attempts=3
-                    )
-                    await asyncio.gather(
-                        *(
-                            m.complete_task(entry.task_id, {"ok": True}, fence=claim.fence)
-                            for entry, claim in claimed
-                            if entry.task_id is not None
-                        )
-                    )
-                    done += len(claimed)
-                (count,) = await counter.take([pid])
+            yield server.url, client, counter, pid
         finally:
             await client.aclose()
             server.stop()
+
+
+async def per_job(tasks: int, batch: int) -> float:
+    """Redis instructions a drained job with claims of ``batch`` tasks."""
+    async with (
+        _counted_server() as (url, _, counter, pid),
+        RedisTaskManager.from_url(url, prefix="ci", partitions=1) as m,
+    ):
+        for start in range(0, tasks, _CREATE_AT_ONCE):
+            n = min(_CREATE_AT_ONCE, tasks - start)
+            await asyncio.gather(*(m.create_task(WHO, ORIGIN) for _ in range(n)))
+        await counter.start([pid])
+        done = 0
+        while done < tasks:
+            claimed = await m.work_queue.claim_next(
+                0, consumer="c1", count=batch, lease=timedelta(minutes=1), max_attempts=3
+            )
+            await asyncio.gather(
+                *(
+                    m.complete_task(entry.task_id, {"ok": True}, fence=claim.fence)
+                    for entry, claim in claimed
+                    if entry.task_id is not None
+                )
+            )
+            done += len(claimed)
+        (count,) = await counter.take([pid])
     return count / tasks
 
 
 async def definitions() -> dict[str, float]:
     """Redis instructions each hot script spends a call on its definitions alone."""
-    with tempfile.TemporaryDirectory(prefix="redis-tasks-definitions-") as scratch:
-        counter = Callgrind(Path(scratch) / "callgrind")
-        server = start_redis_server(
-            Path(scratch) / "redis", binary=counter.wrapper(), startup_timeout=60
-        )
-        client = aioredis.Redis.from_url(server.url)
-        try:
-            pid = int((await client.info("server"))["process_id"])
+    async with _counted_server() as (_, client, counter, pid):
 
-            async def per_call(source: str, keys: int) -> float:
-                sha = await client.script_load(source)
-                await counter.start([pid])
-                for _ in range(0, _DEFINITION_CALLS, 200):
-                    pipe = client.pipeline(transaction=False)
-                    for _ in range(200):
-                        pipe.evalsha(sha, keys, *(["{ci:0.1}:k"] * keys))
-                    await pipe.execute()
-                (count,) = await counter.take([pid])
-                return count / _DEFINITION_CALLS
+        async def per_call(source: str, keys: int) -> float:
+            sha = await client.script_load(source)
+            await counter.start([pid])
+            for _ in range(0, _DEFINITION_CALLS, 200):
+                pipe = client.pipeline(transaction=False)
+                for _ in range(200):
+                    pipe.evalsha(sha, keys, *(["{ci:0.1}:k"] * keys))
+                await pipe.execute()
+            (count,) = await counter.take([pid])
+            return count / _DEFINITION_CALLS
 
-            base = await per_call("return {0}", 0)
-            found = {}
-            for name in _HOT:
-                script = lua.scripts[name]
-                body = script.source.index(_BODY)
-                cut = script.source[:body] + "do return {0} end\n"
-                found[name] = await per_call(cut, len(script.spec.keys)) - base
-        finally:
-            await client.aclose()
-            server.stop()
+        base = await per_call("return {0}", 0)
+        found = {}
+        for name in _HOT:
+            script = lua.scripts[name]
+            body = script.source.index(_BODY)
+            cut = script.source[:body] + "do return {0} end\n"
+            found[name] = await per_call(cut, len(script.spec.keys)) - base
     return found
 
 
