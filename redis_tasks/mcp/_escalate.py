@@ -19,10 +19,19 @@ errors), raised only inside the extension's inline phase.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from contextvars import ContextVar
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-__all__ = ["run_as_task"]
+from ._wire import internal_error
+
+if TYPE_CHECKING:
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+
+__all__ = ["run_as_task", "run_inline"]
+
+logger = logging.getLogger("redis_tasks.mcp")
 
 #: Where a tool of ``input_first`` runs now: inline in the server, or in a worker.
 _PHASE: Final[ContextVar[Literal["inline", "task"] | None]] = ContextVar(
@@ -49,3 +58,22 @@ def run_as_task() -> None:
     if phase == "inline":
         raise RunAsTask
     raise RuntimeError("run_as_task() is for tools in TasksExtension(input_first=...)")
+
+
+async def run_inline(
+    ctx: ServerRequestContext[Any, Any], call_next: CallNext, limit_s: float
+) -> HandlerResult | None:
+    """Run an ``input_first`` tool in the server for one round, within ``limit_s``
+    seconds (the server runs it); ``None`` once it called :func:`run_as_task`, the rest
+    then being a task."""
+    token = _PHASE.set("inline")
+    try:
+        async with asyncio.timeout(limit_s):
+            return await call_next(ctx)
+    except RunAsTask:
+        return None
+    except TimeoutError:
+        logger.error("an input_first tool ran past input_first_timeout inline")
+        raise internal_error() from None
+    finally:
+        _PHASE.reset(token)

@@ -19,10 +19,8 @@ its PRODUCER span beneath it (:mod:`redis_tasks._telemetry.traces`).
 
 from __future__ import annotations
 
-import asyncio
-import enum
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -41,7 +39,7 @@ from redis_tasks._telemetry.traces import TRACES
 
 from ._auth import Authorizer, PrincipalAuthorizer
 from ._boundary import guard
-from ._escalate import _PHASE, RunAsTask
+from ._escalate import run_inline
 from ._fast_path import install_fast_path
 from ._hooks import (
     PayloadFactory,
@@ -54,7 +52,7 @@ from ._hooks import (
 )
 from ._sdk import find_tool, require_tool_lookup
 from ._subscriptions import TaskSubscriptions
-from ._tool_call import ToolCall
+from ._tool_call import TaskSupport, ToolCall
 from ._wire import (
     EXTENSION_ID,
     CancelTaskParams,
@@ -83,15 +81,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("redis_tasks.mcp")
-
-
-class TaskSupport(enum.StrEnum):
-    """How a tool takes part in tasks."""
-
-    #: A task when the client declared the extension, an inline call otherwise.
-    OPTIONAL = "optional"
-    #: Always a task; a client without the extension gets ``-32021``.
-    REQUIRED = "required"
 
 
 class TasksExtension(Extension):
@@ -241,22 +230,49 @@ class TasksExtension(Extension):
         call_next: CallNext,
     ) -> HandlerResult:
         """Create a task for a task-enabled tool; pass every other call through."""
-        support = self._tools.get(params.name)
+        name = params.name
+        return await self.serve_tool_call(
+            params,
+            ctx,
+            call_next,
+            support=self._tools.get(name),
+            valid=lambda: self._valid_arguments(name, params.arguments or {}),
+            input_first=name in self._input_first,
+        )
+
+    async def serve_tool_call(
+        self,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+        *,
+        support: TaskSupport | None,
+        valid: Callable[[], bool],
+        input_first: bool = False,
+        poll_interval: timedelta | None = None,
+    ) -> HandlerResult:
+        """The task path of one ``tools/call``, for a framework that finds its tools its own
+        way (:mod:`redis_tasks.fastmcp`): ``support`` is the tool's, ``valid()`` whether
+        the arguments would pass the tool's own validation (``False``: the call runs
+        inline, where it fails as the framework fails it), ``input_first`` whether it
+        gathers input inline first (:func:`run_as_task`), ``poll_interval`` the tool's
+        own (``None``: the extension's).
+        """
         if support is None:
             return await call_next(ctx)
         if not declares_extension(ctx):
             if support is TaskSupport.REQUIRED:
                 raise missing_capability()
             return await call_next(ctx)
-        arguments = params.arguments or {}
-        if not self._valid_arguments(params.name, arguments):
+        if not valid():
             # The inline path reports the failure exactly as the SDK does, and
             # never reaches the tool body because validation fails there too.
             return await call_next(ctx)
+        arguments = params.arguments or {}
         request = self._authorize(ctx)
         gathered: dict[str, Any] | None = None
-        if params.name in self._input_first:
-            inline = await self._run_inline(ctx, call_next)
+        if input_first:
+            inline = await run_inline(ctx, call_next, self._input_first_timeout)
             if inline is not None:
                 return inline  # an input round, or the tool's own answer
             gathered = {
@@ -284,7 +300,7 @@ class TasksExtension(Extension):
                 call.to_origin(self._limits),
                 payload=payload,
                 ttl=self._ttl,
-                poll_interval=self._poll_interval,
+                poll_interval=poll_interval or self._poll_interval,
                 tenant=tenant,
                 weight=weight,
                 plan=plan,
@@ -296,23 +312,6 @@ class TasksExtension(Extension):
         # The SDK's span of this tools/call names the task it created.
         self._mark(task.task_id, task.status.value)
         return created_result(task)
-
-    async def _run_inline(
-        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
-    ) -> HandlerResult | None:
-        """Run an ``input_first`` tool here for one round; ``None`` once it called
-        :func:`run_as_task` (the rest becomes a task). Bounded: the server runs it."""
-        token = _PHASE.set("inline")
-        try:
-            async with asyncio.timeout(self._input_first_timeout):
-                return await call_next(ctx)
-        except RunAsTask:
-            return None
-        except TimeoutError:
-            logger.error("an input_first tool ran past input_first_timeout inline")
-            raise internal_error() from None
-        finally:
-            _PHASE.reset(token)
 
     # -- tasks/* --------------------------------------------------------------------
 

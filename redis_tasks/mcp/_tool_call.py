@@ -8,6 +8,7 @@ worker sees the same client as one run inline). It never appears in a ``repr``.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,12 +18,21 @@ from redis_tasks._errors import ValidationError
 from redis_tasks._limits import Limits
 from redis_tasks._origin import TaskOrigin
 
-__all__ = ["ToolCall"]
+__all__ = ["TaskSupport", "ToolCall"]
 
 #: Bumped if the stored shape ever changes, so an old worker refuses a new task.
 _VERSION: Final = 1
 #: The shape with the input gathered before the task (``run_as_task``).
 _INPUT_VERSION: Final = 2
+
+
+class TaskSupport(enum.StrEnum):
+    """How a tool takes part in tasks."""
+
+    #: A task when the client declared the extension, an inline call otherwise.
+    OPTIONAL = "optional"
+    #: Always a task; a client without the extension gets ``-32021``.
+    REQUIRED = "required"
 
 
 @dataclass(frozen=True)
