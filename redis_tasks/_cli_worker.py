@@ -75,7 +75,15 @@ def load_handler(spec: str) -> Handler:
 def add_worker_command(commands: Any) -> None:
     """Register the ``worker`` sub-command and its options."""
     worker = commands.add_parser("worker", help="run tasks with a handler until stopped")
-    worker.add_argument("handler", help="the handler, as MODULE:FUNCTION")
+    worker.add_argument("handler", nargs="?", default=None, help="the handler, as MODULE:FUNCTION")
+    worker.add_argument(
+        "--fastmcp",
+        metavar="APP",
+        default=None,
+        help="run a FastMCP app's task tools instead of a handler: FILE.py:OBJECT or "
+        "MODULE:OBJECT (e.g. app.py:mcp), with its redis_tasks.fastmcp.TasksExtension's "
+        "Redis, prefix and partitions (--redis-url overrides the URL) and its lifespan",
+    )
     add_redis_options(worker)
     worker.add_argument("--concurrency", type=int, default=32)
     worker.add_argument(
@@ -282,20 +290,31 @@ async def _serve_worker(
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run the worker the parsed ``args`` describe."""
-    problem = check_redis_options(args)
-    if problem is not None:
-        print(f"redis-tasks worker: {problem}", file=sys.stderr)
-        return 2
     configure_logging(args.log_level)
     try:
         loop = loop_name(args.loop)
     except (ValueError, ImportError) as exc:
         print(f"redis-tasks worker: {exc}", file=sys.stderr)
         return 2
+    app: Any = None
+    if (args.handler is None) == (args.fastmcp is None):
+        print(
+            "redis-tasks worker: give a handler (MODULE:FUNCTION) or --fastmcp APP",
+            file=sys.stderr,
+        )
+        return 2
     try:
-        handler = load_handler(args.handler)
-    except HandlerError as exc:
+        if args.fastmcp is not None:
+            app, handler = _fastmcp_app(args)
+        else:
+            handler = load_handler(args.handler)
+    except (HandlerError, ValueError) as exc:
         print(f"redis-tasks worker: {exc}", file=sys.stderr)
+        return 2
+    # After the app, whose extension may name the Redis.
+    problem = check_redis_options(args)
+    if problem is not None:
+        print(f"redis-tasks worker: {problem}", file=sys.stderr)
         return 2
     export = None
     if args.metrics_port is not None:
@@ -306,4 +325,45 @@ def run_worker(args: argparse.Namespace) -> int:
         except ImportError as exc:
             print(f"redis-tasks worker: {exc}", file=sys.stderr)
             return 2
+    if app is not None:
+        return run(_serve_app(app, args, handler, export), loop)
     return run(_serve(args, handler, export), loop)
+
+
+def _fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler]:
+    """The FastMCP app ``--fastmcp`` names and its handler; ``args`` take its extension's
+    Redis settings. Raises ``ValueError`` (one line) when it cannot be served."""
+    try:
+        from .fastmcp import tool_handler
+        from .fastmcp._loading import load_app
+    except ImportError as exc:
+        raise HandlerError(
+            f"--fastmcp needs FastMCP: pip install 'redis-mcp-tasks[fastmcp]' ({exc})"
+        ) from None
+    app, extension = load_app(args.fastmcp)
+    settings = extension.manager_settings
+    if settings is not None:
+        args.prefix, args.partitions, args.timeout = settings
+        args.redis_url = args.redis_url or extension.url
+    if not args.redis_url:
+        raise HandlerError(
+            "the app's TasksExtension was given a manager: name its Redis with --redis-url"
+        )
+    return app, tool_handler(app, snapshot_key=extension.snapshot_key)
+
+
+async def _serve_app(
+    app: Any, args: argparse.Namespace, handler: Handler, export: PrometheusExport | None
+) -> int:
+    """:func:`_serve` inside the FastMCP app's lifespan (its tools' resources)."""
+    from .fastmcp._fastmcp import app_lifespan
+
+    try:
+        async with app_lifespan(app):
+            return await _serve(args, handler, export)
+    except BackendError as exc:
+        logger.error(
+            "could not start: Redis unavailable",
+            extra={"event": "startup_failed", "error": type(exc).__name__},
+        )
+        return 1

@@ -17,7 +17,7 @@ the same keys and gets the recorded answers back at once.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -50,7 +50,7 @@ from ._tool_call import ToolCall
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-__all__ = ["tool_handler"]
+__all__ = ["run_cancellable", "tool_handler"]
 
 #: How a request key names its method.
 _KEY_STEMS: Final[dict[str, str]] = {
@@ -271,22 +271,34 @@ def tool_handler(server: MCPServer[Any], *, lifespan_context: Any = None) -> Han
             run = _ToolRun(server, execution, lifespan)
         except ValidationError as exc:
             raise TaskFailed(JsonRpcError(code=-32603, message="Internal error")) from exc
-        tool = asyncio.ensure_future(run.run())
-        cancelled = asyncio.ensure_future(execution.cancelled.wait())
-        try:
-            await asyncio.wait({tool, cancelled}, return_when=asyncio.FIRST_COMPLETED)
-            if not tool.done():
-                # Cancellation is cooperative: the tool may still finish (then its
-                # result wins) or swallow the cancellation.
-                run.cancel_requested()
-                tool.cancel()
-            return await _outcome(tool)
-        finally:
-            cancelled.cancel()
-            if not tool.done():
-                tool.cancel()
+        return await run_cancellable(execution, run.run(), run.cancel_requested)
 
     return run_tool
+
+
+async def run_cancellable(
+    execution: TaskExecution,
+    body: Coroutine[Any, Any, dict[str, Any]],
+    cancel_requested: Callable[[], object],
+) -> dict[str, Any]:
+    """Run a tool's ``body`` for ``execution`` until it ends or the task is cancelled;
+    its outcome as the SDK tells it (see :func:`tool_handler`).
+
+    Cancellation is cooperative: ``cancel_requested()`` is called and the body
+    cancelled; it may still finish (then its result wins) or swallow the cancellation.
+    """
+    tool = asyncio.ensure_future(body)
+    cancelled = asyncio.ensure_future(execution.cancelled.wait())
+    try:
+        await asyncio.wait({tool, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        if not tool.done():
+            cancel_requested()
+            tool.cancel()
+        return await _outcome(tool)
+    finally:
+        cancelled.cancel()
+        if not tool.done():
+            tool.cancel()
 
 
 async def _outcome(tool: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ which must still fail: a fix that makes one pass removes it from the list.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -71,21 +72,28 @@ def _uvicorn(app: str, port: int) -> list[str]:
             "--log-level", "warning"]  # fmt: skip
 
 
-@pytest.fixture(scope="module", params=["one server", "two servers behind a round robin"])
-def endpoint(
-    request: pytest.FixtureRequest,
-    redis_server: RedisServer,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[str]:
+#: Each fixture server: its ASGI app, and its worker's arguments after ``redis-tasks worker``.
+_FIXTURES: dict[str, tuple[str, list[str]]] = {
+    "sdk": ("tests.support.conformance_app:app", ["tests.support.conformance_app:handler"]),
+    "fastmcp": (
+        "tests.support.fastmcp_conformance_app:app",
+        ["--fastmcp", "tests/support/fastmcp_conformance_app.py:mcp"],
+    ),
+}
+_TOPOLOGIES = ["one server", "two servers behind a round robin"]
+
+
+@contextlib.contextmanager
+def _serving(kind: str, topology: str, redis_server: RedisServer, logs: Path) -> Iterator[str]:
     """The suite's target: one fixture server, or two of them behind a proxy that sends
     each request to the next one (a task made on one is polled on the other)."""
     if not SUITE.is_file():
         pytest.fail("the conformance suite is not installed: run `make conformance`")
-    logs = tmp_path_factory.mktemp("conformance")
+    app, worker = _FIXTURES[kind]
     prefix = f"conf-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "RT_TEST_REDIS_URL": redis_server.url, "RT_TEST_PREFIX": prefix,
            "REDIS_URL": redis_server.url, "RT_TEST_STATE_KEY": secrets.token_hex(32)}  # fmt: skip
-    servers = 1 if request.param == "one server" else 2
+    servers = 1 if topology == "one server" else 2
     ports = [free_port() for _ in range(servers)]
     processes: list[subprocess.Popen[bytes]] = []
 
@@ -102,10 +110,9 @@ def endpoint(
 
     try:
         for i, port in enumerate(ports):
-            spawn(f"server-{i}", _uvicorn("tests.support.conformance_app:app", port))
-        spawn("worker", [sys.executable, "-m", "redis_tasks", "worker",
-                         "tests.support.conformance_app:handler", "--prefix", prefix,
-                         "--log-level", "warning"])  # fmt: skip
+            spawn(f"server-{i}", _uvicorn(app, port))
+        spawn("worker", [sys.executable, "-m", "redis_tasks", "worker", *worker,
+                         "--prefix", prefix, "--log-level", "warning"])  # fmt: skip
         for port, process in zip(ports, processes, strict=False):
             wait_listening(port, process)
         port = ports[0]
@@ -129,8 +136,30 @@ def endpoint(
                 process.kill()
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS + OTHER_SCENARIOS)
-def test_the_conformance_suite_passes(endpoint: str, scenario: str) -> None:
+@pytest.fixture(scope="module", params=_TOPOLOGIES)
+def endpoint(
+    request: pytest.FixtureRequest,
+    redis_server: RedisServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """The SDK fixture server (``tests.support.conformance_app``), one or two."""
+    with _serving("sdk", request.param, redis_server, tmp_path_factory.mktemp("conf")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=_TOPOLOGIES)
+def fastmcp_endpoint(
+    request: pytest.FixtureRequest,
+    redis_server: RedisServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """The same fixture as a FastMCP app on ``redis_tasks.fastmcp``, run by
+    ``redis-tasks worker --fastmcp`` (tests.support.fastmcp_conformance_app)."""
+    with _serving("fastmcp", request.param, redis_server, tmp_path_factory.mktemp("fm")) as url:
+        yield url
+
+
+def _suite_passes(endpoint: str, scenario: str) -> None:
     done = subprocess.run(
         [_node(), str(SUITE), "server", "--url", endpoint, "--spec-version", "2026-07-28",
          "--force", "--scenario", scenario],
@@ -151,6 +180,18 @@ def test_the_conformance_suite_passes(endpoint: str, scenario: str) -> None:
         assert int(summary.group(2)) > 0, output[-3000:]
 
 
+@pytest.mark.parametrize("scenario", SCENARIOS + OTHER_SCENARIOS)
+def test_the_conformance_suite_passes(endpoint: str, scenario: str) -> None:
+    _suite_passes(endpoint, scenario)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_conformance_suite_passes_on_fastmcp(fastmcp_endpoint: str, scenario: str) -> None:
+    """The tasks scenarios against a FastMCP server whose tasks extension is ours (the
+    others test FastMCP itself)."""
+    _suite_passes(fastmcp_endpoint, scenario)
+
+
 FASTMCP_PYTHON = ROOT / "benchmarks/.venv-fastmcp/bin/python"
 FASTMCP_CHECKS = (
     "sync tool",
@@ -165,6 +206,16 @@ FASTMCP_CHECKS = (
 
 def test_fastmcp_tasks_client_drives_our_server(endpoint: str) -> None:
     """The other Python client of the extension, from its own virtualenv (make bench-fastmcp)."""
+    _fastmcp_client_passes(endpoint)
+
+
+def test_fastmcp_tasks_client_drives_our_fastmcp_server(fastmcp_endpoint: str) -> None:
+    """The same client against the FastMCP fixture: fastmcp-tasks' own client sees our
+    FastMCP extension as it sees its own."""
+    _fastmcp_client_passes(fastmcp_endpoint)
+
+
+def _fastmcp_client_passes(endpoint: str) -> None:
     if not FASTMCP_PYTHON.is_file():
         pytest.fail("fastmcp-tasks' virtualenv is missing: run `make bench-fastmcp`")
     done = subprocess.run(

@@ -1,0 +1,215 @@
+"""``TasksExtension``: SEP-2663 tasks for a FastMCP server, on redis-tasks.
+
+FastMCP runs a ``@mcp.tool(task=TaskConfig(...))`` tool as a task through whatever
+extension is registered as ``io.modelcontextprotocol/tasks``; fastmcp-tasks is one,
+this is another, so an app changes backend by changing the line that registers it.
+
+Nothing of the wire is written twice: the methods (``tasks/get``, ``tasks/update``,
+``tasks/cancel``) and the task path of a ``tools/call`` are those of the SDK's
+:class:`redis_tasks.mcp.TasksExtension`, which this one holds; what it adds is
+FastMCP's way of finding a tool's task mode (its ``TaskConfig``, read at each call, so
+tools added later count), its validation, its poll interval, and the caller's
+snapshot (:mod:`._snapshot`) kept as the task's payload for the worker
+(:func:`redis_tasks.fastmcp.tool_handler`, ``redis-tasks worker --fastmcp``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from fastmcp.server.dependencies import get_access_token, get_http_headers
+from fastmcp.server.extensions import MethodBinding, ServerExtension
+from fastmcp.utilities.tasks import TASKS_EXTENSION_ID
+from mcp_types import CallToolRequestParams
+from pydantic import BaseModel, ConfigDict
+
+from redis_tasks._redis.manager import RedisTaskManager
+from redis_tasks.mcp import TasksExtension as SdkTasksExtension
+from redis_tasks.mcp import TaskSupport
+from redis_tasks.mcp._hooks import PlanFactory, TenantFactory, WeightFactory
+
+from ._fastmcp import is_client_call, require_fastmcp, sdk_context, valid_arguments
+from ._snapshot import CallerSnapshot, SnapshotKey
+
+if TYPE_CHECKING:
+    from fastmcp.server.context import Context
+    from fastmcp.server.extensions import ToolCallContinuation, ToolCallOutcome
+    from mcp.server.context import ServerRequestContext
+
+    from redis_tasks.mcp import Authorizer
+
+__all__ = ["SNAPSHOT_KEY_ENV", "TasksExtension"]
+
+#: Where servers and workers find the snapshot key when none is given.
+SNAPSHOT_KEY_ENV = "REDIS_TASKS_SNAPSHOT_KEY"
+
+
+class _WireResult(BaseModel):
+    """A result the SDK extension built as JSON, handed to FastMCP as the model it expects."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class TasksExtension(ServerExtension):
+    """Durable, multi-node tasks for a FastMCP server: ``mcp.add_extension(TasksExtension(url))``.
+
+    ``url`` is the Redis (any node of a cluster; default ``$REDIS_URL``), with the
+    manager's ``prefix``, ``partitions``, ``timeout`` and ``wait_replicas``; or give a
+    ``manager`` you made. Tools declared ``task=TaskConfig(mode="required")`` always
+    run as tasks (a client that did not declare the extension gets ``-32021``);
+    ``"optional"`` ones when the client declared it, inline otherwise. The tool's
+    ``poll_interval`` is the task's; ``ttl`` applies to every task (default: the
+    manager's). Run the tools with ``redis-tasks worker --fastmcp app.py:mcp``.
+
+    Who may see a task is the SDK extension's ``authorizer`` (default: the endpoint and
+    FastMCP's authenticated principal, so another principal's ``tasks/get`` is "not
+    found"); ``tenant``, ``weight`` and ``plan`` are its hooks too (default tenant: that
+    binding). ``input_first`` names ``required`` tools that gather input inline before
+    the rest becomes a task (:func:`redis_tasks.mcp.run_as_task`). The caller's access
+    token and headers go with the task for the worker, sealed with ``snapshot_key``
+    (default ``$REDIS_TASKS_SNAPSHOT_KEY``; without one they are kept in clear).
+    Raises :class:`~redis_tasks.fastmcp.FastMCPMismatchError` on a FastMCP this was
+    not written for.
+    """
+
+    identifier = TASKS_EXTENSION_ID
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        prefix: str = "rt",
+        partitions: int = 16,
+        timeout: float = 5.0,
+        wait_replicas: int = 0,
+        manager: RedisTaskManager | None = None,
+        authorizer: Authorizer | None = None,
+        tenant: TenantFactory | None = None,
+        weight: int | WeightFactory | None = None,
+        plan: PlanFactory | None = None,
+        ttl: timedelta | None = None,
+        input_first: Iterable[str] = (),
+        input_first_timeout: timedelta = timedelta(seconds=10),
+        snapshot_key: str | bytes | SnapshotKey | None = None,
+    ) -> None:
+        require_fastmcp()
+        super().__init__()
+        if manager is None:
+            url = url or os.environ.get("REDIS_URL")
+            if not url:
+                raise ValueError("TasksExtension needs a Redis: url=... or $REDIS_URL")
+            manager = RedisTaskManager.from_url(
+                url, prefix=prefix, partitions=partitions, timeout=timeout,
+                wait_replicas=wait_replicas,
+            )  # fmt: skip
+        elif url is not None:
+            raise ValueError("give TasksExtension a url or a manager, not both")
+        self._url = url
+        self._settings = (prefix, partitions, timeout)
+        self._input_first = frozenset(map(str, input_first))
+        if snapshot_key is None:
+            snapshot_key = os.environ.get(SNAPSHOT_KEY_ENV) or None
+        self._key = (
+            snapshot_key
+            if snapshot_key is None or isinstance(snapshot_key, SnapshotKey)
+            else SnapshotKey(snapshot_key)
+        )
+        self._tasks = SdkTasksExtension(
+            manager,
+            authorizer=authorizer,
+            payload=self._snapshot,
+            tenant=tenant,
+            weight=weight,
+            plan=plan,
+            ttl=ttl,
+            input_first_timeout=input_first_timeout,
+        )
+        self._manager = manager
+
+    @property
+    def manager(self) -> RedisTaskManager:
+        """The task manager every request goes to (a worker of the app uses its settings)."""
+        return self._manager
+
+    @property
+    def url(self) -> str | None:
+        """The Redis URL given (or read from ``$REDIS_URL``); ``None`` for a given manager."""
+        return self._url
+
+    @property
+    def manager_settings(self) -> tuple[str, int, float] | None:
+        """The ``prefix``, ``partitions`` and ``timeout`` the manager was made with from
+        ``url`` (what ``redis-tasks worker --fastmcp`` serves); ``None`` for a given one."""
+        return self._settings if self._url is not None else None
+
+    @property
+    def snapshot_key(self) -> SnapshotKey | None:
+        """The key callers' snapshots are sealed with, if any."""
+        return self._key
+
+    def methods(self) -> list[MethodBinding]:
+        """``tasks/get``, ``tasks/update`` and ``tasks/cancel``: the SDK extension's own."""
+        return [
+            MethodBinding(b.method, b.params_type, b.handler, b.protocol_versions)
+            for b in self._tasks.methods()
+        ]
+
+    def lifespan(self) -> AbstractAsyncContextManager[None]:
+        """Enter the manager for as long as the server runs."""
+        return self._running()
+
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        async with self._manager:
+            yield
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        context: Context,
+        call_next: ToolCallContinuation,
+    ) -> ToolCallOutcome:
+        """Create a task for a task tool the client called; pass every other call through.
+
+        A call a tool makes to another (``ctx.fastmcp.call_tool``), and every call in a
+        worker, runs inline: only the client's own ``tools/call`` can take a task handle.
+        """
+        request = sdk_context(context)
+        if request is None or not is_client_call():
+            return await call_next()
+        tool = await context.fastmcp.get_tool(params.name)
+        config = getattr(tool, "task_config", None)
+        mode = getattr(config, "mode", "forbidden")
+        if tool is None or mode not in ("optional", "required"):
+            return await call_next()
+
+        async def inline(_: ServerRequestContext[Any, Any]) -> Any:
+            return await call_next()
+
+        arguments = params.arguments or {}
+        result = await self._tasks.serve_tool_call(
+            params,
+            request,
+            cast("Callable[[ServerRequestContext[Any, Any]], Awaitable[Any]]", inline),
+            support=TaskSupport(mode),
+            valid=lambda: valid_arguments(tool, arguments),
+            input_first=params.name in self._input_first,
+            poll_interval=getattr(config, "poll_interval", None),
+        )
+        return (
+            _WireResult(**result) if isinstance(result, dict) else cast("ToolCallOutcome", result)
+        )
+
+    def _snapshot(
+        self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]
+    ) -> bytes:
+        """The caller of this request, as the task's payload (see :mod:`._snapshot`)."""
+        snapshot = CallerSnapshot(get_access_token(), get_http_headers(include_all=True))
+        return snapshot.encode(self._key)
+
+    def __repr__(self) -> str:
+        return f"TasksExtension(prefix={self._manager.prefix!r})"
