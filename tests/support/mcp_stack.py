@@ -2,8 +2,8 @@
 
 The servers serve ``tests.support.mcp_app:app`` (with the tasks fast path installed,
 unless told otherwise) and the worker runs ``tests.support.mcp_app:handler``, all under
-one key prefix. Clients are the SDK's own ``Client`` over streamable HTTP,
-authenticated as ``alice`` or ``bob``.
+one key prefix; or another app and worker target (the FastMCP app's, say). Clients are
+the SDK's own ``Client`` over streamable HTTP, authenticated as ``alice`` or ``bob``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ class McpStack:
     prefix: str
     directory: Path
     timeout: float = 5.0  # every process's Redis deadline
+    #: The ASGI app the servers serve, and the worker's target after ``redis-tasks worker``.
+    app: str = "tests.support.mcp_app:app"
+    worker_target: Sequence[str] = ("tests.support.mcp_app:handler",)
     ports: list[int] = field(default_factory=list)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
@@ -75,7 +78,7 @@ class McpStack:
             [
                 "-m",
                 "uvicorn",
-                "tests.support.mcp_app:app",
+                self.app,
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -104,7 +107,7 @@ class McpStack:
                 "-m",
                 "redis_tasks",
                 "worker",
-                "tests.support.mcp_app:handler",
+                *self.worker_target,
                 "--redis-url",
                 self.url,
                 "--prefix",

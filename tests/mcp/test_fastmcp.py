@@ -1,0 +1,236 @@
+"""redis_tasks.fastmcp across processes: a FastMCP app's servers and workers on one Redis.
+
+Two uvicorn servers and a ``redis-tasks worker --fastmcp`` serve
+``tests/support/fastmcp_app.py`` (what a FastMCP user writes), with a snapshot key, so
+the callers' snapshots are sealed at rest. The official suite's tasks scenarios run
+against the same extension in test_conformance.py; here are the promises FastMCP users
+are made beyond the wire: who the caller is, ``Context`` in a worker, a tool the
+worker lacks, a worker killed mid-tool, and a FastMCP outside the range.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from redis_tasks.fastmcp import (
+    CallerSnapshot,
+    FastMCPMismatchError,
+    SnapshotError,
+    SnapshotKey,
+    TasksExtension,
+)
+from redis_tasks.fastmcp._loading import AppError, load_app
+from redis_tasks.testing import RedisServer
+from tests.support.helpers import wait_until
+from tests.support.mcp_stack import McpStack
+
+pytestmark = pytest.mark.slow
+
+_APP = "tests/support/fastmcp_app.py"
+_KEY = secrets.token_urlsafe(32)
+
+
+@pytest.fixture(scope="module")
+def stack(redis_server: RedisServer) -> Iterator[McpStack]:
+    """Servers A and B and one worker (lease 2 s), under a prefix of this module's own."""
+    with tempfile.TemporaryDirectory(prefix="redis-tasks-fastmcp-") as directory:
+        stack = McpStack(
+            redis_server.url,
+            f"f{uuid.uuid4().hex[:10]}",
+            Path(directory),
+            app="tests.support.fastmcp_app:app",
+            worker_target=("--fastmcp", f"{_APP}:mcp"),
+        )
+        os.environ["REDIS_TASKS_SNAPSHOT_KEY"] = _KEY
+        try:
+            stack.start_server("server-a")
+            stack.start_server("server-b")
+            stack.start_worker(options=("--lease", "2"))
+            yield stack
+        finally:
+            stack.stop()
+            os.environ.pop("REDIS_TASKS_SNAPSHOT_KEY", None)
+
+
+async def _create(stack: McpStack, server: int, tool: str, **arguments: Any) -> str:
+    reply = await stack.rpc(server, "tools/call", {"name": tool, "arguments": arguments},
+                            token="tok-alice")  # fmt: skip
+    assert reply["result"]["resultType"] == "task", reply
+    task_id: str = reply["result"]["taskId"]
+    return task_id
+
+
+async def _until(stack: McpStack, task_id: str, done: Any, *, within: float = 30) -> dict[str, Any]:
+    """Poll ``tasks/get`` (on alternate servers) until ``done(task)`` holds."""
+    turn = iter(range(1_000_000))
+
+    async def reached() -> dict[str, Any] | None:
+        reply = await stack.rpc(next(turn) % 2, "tasks/get", {"taskId": task_id}, "tok-alice")
+        task: dict[str, Any] = reply["result"]
+        return task if done(task) else None
+
+    return await wait_until(reached, within=within, what=f"task {task_id[:8]} to move on")
+
+
+def _status(*statuses: str) -> Any:
+    return lambda task: task["status"] in statuses
+
+
+async def test_a_task_runs_as_its_caller_and_only_its_caller_sees_it(stack: McpStack) -> None:
+    _, created = await stack.rpc_reply(
+        0, "tools/call", {"name": "whoami", "arguments": {}}, "tok-alice",
+        headers={"x-caller": "from-alice"},
+    )  # fmt: skip
+    task_id = created["result"]["taskId"]
+    task = await _until(stack, task_id, _status("completed"))
+    assert task["result"]["structuredContent"] == {
+        "client": "alice-client",
+        "subject": "alice",
+        "header": "from-alice",
+    }
+    # Another principal, on either server: "not found", as for an ID never issued.
+    for server in (0, 1):
+        reply = await stack.rpc(server, "tasks/get", {"taskId": task_id}, token="tok-bob")
+        assert reply["error"]["code"] == -32602, reply
+        assert reply["error"]["message"] == "Failed to retrieve task: Task not found"
+    # The caller's credentials were kept sealed: no value in Redis holds the token in
+    # clear (the header is in the tool's result, which is the tool's to give).
+    client = redis.Redis.from_url(stack.url)
+    try:
+        hashes = [k for k in client.scan_iter(f"*{stack.prefix}*") if client.type(k) == b"hash"]
+        assert hashes
+        for key in hashes:
+            assert all("tok-alice" not in str(v) for v in client.hgetall(key).values())
+    finally:
+        client.close()
+    assert "tok-alice" not in stack.log_text()
+
+
+async def test_logs_and_progress_are_the_status_and_cancel_reaches_the_tool(
+    stack: McpStack,
+) -> None:
+    label = uuid.uuid4().hex[:8]
+    task_id = await _create(stack, 0, "wait", seconds=120, label=label)
+    await _until(stack, task_id, lambda t: t.get("statusMessage") == f"started {label}")
+    # A cancel on the other server reaches the tool running in the worker.
+    reply = await stack.rpc(1, "tasks/cancel", {"taskId": task_id}, token="tok-alice")
+    assert reply["result"]["resultType"] == "complete", reply
+    await _until(stack, task_id, _status("cancelled"))
+    client = redis.Redis.from_url(stack.url)
+
+    async def marked() -> bool:
+        return bool(client.exists(f"{stack.prefix}:test:cancelled:{label}"))
+
+    try:
+        await wait_until(marked, what="the tool to see its cancellation")
+    finally:
+        client.close()
+    short = await _create(stack, 1, "wait", seconds=1, label="p")
+    done = await _until(stack, short, _status("completed"))
+    assert done["result"]["structuredContent"] == {"result": "waited p"}
+
+
+@pytest.mark.parametrize(
+    ("tool", "answer_key", "expected"),
+    [("ask", "elicit-1", "hello Ada"), ("guarded", "name", "guarded Ada (asked)")],
+)
+async def test_input_rounds_imperative_and_guarded(
+    stack: McpStack, tool: str, answer_key: str, expected: str
+) -> None:
+    task_id = await _create(stack, 0, tool)
+    asked = await _until(stack, task_id, _status("input_required"))
+    assert list(asked["inputRequests"]) == [answer_key]
+    assert asked["inputRequests"][answer_key]["method"] == "elicitation/create"
+    answer = {"action": "accept", "content": {"name": "Ada"}}
+    reply = await stack.rpc(1, "tasks/update",
+                            {"taskId": task_id, "inputResponses": {answer_key: answer}},
+                            token="tok-alice")  # fmt: skip
+    assert "error" not in reply, reply
+    done = await _until(stack, task_id, _status("completed", "failed"))
+    assert done["result"]["content"][0]["text"] == expected, done
+
+
+async def test_a_tool_the_workers_app_lacks_fails_its_task_at_once(stack: McpStack) -> None:
+    worker = stack.processes[2]
+    worker.terminate()
+    worker.wait(timeout=30)
+    stack.start_worker(env={"RT_TEST_DROP_TOOL": "vanishing"}, options=("--lease", "2"))
+    task_id = await _create(stack, 0, "vanishing")
+    failed = await _until(stack, task_id, _status("failed", "completed"))
+    assert failed["status"] == "failed", failed
+    assert failed["error"] == {"code": -32602, "message": "Unknown tool: 'vanishing'"}
+
+
+async def test_a_worker_killed_mid_tool_loses_no_task(stack: McpStack) -> None:
+    label = uuid.uuid4().hex[:8]
+    task_id = await _create(stack, 0, "wait", seconds=2, label=label)
+    await _until(stack, task_id, lambda t: t.get("statusMessage") == f"started {label}")
+    running = [p for p in stack.processes if p.poll() is None][-1]  # the newest worker
+    running.send_signal(signal.SIGKILL)
+    running.wait(timeout=30)
+    stack.start_worker(options=("--lease", "2"))
+    done = await _until(stack, task_id, _status("completed", "failed"), within=60)
+    assert done["status"] == "completed", done
+    assert done["result"]["structuredContent"] == {"result": f"waited {label}"}
+
+
+def test_a_fastmcp_outside_the_range_refuses_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import fastmcp
+
+    monkeypatch.setattr(fastmcp, "__version__", "4.2.0")
+    with pytest.raises(FastMCPMismatchError) as raised:
+        TasksExtension("redis://127.0.0.1:1")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert ">=4.1.4,<4.2" in message
+    assert "4.2.0" in message
+
+
+def test_a_worker_is_told_in_one_line_what_is_wrong_with_its_app(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.py"
+    plain.write_text("from fastmcp import FastMCP\nmcp = FastMCP('plain')\nother = 1\n")
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise RuntimeError('bad app\\nsecond line')\n")
+    cases = {
+        f"{tmp_path}/missing.py:mcp": "no such file",
+        f"{broken}:mcp": "cannot import",
+        f"{plain}:nothing": "has no nothing",
+        f"{plain}:other": "is a int, not a FastMCP app",
+        f"{plain}:mcp": "has no redis_tasks.fastmcp.TasksExtension",
+    }
+    for spec, expected in cases.items():
+        with pytest.raises(AppError) as raised:
+            load_app(spec)
+        assert expected in str(raised.value), spec
+        assert "\n" not in str(raised.value), spec
+
+
+def test_snapshots_are_sealed_and_refused_without_their_key() -> None:
+    from fastmcp.server.auth import AccessToken
+
+    token = AccessToken(token="tok-x", client_id="c", scopes=["a"], claims={"sub": "s"})
+    snapshot = CallerSnapshot(token, {"authorization": "Bearer tok-x"})
+    key = SnapshotKey(_KEY)
+    sealed = snapshot.encode(key)
+    assert b"tok-x" not in sealed
+    assert CallerSnapshot.decode(sealed, key) == snapshot
+    assert CallerSnapshot.decode(snapshot.encode(None), key) == snapshot  # before a key
+    for wrong in (None, SnapshotKey(secrets.token_urlsafe(32))):
+        with pytest.raises(SnapshotError):
+            CallerSnapshot.decode(sealed, wrong)
+    assert "tok-x" not in repr(snapshot)
+    assert _KEY not in repr(key)
+    with pytest.raises(ValueError, match="16 characters"):
+        SnapshotKey("short")

@@ -1,0 +1,116 @@
+"""A FastMCP app on redis_tasks.fastmcp, for tests/mcp/test_fastmcp.py.
+
+Served by uvicorn (``tests.support.fastmcp_app:app``) and run by ``redis-tasks worker
+--fastmcp tests/support/fastmcp_app.py:mcp``, on the Redis named by
+``RT_TEST_REDIS_URL`` under ``RT_TEST_PREFIX``. Bearer tokens ``tok-alice`` and
+``tok-bob`` (see :data:`TOKENS`) are two principals. ``RT_TEST_DROP_TOOL`` names a
+tool this process leaves out (a worker whose app no longer has it).
+
+The tools are FastMCP's usual ones, as a user writes them: ``ctx.report_progress``,
+``ctx.info``, ``ctx.elicit``, the guard pattern, ``get_access_token()`` and
+``get_http_headers()``. A tool that is cancelled writes ``<prefix>:test:cancelled:<label>``
+to Redis, so a test sees that the cancellation reached it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import redis
+from fastmcp import Context, FastMCP
+from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
+from fastmcp.server.dependencies import get_access_token, get_http_headers
+from fastmcp.utilities.tasks import TaskConfig
+from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
+from pydantic import BaseModel
+
+from redis_tasks.fastmcp import TasksExtension
+
+__all__ = ["TOKENS", "app", "mcp"]
+
+#: Bearer token -> the principal it authenticates (client ID and subject).
+TOKENS = {
+    "tok-alice": {"client_id": "alice-client", "sub": "alice", "scopes": []},
+    "tok-bob": {"client_id": "bob-client", "sub": "bob", "scopes": []},
+}
+_PREFIX = os.environ.get("RT_TEST_PREFIX", "fastmcp-test")
+
+mcp = FastMCP("redis-tasks-fastmcp-test", auth=StaticTokenVerifier(TOKENS))
+mcp.add_extension(TasksExtension(os.environ["RT_TEST_REDIS_URL"], prefix=_PREFIX))
+_TASK = TaskConfig(mode="required")
+_DROPPED = os.environ.get("RT_TEST_DROP_TOOL")
+
+
+class Name(BaseModel):
+    """An answer naming someone."""
+
+    name: str
+
+
+def _mark_cancelled(label: str) -> None:
+    client = redis.Redis.from_url(os.environ["RT_TEST_REDIS_URL"])
+    try:
+        client.set(f"{_PREFIX}:test:cancelled:{label}", 1)
+    finally:
+        client.close()
+
+
+@mcp.tool(task=_TASK)
+async def whoami() -> dict[str, Any]:
+    """Who called: the access token's client and subject, and one of the request's headers."""
+    token = get_access_token()
+    return {
+        "client": token.client_id if token is not None else None,
+        "subject": token.claims.get("sub") if token is not None else None,
+        "header": get_http_headers().get("x-caller"),
+    }
+
+
+@mcp.tool(task=_TASK)
+async def wait(seconds: float, label: str, ctx: Context) -> str:
+    """Say "started <label>" as a log line, report progress, then sleep ``seconds``."""
+    await ctx.info(f"started {label}")
+    try:
+        await asyncio.sleep(seconds / 2)
+        await ctx.report_progress(1, 2, f"halfway {label}")
+        await asyncio.sleep(seconds / 2)
+    except asyncio.CancelledError:
+        await asyncio.to_thread(_mark_cancelled, label)
+        raise
+    return f"waited {label}"
+
+
+@mcp.tool(task=_TASK)
+async def ask(ctx: Context) -> str:
+    """Ask a name with ctx.elicit(), as a tool run inline would."""
+    answer = await ctx.elicit("Your name?", Name)
+    return f"hello {answer.data.name}" if answer.action == "accept" else "nobody"
+
+
+@mcp.tool(task=_TASK)
+async def guarded(ctx: Context) -> Any:
+    """Ask a name with the guard pattern (fastmcp-tasks' way)."""
+    answers = ctx.input_responses or {}
+    if "name" not in answers:
+        question = ElicitRequest(
+            params=ElicitRequestFormParams(
+                message="Your name?",
+                requested_schema={"type": "object", "properties": {"name": {"type": "string"}}},
+            )
+        )
+        return InputRequiredResult(input_requests={"name": question}, request_state="asked")
+    answer: Any = answers["name"]
+    return f"guarded {answer.content['name']} ({ctx.request_state})"
+
+
+if _DROPPED != "vanishing":
+
+    @mcp.tool(task=_TASK)
+    async def vanishing() -> str:
+        """A tool the worker's app may no longer have (``RT_TEST_DROP_TOOL=vanishing``)."""
+        return "still here"
+
+
+app = mcp.http_app()
