@@ -131,4 +131,8 @@ def mcp_lines(row: dict[str, Any]) -> list[str]:
     if ratios:
         parts = ", ".join(f"{name} {value}x" for name, value in ratios.items())
         lines.append(f"  redis-tasks vs {row['system']} (above 1: ours better): {parts}")
+    fastmcp = row.get("fastmcp_ours_over_it")
+    if fastmcp:
+        parts = ", ".join(f"{name} {value}x" for name, value in fastmcp.items())
+        lines.append(f"  FastMCP + redis-tasks vs {row['system']} (above 1: ours better): {parts}")
     return lines

@@ -40,7 +40,7 @@ from ._mcp_library_timing import library_timing
 from ._mcp_phase import phase
 from ._mcp_processes import running
 from ._mcp_settings import MCP_PEERS, McpSettings, add_mcp_options, mcp_settings
-from ._mcp_systems import SDK_PATH, McpSystem, mcp_system
+from ._mcp_systems import FASTMCP_OURS, SDK_PATH, McpSystem, mcp_system
 from ._namespace import RunNames
 from ._probe import Probe
 from ._progress import Progress
@@ -71,13 +71,23 @@ async def mcp_runs(
     if settings.peer is not None:
         mcp_system(url, "check", settings, settings.peer)  # a missing venv fails first
     out: dict[str, Any] = {"mcp": await mcp_scenario(url, settings, progress, log, names)}
-    others = ([SDK_PATH] if settings.sdk_path else []) + (
-        [settings.peer] if settings.peer is not None else []
+    others = (
+        ([SDK_PATH] if settings.sdk_path else [])
+        + ([FASTMCP_OURS] if settings.fastmcp else [])
+        + ([settings.peer] if settings.peer is not None else [])
     )
+    rows: dict[str, Any] = {}
     for name in others:
         row = await mcp_scenario(url, settings, progress, log, names, peer=name)
         row["ours_over_it"] = _ratios(out["mcp"], row)
-        out.setdefault("mcp_peers", {})[name] = row
+        rows[name] = row
+    # The same FastMCP app on both backends: ours over fastmcp-tasks, side by side.
+    if FASTMCP_OURS in rows and "fastmcp-tasks" in rows:
+        rows["fastmcp-tasks"]["fastmcp_ours_over_it"] = _ratios(
+            rows[FASTMCP_OURS], rows["fastmcp-tasks"]
+        )
+    if rows:
+        out["mcp_peers"] = rows
     return out
 
 

@@ -35,6 +35,8 @@ class McpSettings:
     #: Also load ours with the fast path off (every request through the SDK's own
     #: dispatcher): the before/after of ``TasksExtension.asgi`` in one run.
     sdk_path: bool = False
+    #: Also load the peer's FastMCP app on redis_tasks.fastmcp ("FastMCP + redis-tasks").
+    fastmcp: bool = False
     #: The peer's virtualenv interpreter and the directory of its app.
     peer_python: str = "benchmarks/.venv-fastmcp/bin/python"
     peers_dir: str = "benchmarks/peers"
@@ -91,6 +93,12 @@ def add_mcp_options(bench: Any) -> None:
         "every request): before and after, same run",
     )
     group.add_argument(
+        "--mcp-fastmcp",
+        action="store_true",
+        help="also load the fastmcp-tasks peer's FastMCP app with redis_tasks.fastmcp's "
+        "TasksExtension (FastMCP + redis-tasks), same sizes, same run",
+    )
+    group.add_argument(
         "--mcp-peer-python",
         default=defaults.peer_python,
         help="the MCP peer's virtualenv interpreter (default: %(default)s)",
@@ -117,6 +125,7 @@ def mcp_settings(args: Any) -> McpSettings:
         concurrency=args.concurrency,
         peer=args.mcp_peer,
         sdk_path=args.mcp_sdk_path,
+        fastmcp=args.mcp_fastmcp,
         peer_python=args.mcp_peer_python,
         peers_dir=str(args.peers_dir),
     )

@@ -2,7 +2,8 @@
 
 :func:`mcp_system` gives ours (``redis_tasks._bench._mcp_app`` under uvicorn and
 ``redis-tasks worker`` processes), ours with the fast path off
-(:data:`SDK_PATH`), or fastmcp-tasks from its own virtualenv.
+(:data:`SDK_PATH`), fastmcp-tasks from its own virtualenv, or the same FastMCP app
+on ``redis_tasks.fastmcp`` (:data:`FASTMCP_OURS`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Final
 
 from ._mcp_settings import MCP_PEERS, McpSettings
 
-__all__ = ["SDK_PATH", "McpSystem", "mcp_system"]
+__all__ = ["FASTMCP_OURS", "SDK_PATH", "McpSystem", "mcp_system"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class McpSystem:
 
 #: The name of ours with the fast path off, beside the peers.
 SDK_PATH: Final = "redis-tasks (SDK path)"
+#: The name of the peer's FastMCP app on redis_tasks.fastmcp (one import changed).
+FASTMCP_OURS: Final = "FastMCP + redis-tasks"
 
 
 def _ours(url: str, prefix: str, settings: McpSettings, *, fast_path: bool = True) -> McpSystem:
@@ -118,12 +121,47 @@ def _fastmcp_tasks(url: str, prefix: str, settings: McpSettings) -> McpSystem:
     )
 
 
+def _fastmcp_ours(url: str, prefix: str, settings: McpSettings) -> McpSystem:
+    """The fastmcp-tasks peer's app with ``TasksExtension`` from ``redis_tasks.fastmcp``,
+    in this interpreter: servers under uvicorn, ``redis-tasks worker --fastmcp``."""
+    app = Path(settings.peers_dir) / "fastmcp_redis_tasks_app.py"
+    if not app.is_file():
+        raise FileNotFoundError(f"no FastMCP app at {app} (run from a source checkout)")
+
+    def server(port: int) -> list[str]:
+        return [sys.executable, "-m", "uvicorn", "fastmcp_redis_tasks_app:app",
+                "--host", "127.0.0.1", "--port", str(port),
+                "--log-level", "warning", "--no-access-log"]  # fmt: skip
+
+    def worker(index: int) -> list[str]:
+        return [sys.executable, "-m", "redis_tasks", "worker",
+                "--fastmcp", "fastmcp_redis_tasks_app.py:mcp",
+                "--concurrency", str(settings.concurrency),
+                "--log-level", "warning", "--name", f"bench-fastmcp-{index}"]  # fmt: skip
+
+    return McpSystem(
+        name=FASTMCP_OURS,
+        server=server,
+        worker=worker,
+        # The URL goes by $REDIS_URL, never on a command line (it may hold a password).
+        env={
+            "REDIS_URL": url,
+            "REDIS_TASKS_PREFIX": prefix,
+            "RT_BENCH_POLL_MS": str(settings.poll_ms),
+        },
+        wire={"token": "bench-token"},
+        cwd=str(app.parent.absolute()),
+    )
+
+
 def mcp_system(url: str, prefix: str, settings: McpSettings, peer: str | None) -> McpSystem:
     """``peer`` (one of :data:`MCP_PEERS`), or ours when None, for ``url`` and ``prefix``."""
     if peer is None:
         return _ours(url, prefix, settings)
     if peer == SDK_PATH:
         return _ours(url, prefix, settings, fast_path=False)
+    if peer == FASTMCP_OURS:
+        return _fastmcp_ours(url, prefix, settings)
     if peer not in MCP_PEERS:
         raise ValueError(f"unknown MCP peer {peer!r}; known: {', '.join(MCP_PEERS)}")
     return _fastmcp_tasks(url, prefix, settings)

@@ -42,10 +42,12 @@ if TYPE_CHECKING:
 
     from redis_tasks.mcp import Authorizer
 
-__all__ = ["SNAPSHOT_KEY_ENV", "TasksExtension"]
+__all__ = ["PREFIX_ENV", "SNAPSHOT_KEY_ENV", "TasksExtension"]
 
 #: Where servers and workers find the snapshot key when none is given.
 SNAPSHOT_KEY_ENV = "REDIS_TASKS_SNAPSHOT_KEY"
+#: Where the key prefix is read from when none is given (else ``rt``).
+PREFIX_ENV = "REDIS_TASKS_PREFIX"
 
 
 class _WireResult(BaseModel):
@@ -58,8 +60,10 @@ class TasksExtension(ServerExtension):
     """Durable, multi-node tasks for a FastMCP server: ``mcp.add_extension(TasksExtension(url))``.
 
     ``url`` is the Redis (any node of a cluster; default ``$REDIS_URL``), with the
-    manager's ``prefix``, ``partitions``, ``timeout`` and ``wait_replicas``; or give a
-    ``manager`` you made. Tools declared ``task=TaskConfig(mode="required")`` always
+    manager's ``prefix`` (default ``$REDIS_TASKS_PREFIX``, else ``rt``), ``partitions``,
+    ``timeout`` and ``wait_replicas``; or give a ``manager`` you made. With neither
+    argument, ``TasksExtension()`` is configured by the environment alone, as
+    fastmcp-tasks' is. Tools declared ``task=TaskConfig(mode="required")`` always
     run as tasks (a client that did not declare the extension gets ``-32021``);
     ``"optional"`` ones when the client declared it, inline otherwise. The tool's
     ``poll_interval`` is the task's; ``ttl`` applies to every task (default: the
@@ -82,7 +86,7 @@ class TasksExtension(ServerExtension):
         self,
         url: str | None = None,
         *,
-        prefix: str = "rt",
+        prefix: str | None = None,
         partitions: int = 16,
         timeout: float = 5.0,
         wait_replicas: int = 0,
@@ -98,6 +102,7 @@ class TasksExtension(ServerExtension):
     ) -> None:
         require_fastmcp()
         super().__init__()
+        prefix = prefix or os.environ.get(PREFIX_ENV) or "rt"
         if manager is None:
             url = url or os.environ.get("REDIS_URL")
             if not url:
