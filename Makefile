@@ -86,7 +86,7 @@ bench-fastmcp: $(FASTMCP_VENV)/.installed
 
 ## bench: every scenario, the peers side by side; JSON and a PNG plot in benchmarks/
 bench: redis-server $(VENV)/.installed-dev bench-peers bench-fastmcp
-	$(BIN)/redis-tasks bench --peers all --uvloop --workers 1,2,4 --mcp-peer fastmcp-tasks --mcp-sdk-path \
+	$(BIN)/redis-tasks bench --peers all --uvloop --workers 1,2,4 --mcp-peer fastmcp-tasks --mcp-sdk-path --mcp-fastmcp \
 	  --json benchmarks/results.json --plot benchmarks/results.png
 
 clean:

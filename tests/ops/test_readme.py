@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from redis_tasks._bench._cli import SCENARIOS
 from redis_tasks.testing import RedisServer
@@ -38,7 +42,7 @@ def test_the_usage_example_runs(redis_server: RedisServer, tmp_path: Path) -> No
 
 def test_the_worker_example_is_real_code() -> None:
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert len(blocks) == 8  # each is run or compiled by a test here
+    assert len(blocks) == 9  # each is run or compiled by a test here
     namespace: dict[str, object] = {}
     exec(compile(blocks[1], "README.md", "exec"), namespace)  # defines the handler only
     assert callable(namespace["handler"])
@@ -170,6 +174,25 @@ def test_the_mcp_example_builds_a_server_and_a_worker_handler() -> None:
     exec(compile(input_first, "README.md", "exec"), namespace)
     assert namespace["tasks"].task_support("book") is not None  # type: ignore[attr-defined]
     assert callable(namespace["book"])
+
+
+def test_the_fastmcp_example_builds_an_app_whose_tool_is_a_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fastmcp import FastMCP
+
+    from redis_tasks.fastmcp import TasksExtension
+
+    (example,) = [b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "FastMCP(" in b]
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")  # read; never connected to
+    namespace: dict[str, Any] = {}
+    exec(compile(example, "README.md", "exec"), namespace)
+    app = namespace["mcp"]
+    assert isinstance(app, FastMCP)
+    assert isinstance(app._extensions["io.modelcontextprotocol/tasks"], TasksExtension)
+    tool = asyncio.run(app.get_tool("report"))
+    assert tool is not None
+    assert tool.task_config.mode == "required"
 
 
 def test_every_documented_bench_command_parses() -> None:
