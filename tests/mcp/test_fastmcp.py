@@ -234,3 +234,43 @@ def test_snapshots_are_sealed_and_refused_without_their_key() -> None:
     assert _KEY not in repr(key)
     with pytest.raises(ValueError, match="16 characters"):
         SnapshotKey("short")
+
+
+def test_a_changed_fastmcp_part_is_named_at_startup(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fastmcp.server.dependencies as deps
+
+    monkeypatch.delattr(deps, "_background_task_headers")
+    with pytest.raises(FastMCPMismatchError, match="_background_task_headers is not a ContextVar"):
+        TasksExtension("redis://127.0.0.1:1")
+
+
+def test_all_is_pinned_sorted_and_documented() -> None:
+    import inspect
+
+    import redis_tasks.fastmcp
+
+    exported = [
+        "FASTMCP_RANGE",
+        "SNAPSHOT_KEY_ENV",
+        "CallerSnapshot",
+        "FastMCPMismatchError",
+        "SnapshotError",
+        "SnapshotKey",
+        "TasksExtension",
+        "tool_handler",
+    ]
+    assert redis_tasks.fastmcp.__all__ == exported
+    for name in exported:
+        obj = getattr(redis_tasks.fastmcp, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert (obj.__doc__ or "").strip(), name
+
+
+def test_the_range_is_the_one_the_extra_requires() -> None:
+    from redis_tasks.fastmcp import FASTMCP_RANGE
+    from redis_tasks.fastmcp._fastmcp import FASTMCP_BELOW, FASTMCP_LOWEST
+
+    lowest, below = (".".join(map(str, v)) for v in (FASTMCP_LOWEST, FASTMCP_BELOW))
+    assert f">={lowest},<{below}" == FASTMCP_RANGE
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert f'"fastmcp-slim[server]{FASTMCP_RANGE}"' in pyproject
