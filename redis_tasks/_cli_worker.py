@@ -72,6 +72,19 @@ def load_handler(spec: str) -> Handler:
     return handler
 
 
+def _wait_replicas(text: str) -> int | str:
+    """``--wait-replicas``: ``auto`` or a count (0 or more)."""
+    if text == "auto":
+        return text
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not auto or a count: {text!r}") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError("a count is 0 or more")
+    return count
+
+
 def add_worker_command(commands: Any) -> None:
     """Register the ``worker`` sub-command and its options."""
     worker = commands.add_parser("worker", help="run tasks with a handler until stopped")
@@ -104,9 +117,10 @@ def add_worker_command(commands: Any) -> None:
     worker.add_argument("--name", default=None, help="consumer name (default: host-pid-random)")
     worker.add_argument(
         "--wait-replicas",
-        type=int,
-        default=0,
-        help="claims, hand-backs and outcomes wait for this many replicas (WAIT)",
+        type=_wait_replicas,
+        default="auto",
+        help="outcomes (a claim's that ends its task included) wait for this many replicas "
+        "(WAIT); auto, the default: one, on a primary that has one online; 0: never",
     )
     worker.add_argument(
         "--no-cancel-hints",

@@ -14,13 +14,15 @@ the event publisher read the manager's link at each call, so nothing is rewired.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass
 
 from .client import ConnectionSettings, is_cluster
 from .cluster_topology import ClusterTopology
 from .keys import KeySpace
 from .runner import ScriptRunner
-from .setup import may_publish, warn_if_evicting
+from .setup import may_publish, warn_if_evicting, warn_if_not_persisting
 from .topology import StandaloneTopology, Topology
 from .work_groups import ensure_groups
 
@@ -80,6 +82,13 @@ class Connector:
                 load_scripts=True,
             )
             await warn_if_evicting(topology)
+            await warn_if_not_persisting(topology)
+            if link.runner.watch is not None:
+                # wait_replicas="auto": which primaries have a replica, before any write.
+                # Best effort: a primary not answered now is asked at its first write.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(topology.timeout):
+                        await link.runner.watch.start(topology)
             # On a cluster, every hint goes out on its stream's shard channel too
             # (see shard_tail.py), once SPUBLISH is known to be allowed.
             publishing = topology.is_cluster and await may_publish(topology, self.keys.events(0))

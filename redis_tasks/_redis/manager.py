@@ -15,7 +15,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from redis.asyncio import Redis, RedisCluster
 
@@ -32,6 +32,7 @@ from .events import RedisEventPublisher
 from .inspect import inspect_partitions, inspect_task, inspect_tenants, match_tasks
 from .keys import KeySpace
 from .link import Connector, Link
+from .replicas import AUTO
 from .runner import ScriptRunner
 from .topology import StandaloneTopology, Topology
 from .work_queue import RedisWorkQueue
@@ -50,23 +51,29 @@ class RedisTaskManager(RedisContract):
     :class:`BackendError`. Every script is safe to run again after a lost reply,
     so redirects, failovers and broken connections are retried within that bound.
 
-    ``wait_replicas=N`` makes every write a client is told of return only after
-    ``WAIT`` confirms ``N`` replicas within ``wait_timeout`` seconds (else
-    :class:`ReplicationError`, with the write applied on the primary only): such a
-    write survives the loss of its primary. That is ``create_task``, a client's
-    answers and cancellation requests, and every outcome, a claim's included (one
-    that found a cancellation request or the poison cap and ended the task). The
-    answers, cancellations and claims' outcomes wait since issue 26: its history
-    checker saw each acknowledged, then rolled back by a failover. The price is a
-    round trip to the replicas on each of those writes, and errors while a shard
-    has fewer replicas than asked (right after a failover, until a replica is
-    attached again). Without it, a failover may lose the failed primary's last
-    writes: a task created just before may be unknown, or a finished one run again.
+    ``wait_replicas`` says which writes wait for replicas. The default, ``"auto"``,
+    makes every write a client is told of return only after ``WAIT`` confirms one
+    replica, on a primary that has one online; a primary without one (a standalone
+    server, a shard whose replica is gone) does not wait and does not fail for it,
+    and a primary that loses its last replica is said once (a warning, and the
+    ``redis_tasks_replicas_missing{primary}`` gauge; see :mod:`.replicas`).
+    ``wait_replicas=N`` asks ``N`` replicas everywhere, within ``wait_timeout``
+    seconds (else :class:`ReplicationError`, with the write applied on the primary
+    only); ``0`` never waits (fastest, and a failover may lose the failed primary's
+    last writes: a task created just before may be unknown, or a finished one run
+    again). A confirmed write survives the loss of its primary. That is
+    ``create_task``, a client's answers and cancellation requests, and every outcome, a
+    claim's included (one that found a cancellation request or the poison cap and
+    ended the task). The answers, cancellations and claims' outcomes wait since issue
+    26: its history checker saw each acknowledged, then rolled back by a failover. The
+    price is a round trip to the replicas on each of those writes (one ``WAIT`` per
+    pipeline batch), and, with a fixed ``N``, errors while a shard has fewer replicas
+    than asked (right after a failover, until a replica is attached again).
 
     A claim that runs its task, a lease renewal, a status message and an input
     request are not confirmed, so a shard without replicas still runs the tasks it
-    holds (a claim still sends its ``WAIT``, which such a shard answers after
-    ``wait_timeout``). A failover may roll one back: a lost claim is harmless,
+    holds (with a fixed ``N`` a claim still sends its ``WAIT``, which such a shard
+    answers after ``wait_timeout``). A failover may roll one back: a lost claim is harmless,
     since the next claim gets a higher fence and the lost holder's writes are
     refused; a lost input request is asked again at the worker's next poll of its
     answers. Reads are served by the primary, so they may see a write its replicas
@@ -86,7 +93,7 @@ class RedisTaskManager(RedisContract):
         limits: Limits | None = None,
         timeout: float = 5.0,
         events_maxlen: int = 10_000,
-        wait_replicas: int = 0,
+        wait_replicas: int | Literal["auto"] = "auto",
         wait_timeout: float = 1.0,
         close_client: bool = False,
         fair_dispatch: bool = True,
@@ -123,7 +130,7 @@ class RedisTaskManager(RedisContract):
         limits: Limits | None,
         timeout: float,
         events_maxlen: int,
-        wait_replicas: int,
+        wait_replicas: int | Literal["auto"],
         wait_timeout: float,
         close_client: bool,
         fair_dispatch: bool,
@@ -136,6 +143,12 @@ class RedisTaskManager(RedisContract):
     ) -> None:
         """Every attribute, once, on the link ``topology`` makes: what ``__init__`` and
         :meth:`from_url` share (``settings``, ``detect`` and ``url`` are a URL's)."""
+        if wait_replicas != AUTO and (
+            isinstance(wait_replicas, bool)
+            or not isinstance(wait_replicas, int)
+            or wait_replicas < 0
+        ):
+            raise ValueError('wait_replicas must be "auto" or an int >= 0')
         keys = KeySpace(prefix)
         connector = Connector(keys, partitions, events_maxlen, settings, detect)
         runner = ScriptRunner(topology, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
@@ -150,8 +163,6 @@ class RedisTaskManager(RedisContract):
         )
         if timeout <= 0 or events_maxlen < 1:
             raise ValueError("timeout and events_maxlen must be positive")
-        if wait_replicas < 0:
-            raise ValueError("wait_replicas must be >= 0")
         if wait_replicas and not 0 < wait_timeout < timeout:
             raise ValueError("wait_timeout must be positive and below timeout")
         self._connector = connector
@@ -185,7 +196,7 @@ class RedisTaskManager(RedisContract):
         events_maxlen: int = 10_000,
         max_connections: int = 256,
         cluster: bool | None = None,
-        wait_replicas: int = 0,
+        wait_replicas: int | Literal["auto"] = "auto",
         wait_timeout: float = 1.0,
         fair_dispatch: bool = True,
         whole_task_ids: bool = False,

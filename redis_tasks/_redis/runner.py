@@ -16,6 +16,7 @@ from redis_tasks._codes import ReturnCode, error_for
 from redis_tasks._errors import BackendError, InternalError, ReplicationError
 
 from .client import backend_errors, counted
+from .replicas import AUTO, ReplicaWatch
 from .scripts import Call
 from .topology import Node, Topology
 
@@ -35,25 +36,48 @@ class ScriptRunner:
     within the call's one deadline (``timeout``).
     """
 
-    __slots__ = ("_wait", "_wait_timeout", "timeout", "topology", "wait_replicas")
+    __slots__ = (
+        "_wait",
+        "_wait_timeout",
+        "_watch",
+        "timeout",
+        "topology",
+        "wait_replicas",
+    )
 
     def __init__(
-        self, topology: Topology, *, wait_replicas: int = 0, wait_timeout: float = 1.0
+        self,
+        topology: Topology,
+        *,
+        wait_replicas: int | str = 0,
+        wait_timeout: float = 1.0,
+        watch: ReplicaWatch | None = None,
     ) -> None:
         self.topology = topology
         self.timeout = topology.timeout
-        self.wait_replicas = wait_replicas
+        #: ``"auto"`` (:mod:`.replicas`) asks one replica of a primary that has one.
+        self._watch = (watch or ReplicaWatch()) if wait_replicas == AUTO else None
+        #: How many replicas a confirmed write needs where it waits.
+        self.wait_replicas = 1 if self._watch is not None else int(wait_replicas)
         self._wait_timeout = wait_timeout
         wait_ms = max(1, int(wait_timeout * 1000))
-        self._wait = (b"WAIT", wait_replicas, wait_ms) if wait_replicas > 0 else None
+        self._wait = (b"WAIT", self.wait_replicas, wait_ms) if self.wait_replicas > 0 else None
+
+    @property
+    def watch(self) -> ReplicaWatch | None:
+        """The replica watch of ``wait_replicas="auto"`` (``None`` for a fixed count)."""
+        return self._watch
 
     def on(self, topology: Topology) -> ScriptRunner:
-        """A runner like this one (the same ``WAIT``) on ``topology``: this one if it
-        runs there already."""
+        """A runner like this one (the same ``WAIT``, the same watch) on ``topology``: this
+        one if it runs there already."""
         if topology is self.topology:
             return self
         return ScriptRunner(
-            topology, wait_replicas=self.wait_replicas, wait_timeout=self._wait_timeout
+            topology,
+            wait_replicas=AUTO if self._watch is not None else self.wait_replicas,
+            wait_timeout=self._wait_timeout,
+            watch=self._watch,
         )
 
     async def run(self, call: Call, *, durable: bool = False) -> list[Any]:
@@ -121,33 +145,43 @@ class ScriptRunner:
         """``call``'s reply, and how many replicas confirmed it (``None``: not asked)."""
         script, keys, args = call
         wait = self._wait if durable else None
+        watch = self._watch
         topology = self.topology
 
-        async def attempt(node: Node, asking: bool) -> Any:
+        async def attempt(node: Node, asking: bool) -> tuple[Any, int | None]:
             pipeline = node.pipeline
             command: tuple[Any, ...] = (b"EVALSHA", script.sha, len(keys), *keys, *args)
+            # "auto": no WAIT where no replica could answer it.
+            sent = wait if wait is None or watch is None or await watch.wants_wait(node) else None
             for _ in range(2):
                 try:
                     if batch:
-                        return await pipeline.call(command, asking=asking, wait=wait)
-                    return await pipeline.call_now(command, asking=asking, wait=wait)
+                        result = await pipeline.call(command, asking=asking, wait=sent)
+                    else:
+                        result = await pipeline.call_now(command, asking=asking, wait=sent)
+                    break
                 except NoScriptError:
                     # A restart, failover or SCRIPT FLUSH emptied the cache; EVAL runs
                     # the script and caches it again for the next EVALSHA.
                     command = (b"EVAL", script.source, len(keys), *keys, *args)
-            raise counted(BackendError("the script could not be loaded"))
+            else:
+                raise counted(BackendError("the script could not be loaded"))
+            if sent is None:
+                return result, None
+            reply, acked = result
+            if watch is not None and acked < 1 and not await watch.still_has_replica(node):
+                # Its replica is gone: nothing could confirm this write, and it stands.
+                return reply, None
+            return reply, acked
 
         # The first attempt is bounded by its batch's own deadline, which saves a
         # timer per call at tens of thousands of calls a second; retries get what
         # is left of the call's one deadline.
         deadline = asyncio.get_running_loop().time() + self.timeout
         with backend_errors:
-            reply = await topology.call(
+            reply, acked = await topology.call(
                 topology.slot(keys[0]), attempt, deadline=deadline, timed=False
             )
-        acked: int | None = None
-        if wait is not None:
-            reply, acked = reply
         if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
             raise InternalError("unexpected script reply")
         return reply, acked

@@ -147,6 +147,14 @@ INSTRUMENTS: Final = (
         "Tenants with tasks waiting in their queues (counted in each partition they wait in)",
     ),
     Instrument(
+        "redis_tasks_replicas_missing",
+        "gauge",
+        "{primary}",
+        ("primary",),
+        "1 while a primary that had a replica has none online: wait_replicas=auto writes "
+        "there are not confirmed by one",
+    ),
+    Instrument(
         "redis_tasks_pending",
         "gauge",
         "{entry}",
@@ -186,6 +194,7 @@ class Recorder:
         self.lease_losses = 0
         self.input_rounds = 0
         self.redis_errors = 0
+        self.missing: dict[str, int] = {}
 
         def total(read: Callable[[], int]) -> _Callback:
             return lambda options: [Observation(read())]
@@ -213,6 +222,7 @@ class Recorder:
             "redis_tasks_backlog": depth("backlog"),
             "redis_tasks_tenants_waiting": depth("tenants"),
             "redis_tasks_pending": depth("pending"),
+            "redis_tasks_replicas_missing": by("primary", lambda: self.missing),
         }
         for ending in _ENDINGS:
             callbacks[f"redis_tasks_tasks_{ending}"] = total(
@@ -312,3 +322,7 @@ class Recorder:
     def create_to_terminal(self, seconds: float) -> None:
         """See :attr:`~.metrics.Metrics.create_to_terminal`."""
         self._terminal(seconds)
+
+    def replicas_missing(self, primary: str, missing: bool) -> None:
+        """See :attr:`~.metrics.Metrics.replicas_missing`."""
+        self.missing[primary] = 1 if missing else 0

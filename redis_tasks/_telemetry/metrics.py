@@ -14,8 +14,8 @@ rather than module functions, so :meth:`Metrics.enable` can rebind them all at
 once (to an explicit meter provider, in the CLI and in tests) while every caller
 keeps the reference it took at import.
 
-Attributes are bounded on purpose: a partition number, or an outcome or reason
-from a closed set; never a task ID, origin, argument, payload, result, message or
+Attributes are bounded on purpose: a partition number, a primary's host:port, or an
+outcome or reason from a closed set; never a task ID, origin, argument, payload, result, message or
 tenant (its key or digest). The instruments themselves are in :mod:`.instruments`.
 """
 
@@ -82,6 +82,9 @@ class Metrics(HookSet):
     run_ended: Callable[[str, float], None]
     #: Seconds from enqueue to the terminal outcome.
     create_to_terminal: Callable[[float], None]
+    #: Primary ``name`` (host:port) lost its last online replica (``True``) or has one
+    #: again (``False``), under ``wait_replicas="auto"``.
+    replicas_missing: Callable[[str, bool], None]
 
     HOOKS = (
         "task_created",
@@ -96,6 +99,7 @@ class Metrics(HookSet):
         "pickup",
         "run_ended",
         "create_to_terminal",
+        "replicas_missing",
     )
 
     def __init__(self) -> None:

@@ -19,7 +19,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from fastmcp.server.dependencies import get_access_token, get_http_headers
 from fastmcp.server.extensions import MethodBinding, ServerExtension
@@ -89,7 +89,7 @@ class TasksExtension(ServerExtension):
         prefix: str | None = None,
         partitions: int = 16,
         timeout: float = 5.0,
-        wait_replicas: int = 0,
+        wait_replicas: int | Literal["auto"] = "auto",
         manager: RedisTaskManager | None = None,
         authorizer: Authorizer | None = None,
         tenant: TenantFactory | None = None,
