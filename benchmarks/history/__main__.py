@@ -1,6 +1,6 @@
 """Record under faults and check: ``python -m benchmarks.history [--topology
 standalone|cluster] [--seconds 20] [--each N] [--fsync always|everysec] [--wait-replicas
-0|1] [--processes N] [--every 2] [--json FILE]``; prints the summary and each anomaly's
+auto|0|1] [--processes N] [--every 2] [--json FILE]``; prints the summary and each anomaly's
 minimal history."""
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--each", type=int, default=0, help="at least this many of each fault")
     parser.add_argument("--fsync", choices=("always", "everysec"), default="always")
-    parser.add_argument("--wait-replicas", type=int, default=0)
+    parser.add_argument(
+        "--wait-replicas",
+        type=lambda text: text if text == "auto" else int(text),
+        default="auto",
+        help="the manager's wait_replicas: auto (the library's default) or a count",
+    )
     parser.add_argument("--processes", type=int, default=2, help="recording processes")
     parser.add_argument("--clients", type=int, default=8, help="client coroutines per process")
     parser.add_argument("--workers", type=int, default=2, help="worker coroutines per process")

@@ -54,7 +54,7 @@ class Run:
 
     topology: str
     fsync: str
-    wait_replicas: int
+    wait_replicas: int | str
     processes: int
     seconds: float = 0.0
     faults: Counter[str] = field(default_factory=Counter)
@@ -252,7 +252,7 @@ async def record_with_faults(
     seconds: float,
     topology: str = "standalone",
     fsync: str = "always",
-    wait_replicas: int = 0,
+    wait_replicas: int | str = "auto",
     every: float = 2.0,
     clients: int = 16,
     workers: int = 4,

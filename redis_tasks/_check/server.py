@@ -299,7 +299,8 @@ def _online(info: dict[str, object]) -> int:
 
 
 def replicas(facts: list[Facts], cluster: bool) -> list[Finding]:
-    """The online replicas of each primary: how high ``wait_replicas`` may go."""
+    """The online replicas of each primary: what the default ``wait_replicas="auto"`` does
+    there, and how high a fixed ``wait_replicas`` may go."""
     online = {fact.node: _online(fact.info) for fact in facts}
     fewest = min(online.values())
     data = {"online_replicas": online, "wait_replicas_max": fewest}
@@ -310,8 +311,8 @@ def replicas(facts: list[Facts], cluster: bool) -> list[Finding]:
                 "ok",
                 "replicas",
                 f"{each} {fewest}+ online replica{'s' if fewest > 1 else ''}: wait_replicas up "
-                f"to {fewest} is available (a created or ended task then survives its "
-                "primary's loss)",
+                f"to {fewest} is available; the default (auto) waits for one on every write "
+                "a client is told of, so a created or ended task survives its primary's loss",
                 data=data,
             )
         ]
@@ -320,8 +321,9 @@ def replicas(facts: list[Facts], cluster: bool) -> list[Finding]:
             Finding(
                 "ok",
                 "replicas",
-                "no replicas: keep wait_replicas at 0 (with 1 or more every write fails with "
-                "ReplicationError); losing this server loses what persistence did not keep",
+                "no replicas: the default wait_replicas (auto) does not wait here (a fixed 1 or "
+                "more would fail every write with ReplicationError); losing this server loses "
+                "what persistence did not keep",
                 data=data,
             )
         ]
@@ -331,7 +333,8 @@ def replicas(facts: list[Facts], cluster: bool) -> list[Finding]:
             "warn",
             "replicas",
             f"no online replica for {', '.join(bare)}: if such a primary fails its slots stay "
-            "down, and wait_replicas must stay 0",
+            "down; the default wait_replicas (auto) does not wait there, so its latest "
+            "acknowledged tasks go with it (a fixed count would fail its writes)",
             "add a replica to each primary (redis-cli --cluster add-node NEW HOST:PORT "
             "--cluster-slave)",
             data,

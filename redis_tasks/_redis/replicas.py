@@ -18,11 +18,13 @@ marked bare and its writes stop waiting, and the loss is said once (a warning an
 this deployment); if one is online it merely lagged, and the write is unconfirmed
 (:class:`~redis_tasks.ReplicationError`), as with ``wait_replicas=1``. A bare primary
 is asked again at most every :data:`RECHECK_S` seconds, on its next confirmed write,
-and its replica's return is said once too. A user ``INFO`` is refused to cannot tell,
+and its replica's return is said once too; so for up to that second after a replica
+comes (back) online, writes there are not yet confirmed by it (the price of not asking
+on every write). A user ``INFO`` is refused to cannot tell,
 so such a deployment does not wait (said once, with the fix).
 
-Cost: one ``INFO replication`` per primary at start, one per bare primary every few
-seconds while it writes, and one after each ``WAIT`` that found no replica; a confirmed
+Cost: one ``INFO replication`` per primary at start, one per bare primary every
+second while it writes, and one after each ``WAIT`` that found no replica; a confirmed
 write on a primary with a replica pays its ``WAIT`` (one per pipeline batch, shared by
 the batch's writes).
 """
@@ -47,7 +49,7 @@ logger = logging.getLogger("redis_tasks")
 #: The ``wait_replicas`` value that waits for one replica where a primary has one.
 AUTO: Final = "auto"
 #: How often a primary without a replica is asked again whether one came back.
-RECHECK_S: Final = 5.0
+RECHECK_S: Final = 1.0
 
 
 async def online_replicas(node: Node) -> int:

@@ -125,6 +125,7 @@ def test_the_cluster_is_ready(redis_cluster: RedisCluster) -> None:
     assert "ok     slots: all 16384 slots served" in text
     assert "ok     nodes: 6 nodes, none flagged fail or pfail" in text
     assert "ok     replicas: every primary has 1+ online replica: wait_replicas up to 1" in text
+    assert "the default (auto) waits for one on every write" in text
     # The fixture's cluster-node-timeout is 2 s: a 5 s deadline does not outlast a failover.
     assert "warn   failover: cluster-node-timeout 2000 ms" in text
     assert "timeout=6" in text

@@ -243,14 +243,14 @@ async def test_a_cluster_under_every_fault_keeps_the_promises_of_wait_replicas(
 ) -> None:
     """The short cluster run (about 30 s): one fault of each kind, failovers with and
     without a lagging replica, a slot migrated, a pause, connections killed, on a 3+3
-    cluster with ``wait_replicas=1`` (the setting the README recommends there). No
+    cluster with the default settings (``wait_replicas="auto"``: one replica, where a
+    primary has one online). No
     acknowledged write is lost; what the search still reports is a read of a write
     nobody was told succeeded, which Redis's replication cannot prevent."""
     run = await record_with_faults(
         tmp_path,
         seconds=5.0,
         topology="cluster",
-        wait_replicas=1,
         each=1,
         every=0.5,
         clients=8,

@@ -47,7 +47,7 @@ def test_the_worker_example_is_real_code() -> None:
     exec(compile(blocks[1], "README.md", "exec"), namespace)  # defines the handler only
     assert callable(namespace["handler"])
     # The cluster example names a remote host: compiled, never run.
-    (cluster,) = [b for b in blocks if "wait_replicas=1" in b]
+    (cluster,) = [b for b in blocks if "wait_timeout=0.5" in b]
     compile(cluster, "README.md", "exec")
     assert "from_url(" in cluster
 
