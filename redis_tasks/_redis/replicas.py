@@ -35,6 +35,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Final
 
+from redis.exceptions import NoPermissionError
+
 from redis_tasks._telemetry.metrics import METRICS
 
 from .client import CLIENT_ERRORS
@@ -101,10 +103,11 @@ class ReplicaWatch:
         name = node.name
         try:
             count = await online_replicas(node)
-        except CLIENT_ERRORS:
-            # INFO refused (an ACL without +info), or the node unreachable: a known count
-            # stands; an unknown one is none, so writes there do not wait.
-            if not self._refused:
+        except CLIENT_ERRORS as exc:
+            # INFO refused (an ACL without +info), not served (an embedded stand-in) or
+            # the node unreachable: a known count stands; an unknown one is none, so
+            # writes there do not wait. Only a refusal is the operator's to fix.
+            if isinstance(exc, NoPermissionError) and not self._refused:
                 self._refused = True
                 logger.warning(
                     "wait_replicas=auto cannot read INFO replication on a primary, so writes "

@@ -113,3 +113,24 @@ async def test_wait_replicas_takes_auto_or_a_count(redis_server: RedisServer) ->
     for bad in (-1, "all", 1.5, True):
         with pytest.raises(ValueError, match="auto"):
             RedisTaskManager.from_url(redis_server.url, wait_replicas=bad)  # type: ignore[arg-type]
+
+
+async def test_auto_without_info_says_so_once_and_does_not_wait(
+    tmp_path: Path, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    servers = start_replicated_server(tmp_path)
+    admin = redis.Redis.from_url(servers.url)
+    try:
+        admin.execute_command("ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info")
+        url = servers.url.replace("redis://", "redis://noinfo:pw@")
+        before = _waits(servers.url)
+        with caplog.at_level(logging.WARNING, logger="redis_tasks"):
+            async with RedisTaskManager.from_url(url, prefix=prefix) as manager:
+                for _ in range(5):
+                    await _create(manager)
+        assert _waits(servers.url) == before
+        (told,) = _events(caplog, "replicas_unknown")
+        assert "+info" in told.getMessage()
+    finally:
+        admin.close()
+        servers.stop()
