@@ -121,7 +121,7 @@ async def test_auto_without_info_says_so_once_and_does_not_wait(
     servers = start_replicated_server(tmp_path)
     admin = redis.Redis.from_url(servers.url)
     try:
-        admin.execute_command("ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info")
+        admin.execute_command("ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "&*", "+@all", "-info")  # type: ignore[no-untyped-call]
         url = servers.url.replace("redis://", "redis://noinfo:pw@")
         before = _waits(servers.url)
         with caplog.at_level(logging.WARNING, logger="redis_tasks"):
