@@ -57,18 +57,19 @@ class RedisTaskManager(RedisContract):
     server, a shard whose replica is gone) does not wait and does not fail for it,
     and a primary that loses its last replica is said once (a warning, and the
     ``redis_tasks_replicas_missing{primary}`` gauge; see :mod:`.replicas`).
-    ``wait_replicas=N`` asks ``N`` replicas everywhere, within ``wait_timeout``
-    seconds (else :class:`ReplicationError`, with the write applied on the primary
-    only); ``0`` never waits (fastest, and a failover may lose the failed primary's
-    last writes: a task created just before may be unknown, or a finished one run
-    again). A confirmed write survives the loss of its primary. That is
+    ``wait_replicas=N`` asks ``N`` replicas everywhere, within ``wait_timeout`` seconds
+    (default: 1, or half of ``timeout`` when that is less) (else :class:`ReplicationError`,
+    with the write applied on the primary only); ``0`` never waits (fastest, and a failover
+    may lose the failed primary's last writes: a task created just before may be unknown, or
+    a finished one run again). A confirmed write survives the loss of its primary. That is
     ``create_task``, a client's answers and cancellation requests, and every outcome, a
     claim's included (one that found a cancellation request or the poison cap and
     ended the task). The answers, cancellations and claims' outcomes wait since issue
     26: its history checker saw each acknowledged, then rolled back by a failover. The
     price is a round trip to the replicas on each of those writes (one ``WAIT`` per
-    pipeline batch), and, with a fixed ``N``, errors while a shard has fewer replicas
-    than asked (right after a failover, until a replica is attached again).
+    pipeline batch; a claim asks it only when it ended a task), and, with a fixed ``N``,
+    errors while a shard has fewer replicas than asked (right after a failover, until a
+    replica is attached again).
 
     A claim that runs its task, a lease renewal, a status message and an input
     request are not confirmed, so a shard without replicas still runs the tasks it
@@ -94,7 +95,7 @@ class RedisTaskManager(RedisContract):
         timeout: float = 5.0,
         events_maxlen: int = 10_000,
         wait_replicas: int | Literal["auto"] = "auto",
-        wait_timeout: float = 1.0,
+        wait_timeout: float | None = None,
         close_client: bool = False,
         fair_dispatch: bool = True,
         whole_task_ids: bool = False,
@@ -131,7 +132,7 @@ class RedisTaskManager(RedisContract):
         timeout: float,
         events_maxlen: int,
         wait_replicas: int | Literal["auto"],
-        wait_timeout: float,
+        wait_timeout: float | None,
         close_client: bool,
         fair_dispatch: bool,
         whole_task_ids: bool = False,
@@ -149,6 +150,9 @@ class RedisTaskManager(RedisContract):
             or wait_replicas < 0
         ):
             raise ValueError('wait_replicas must be "auto" or an int >= 0')
+        if wait_timeout is None:
+            # Below the call's own deadline, so an unconfirmed write is told as such.
+            wait_timeout = min(1.0, timeout / 2)
         keys = KeySpace(prefix)
         connector = Connector(keys, partitions, events_maxlen, settings, detect)
         runner = ScriptRunner(topology, wait_replicas=wait_replicas, wait_timeout=wait_timeout)
@@ -197,7 +201,7 @@ class RedisTaskManager(RedisContract):
         max_connections: int = 256,
         cluster: bool | None = None,
         wait_replicas: int | Literal["auto"] = "auto",
-        wait_timeout: float = 1.0,
+        wait_timeout: float | None = None,
         fair_dispatch: bool = True,
         whole_task_ids: bool = False,
         plans: PlanPolicy | None = None,

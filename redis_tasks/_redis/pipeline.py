@@ -28,8 +28,9 @@ the connection error; the caller's retry logic applies as before.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from redis.asyncio.connection import ConnectionPool
@@ -199,6 +200,51 @@ class AutoPipeline:
             future.cancel()
             raise
         return future.result()
+
+    async def call_then_wait(
+        self,
+        command: tuple[Any, ...],
+        wait: tuple[Any, ...],
+        needed: Callable[[Any], bool],
+        *,
+        asking: bool = False,
+    ) -> tuple[Any, int | None]:
+        """:meth:`call_now`, then ``wait`` (a ``WAIT``) on the same connection only if
+        ``needed(reply)``: the reply, and the replicas that confirmed it (``None``: not
+        asked). For a call that seldom writes what replicas must confirm (a worker's
+        claim, which ends its task only when cancelled or poisoned): the connection's
+        own ``WAIT`` covers its write, so the common case pays no replica round trip.
+        """
+        async with asyncio.timeout(self._timeout):
+            connection = await self._checkout()
+            try:
+                await write(connection, pack((_ASKING, command) if asking else (command,)))
+                if asking:
+                    # Its refusal shows in the command's own reply, read next.
+                    with contextlib.suppress(ResponseError):
+                        await connection.read_response(timeout=math.inf)
+                reply = await connection.read_response(timeout=math.inf)
+                acked: int | None = None
+                if needed(reply):
+                    await write(connection, pack((wait,)))
+                    acked = int(await connection.read_response(timeout=math.inf))
+            except ResponseError:
+                # An error reply is read whole: the connection is in step.
+                await self._keep(connection)
+                raise
+            except BaseException:
+                # Replies left unread would answer the next user: drop it.
+                await connection.disconnect()
+                await self._pool.release(connection)
+                raise
+            await self._keep(connection)
+            return reply, acked
+
+    async def _keep(self, connection: Any) -> None:
+        if len(self._idle) < KEEP:
+            self._idle.append(connection)
+        else:
+            await self._pool.release(connection)
 
     def _flush(self) -> None:
         self._scheduled = False

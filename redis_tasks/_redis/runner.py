@@ -23,6 +23,13 @@ from .topology import Node, Topology
 __all__ = ["ScriptRunner"]
 
 
+def _written(wrote: Callable[[list[Any]], bool]) -> Callable[[Any], bool]:
+    """Whether a raw reply is one ``wrote`` says must be confirmed (an OK script reply)."""
+    return lambda reply: (
+        isinstance(reply, list) and bool(reply) and reply[0] == ReturnCode.OK and wrote(reply)
+    )
+
+
 class ScriptRunner:
     """Runs scripts on a topology: EVALSHA, NOSCRIPT reload, one deadline, error mapping.
 
@@ -113,7 +120,7 @@ class ScriptRunner:
         of with the auto-pipeline's next batch: for a call that others wait on (a
         worker's claim).
         """
-        reply, acked = await self._run(call, durable, batch)
+        reply, acked = await self._run(call, durable, batch, wrote)
         if acked is not None:
             # Only a script that answered OK wrote something for the replicas to
             # confirm. Any other answer (a stale fence, a terminal task) changed
@@ -141,12 +148,24 @@ class ScriptRunner:
             )
         )
 
-    async def _run(self, call: Call, durable: bool, batch: bool) -> tuple[list[Any], int | None]:
-        """``call``'s reply, and how many replicas confirmed it (``None``: not asked)."""
+    async def _run(
+        self,
+        call: Call,
+        durable: bool,
+        batch: bool,
+        wrote: Callable[[list[Any]], bool] | None = None,
+    ) -> tuple[list[Any], int | None]:
+        """``call``'s reply, and how many replicas confirmed it (``None``: not asked).
+
+        A call sent at once (``batch=False``) whose ``wrote`` says which replies need
+        confirming asks its ``WAIT`` after the reply, on the same connection, only for
+        those: a worker's claim pays the replica round trip only when it ended a task.
+        """
         script, keys, args = call
         wait = self._wait if durable else None
         watch = self._watch
         topology = self.topology
+        after = None if batch or wrote is None else _written(wrote)
 
         async def attempt(node: Node, asking: bool) -> tuple[Any, int | None]:
             pipeline = node.pipeline
@@ -157,6 +176,10 @@ class ScriptRunner:
                 try:
                     if batch:
                         result = await pipeline.call(command, asking=asking, wait=sent)
+                    elif sent is not None and after is not None:
+                        result = await pipeline.call_then_wait(command, sent, after, asking=asking)
+                        if result[1] is None:
+                            return result  # nothing the replicas must confirm
                     else:
                         result = await pipeline.call_now(command, asking=asking, wait=sent)
                     break
