@@ -154,6 +154,10 @@ class AutoPipeline:
         # The batches on the wire. (asyncio keeps only weak references to tasks:
         # this also keeps the sends alive.)
         self._tasks: set[asyncio.Task[None]] = set()
+        # Of those, the ones still reading their calls' replies: a batch that only
+        # waits for its WAIT's answer (replicas confirming) no longer counts, so the
+        # next batch goes out meanwhile instead of queueing behind the replica.
+        self._in_flight = 0
 
     def call(
         self,
@@ -175,7 +179,7 @@ class AutoPipeline:
         if not self._queue:
             self._since = loop.time()
         self._queue.append(Call(command, future, asking, wait))
-        if not self._scheduled and len(self._tasks) < MAX_IN_FLIGHT:
+        if not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
             self._scheduled = True
             loop.call_soon(self._flush)
         return future
@@ -248,23 +252,38 @@ class AutoPipeline:
 
     def _flush(self) -> None:
         self._scheduled = False
-        if len(self._tasks) >= MAX_IN_FLIGHT:
+        if self._in_flight >= MAX_IN_FLIGHT:
             return  # the batch in flight flushes the queue when its replies are in
         batch = [call for call in self._queue if not call.future.done()]
         self._queue = []
         for start in range(0, len(batch), MAX_BATCH):
-            task = asyncio.ensure_future(self._send(batch[start : start + MAX_BATCH], self._since))
+            self._in_flight += 1
+            task = asyncio.ensure_future(
+                self._send(batch[start : start + MAX_BATCH], self._since, counted=True)
+            )
             self._tasks.add(task)
-            task.add_done_callback(self._sent)
+            task.add_done_callback(self._tasks.discard)
 
-    def _sent(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if self._queue and not self._scheduled and len(self._tasks) < MAX_IN_FLIGHT:
+    def _replied(self) -> None:
+        """A counted batch has its calls' replies (its WAIT's may still be coming)."""
+        self._in_flight -= 1
+        if self._queue and not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
-    async def _send(self, batch: list[Call], since: float | None = None) -> None:
+    async def _send(
+        self, batch: list[Call], since: float | None = None, *, counted: bool = False
+    ) -> None:
         pool = self._pool
+        # A counted batch gives its place back once (see _in_flight): when its calls'
+        # replies are in, or when it fails, whichever comes first.
+        owed = [counted]
+
+        def replied() -> None:
+            if owed[0]:
+                owed[0] = False
+                self._replied()
+
         commands: list[tuple[Any, ...]] = []
         wait: tuple[Any, ...] | None = None
         for call in batch:
@@ -283,7 +302,7 @@ class AutoPipeline:
                 connection = await self._checkout()
                 try:
                     await write(connection, pack(commands))
-                    await self._read_replies(connection, batch, wait is not None)
+                    await self._read_replies(connection, batch, wait is not None, replied)
                 except BaseException:
                     # Replies left unread would answer the next user of this
                     # connection: drop it rather than use it again.
@@ -295,6 +314,7 @@ class AutoPipeline:
                 else:
                     await pool.release(connection)
         except BaseException as exc:
+            replied()
             error = exc if isinstance(exc, Exception) else RedisConnectionError("send abandoned")
             # Every call still without a reply fails (the one being read included).
             for call in batch:
@@ -324,7 +344,11 @@ class AutoPipeline:
             await self._pool.release(connection)
 
     @staticmethod
-    async def _read_replies(connection: Any, batch: list[Call], waits: bool) -> None:
+    async def _read_replies(
+        connection: Any, batch: list[Call], waits: bool, replied: Callable[[], None]
+    ) -> None:
+        """Read the batch's replies, and its WAIT's answer if ``waits``; ``replied()``
+        once the calls' own replies are in, before the WAIT's."""
         held: list[tuple[Call, Any]] = []  # durable calls' replies, until WAIT answers
         for call in batch:
             future = call.future
@@ -345,6 +369,7 @@ class AutoPipeline:
                 held.append((call, reply))
             elif not future.done():
                 future.set_result(reply)
+        replied()
         if waits:
             try:
                 acked: Any = int(await connection.read_response(timeout=math.inf))
