@@ -14,6 +14,7 @@ import redis
 
 from redis_tasks import RedisTaskManager, RequestContext, TaskOrigin
 from redis_tasks._redis import replicas
+from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks.testing import RedisServer, start_redis_server, start_replicated_server
 from tests.support.helpers import wait_until
 
@@ -66,6 +67,8 @@ async def test_auto_waits_where_a_replica_is_and_says_when_it_goes_and_comes_bac
     tmp_path: Path, prefix: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(replicas, "RECHECK_S", 0.2)
+    gauge: list[tuple[str, bool]] = []
+    monkeypatch.setattr(METRICS, "replicas_missing", lambda p, m: gauge.append((p, m)))
     servers = start_replicated_server(tmp_path)
     url = servers.url
     try:
@@ -105,6 +108,8 @@ async def test_auto_waits_where_a_replica_is_and_says_when_it_goes_and_comes_bac
                 await _create(manager)
                 assert _waits(url) == waits + 1
         assert len(_events(caplog, "replicas_missing")) == 1
+        primary = url.split("//")[1].split("/")[0]
+        assert gauge == [(primary, True), (primary, False)]  # the gauge went 1, then 0
     finally:
         servers.stop()
 
