@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from redis_tasks._redis.replicas import online_count
+
 from .nodes import Facts
 from .report import LEVELS, Finding, Level
 
@@ -288,20 +290,10 @@ def persistence(facts: list[Facts], cluster: bool) -> list[Finding]:
     return _merge(facts, judge)
 
 
-def _online(info: dict[str, object]) -> int:
-    count = int(str(info.get("connected_slaves", 0) or 0))
-    online = 0
-    for n in range(count):
-        replica = info.get(f"slave{n}")
-        if isinstance(replica, dict) and replica.get("state") == "online":
-            online += 1
-    return online
-
-
 def replicas(facts: list[Facts], cluster: bool) -> list[Finding]:
     """The online replicas of each primary: what the default ``wait_replicas="auto"`` does
     there, and how high a fixed ``wait_replicas`` may go."""
-    online = {fact.node: _online(fact.info) for fact in facts}
+    online = {fact.node: online_count(fact.info) for fact in facts}
     fewest = min(online.values())
     data = {"online_replicas": online, "wait_replicas_max": fewest}
     if fewest:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from redis.exceptions import NoPermissionError
@@ -44,7 +45,7 @@ from .client import CLIENT_ERRORS
 if TYPE_CHECKING:
     from .topology import Node, Topology
 
-__all__ = ["AUTO", "RECHECK_S", "ReplicaWatch", "online_replicas"]
+__all__ = ["AUTO", "RECHECK_S", "ReplicaWatch", "online_count", "online_replicas"]
 
 logger = logging.getLogger("redis_tasks")
 
@@ -54,16 +55,20 @@ AUTO: Final = "auto"
 RECHECK_S: Final = 1.0
 
 
-async def online_replicas(node: Node) -> int:
-    """How many replicas ``node`` has online (``INFO replication``)."""
-    info = await node.client.info("replication")
-    count = int(info.get("connected_slaves", 0) or 0)
+def online_count(info: Mapping[str, object]) -> int:
+    """The replicas an ``INFO replication`` reply (as redis-py parses it) lists online."""
+    count = int(str(info.get("connected_slaves", 0) or 0))
     online = 0
     for n in range(count):
         replica = info.get(f"slave{n}")
         if isinstance(replica, dict) and replica.get("state") == "online":
             online += 1
     return online
+
+
+async def online_replicas(node: Node) -> int:
+    """How many replicas ``node`` has online (``INFO replication``)."""
+    return online_count(await node.client.info("replication"))
 
 
 class ReplicaWatch:
