@@ -51,7 +51,10 @@ KEEP: Final = 4
 #: come back and go out together. Under load batches grow instead of multiplying: on
 #: a cluster, where each turn's calls are split over the primaries, drain went from
 #: 14,600 to 15,900 jobs/s (medians of 4 interleaved rounds; 1, 4 and 8 measured
-#: within noise of 2). A lone call still goes out at the end of its turn.
+#: within noise of 2). A lone call still goes out at the end of its turn. A batch
+#: whose calls have their replies and that waits only for its WAIT's answer (replicas
+#: confirming) no longer counts: with wait_replicas="auto", holding the place until the
+#: replica answered cost the drain 8 to 12 % more (benchmarks/wait_cost.py, issue 44).
 MAX_IN_FLIGHT: Final = 2
 _ASKING: Final = (b"ASKING",)
 
