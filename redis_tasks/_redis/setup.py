@@ -35,14 +35,8 @@ async def warn_if_evicting(topology: Topology) -> None:
             )
     except (*CLIENT_ERRORS, TimeoutError):
         return
-    policies = set()
-    for config in configs:
-        for name, value in config.items():
-            name = name.decode() if isinstance(name, bytes) else name
-            value = value.decode() if isinstance(value, bytes) else value
-            if name == "maxmemory-policy":
-                policies.add(str(value))
-    evicting = sorted(policies - {"noeviction"})
+    policies = {_config_value(config, "maxmemory-policy") for config in configs}
+    evicting = sorted(p for p in policies - {"noeviction"} if p is not None)
     if evicting:
         logger.warning(
             "Redis maxmemory-policy is %s, not noeviction: under memory pressure Redis "

@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import functools
 import inspect
-import re
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -46,6 +45,8 @@ from mcp.server.auth.middleware.auth_context import auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
+
+from redis_tasks.mcp._sdk_shapes import release_in
 
 if TYPE_CHECKING:
     from fastmcp.server.context import Context
@@ -84,14 +85,6 @@ class FastMCPMismatchError(RuntimeError):
     this package uses is gone or has another shape (the message names which)."""
 
 
-def _in_range(version: str) -> bool:
-    match = re.match(r"\d+(?:\.\d+)*", version)
-    if match is None:
-        return False
-    release = tuple(int(part) for part in match.group().split("."))
-    return FASTMCP_LOWEST <= release < FASTMCP_BELOW
-
-
 def fastmcp_problems() -> list[str]:
     """What keeps this package from running on the installed FastMCP (nothing: ``[]``)."""
     problems: list[str] = []
@@ -126,7 +119,7 @@ def require_fastmcp() -> None:
     """Raise :class:`FastMCPMismatchError` unless the installed FastMCP is one this
     package runs on: in :data:`FASTMCP_RANGE`, with every part it uses in shape."""
     version = str(getattr(fastmcp, "__version__", ""))
-    if not _in_range(version):
+    if not release_in(version, FASTMCP_LOWEST, FASTMCP_BELOW):
         raise FastMCPMismatchError(
             f"redis_tasks.fastmcp needs FastMCP {FASTMCP_RANGE}; this is FastMCP {version or '?'}"
         )

@@ -41,7 +41,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.session import ServerSession
 from mcp.shared.dispatcher import CallOptions
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from redis_tasks._errors import ValidationError
@@ -54,6 +54,8 @@ from redis_tasks.mcp._tool_runner import (
     _capabilities,
     _round_requests,
     _TaskChannel,
+    error_result,
+    progress_text,
     run_cancellable,
 )
 
@@ -77,10 +79,12 @@ class _FastMCPChannel(_TaskChannel):
         params = params or {}
         message: str | None = None
         if method == "notifications/progress":
-            message = params.get("message")
-            if not isinstance(message, str):
-                progress, total = params.get("progress"), params.get("total")
-                message = f"{progress:g}/{total:g}" if total is not None else f"{progress:g}"
+            own = params.get("message")
+            message = progress_text(
+                params["progress"],
+                params.get("total"),
+                own if isinstance(own, str) else None,
+            )
         elif method == "notifications/message":
             data = params.get("data")
             text = data.get("msg") if isinstance(data, Mapping) else data
@@ -99,11 +103,6 @@ def _result(result: ToolResult) -> dict[str, Any]:
     else:
         call = CallToolResult(content=shaped)
     return call.model_dump(by_alias=True, mode="json", exclude_none=True)
-
-
-def _error_result(text: str) -> dict[str, Any]:
-    result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
-    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
 class _ToolRun:
@@ -165,7 +164,7 @@ class _ToolRun:
                     ) from None
                 # A ToolError, a crash FastMCP masks, or failed validation: what
                 # FastMCP answers inline.
-                return _error_result(str(exc))
+                return error_result(str(exc))
             if not isinstance(result, InputRequiredToolResult):
                 return _result(result)
             asked = result.input_required

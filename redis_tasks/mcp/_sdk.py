@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import re
 from collections.abc import Awaitable, Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
@@ -60,6 +59,7 @@ from ._sdk_shapes import headers as _headers
 from ._sdk_shapes import keeps as _keeps
 from ._sdk_shapes import public as _public
 from ._sdk_shapes import qualified as _qualified
+from ._sdk_shapes import release_in as _release_in
 from ._sdk_shapes import seconds as _seconds
 from ._sdk_shapes import takes as _takes
 
@@ -227,11 +227,7 @@ def installed_version() -> str | None:
 
 def in_range(version: str | None) -> bool:
     """Whether ``version`` is in :data:`SDK_RANGE`, by its release numbers (2.3.1rc1 is 2.3.1)."""
-    match = re.match(r"\d+(?:\.\d+)*", version or "")
-    if match is None:
-        return False
-    release = tuple(int(part) for part in match.group().split("."))
-    return SDK_LOWEST <= release < SDK_BELOW
+    return _release_in(version, SDK_LOWEST, SDK_BELOW)
 
 
 def fast_path_problems(

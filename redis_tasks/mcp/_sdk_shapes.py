@@ -9,6 +9,7 @@ the object itself, :data:`MISSING` when the SDK no longer has it.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -20,6 +21,7 @@ __all__ = [
     "keeps",
     "public",
     "qualified",
+    "release_in",
     "seconds",
     "takes",
 ]
@@ -28,6 +30,16 @@ __all__ = [
 MISSING: Final = object()
 #: A part of the SDK, and the name it goes by in a message.
 Part = tuple[str, object]
+
+
+def release_in(version: str | None, lowest: tuple[int, ...], below: tuple[int, ...]) -> bool:
+    """Whether ``version``'s release numbers (2.3.1rc1 is 2.3.1) are at least ``lowest`` and
+    below ``below``."""
+    match = re.match(r"\d+(?:\.\d+)*", version or "")
+    if match is None:
+        return False
+    release = tuple(int(part) for part in match.group().split("."))
+    return lowest <= release < below
 
 
 def found(*problems: str | None) -> list[str]:

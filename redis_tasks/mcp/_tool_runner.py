@@ -50,7 +50,7 @@ from ._tool_call import ToolCall
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-__all__ = ["run_cancellable", "tool_handler"]
+__all__ = ["error_result", "progress_text", "run_cancellable", "tool_handler"]
 
 #: How a request key names its method.
 _KEY_STEMS: Final[dict[str, str]] = {
@@ -165,9 +165,7 @@ class _TaskChannel:
     async def progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
-        if message is None:
-            message = f"{progress:g}/{total:g}" if total is not None else f"{progress:g}"
-        await self._execution.report(message)
+        await self._execution.report(progress_text(progress, total, message))
 
 
 def _capabilities(declared: Mapping[str, Any] | None) -> ClientCapabilities | None:
@@ -189,10 +187,17 @@ def _round_requests(result: InputRequiredResult) -> dict[str, InputRequest]:
     return requests
 
 
-def _tool_error_result(exc: ToolError) -> dict[str, Any]:
-    # What the SDK answers inline for an anticipated tool failure: a completed
-    # call with ``isError`` (SEP-2663 keeps such a task ``completed``).
-    result = CallToolResult(content=[TextContent(type="text", text=str(exc))], is_error=True)
+def progress_text(progress: float, total: float | None, message: str | None) -> str:
+    """A progress report as a task's status message: its own message, else ``3/10`` or ``3``."""
+    if message is not None:
+        return message
+    return f"{progress:g}/{total:g}" if total is not None else f"{progress:g}"
+
+
+def error_result(text: str) -> dict[str, Any]:
+    """A completed call with ``isError`` and ``text``: what a server answers inline for an
+    anticipated tool failure (SEP-2663 keeps such a task ``completed``)."""
+    result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
     return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
@@ -313,4 +318,4 @@ async def _outcome(tool: asyncio.Future[dict[str, Any]]) -> dict[str, Any]:
         # logs only where it happened, never the exception's text.
         raise
     except ToolError as exc:
-        return _tool_error_result(exc)
+        return error_result(str(exc))
