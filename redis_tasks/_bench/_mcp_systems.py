@@ -52,11 +52,17 @@ SDK_PATH: Final = "redis-tasks (SDK path)"
 FASTMCP_OURS: Final = "FastMCP + redis-tasks"
 
 
-def _ours(url: str, prefix: str, settings: McpSettings, *, fast_path: bool = True) -> McpSystem:
+def _uvicorn(interpreter: str, app: str) -> Callable[[int], Sequence[str]]:
+    """A server's command line: ``app`` under uvicorn by ``interpreter``, on a loopback port."""
+
     def server(port: int) -> list[str]:
-        return [sys.executable, "-m", "uvicorn", "redis_tasks._bench._mcp_app:app",
-                "--host", "127.0.0.1", "--port", str(port),
+        return [interpreter, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
                 "--log-level", "warning", "--no-access-log"]  # fmt: skip
+
+    return server
+
+
+def _ours(url: str, prefix: str, settings: McpSettings, *, fast_path: bool = True) -> McpSystem:
 
     def worker(index: int) -> list[str]:
         # The URL goes by $REDIS_URL, never on a command line (it may hold a password).
@@ -68,7 +74,7 @@ def _ours(url: str, prefix: str, settings: McpSettings, *, fast_path: bool = Tru
 
     return McpSystem(
         name="redis-tasks" if fast_path else SDK_PATH,
-        server=server,
+        server=_uvicorn(sys.executable, "redis_tasks._bench._mcp_app:app"),
         worker=worker,
         env={
             "RT_BENCH_FAST_PATH": "1" if fast_path else "0",
@@ -91,18 +97,13 @@ def _fastmcp_tasks(url: str, prefix: str, settings: McpSettings) -> McpSystem:
         raise FileNotFoundError(f"no MCP peer interpreter at {python} (make bench-fastmcp)")
     interpreter = str(python.absolute())
 
-    def server(port: int) -> list[str]:
-        return [interpreter, "-m", "uvicorn", "fastmcp_tasks_app:app",
-                "--host", "127.0.0.1", "--port", str(port),
-                "--log-level", "warning", "--no-access-log"]  # fmt: skip
-
     def worker(index: int) -> list[str]:
         return [interpreter, "-m", "fastmcp_tasks.worker_cli", "worker",
                 "fastmcp_tasks_app.py:mcp"]  # fmt: skip
 
     return McpSystem(
         name="fastmcp-tasks",
-        server=server,
+        server=_uvicorn(interpreter, "fastmcp_tasks_app:app"),
         worker=worker,
         env={
             "FASTMCP_DOCKET_URL": url,
@@ -128,11 +129,6 @@ def _fastmcp_ours(url: str, prefix: str, settings: McpSettings) -> McpSystem:
     if not app.is_file():
         raise FileNotFoundError(f"no FastMCP app at {app} (run from a source checkout)")
 
-    def server(port: int) -> list[str]:
-        return [sys.executable, "-m", "uvicorn", "fastmcp_redis_tasks_app:app",
-                "--host", "127.0.0.1", "--port", str(port),
-                "--log-level", "warning", "--no-access-log"]  # fmt: skip
-
     def worker(index: int) -> list[str]:
         return [sys.executable, "-m", "redis_tasks", "worker",
                 "--fastmcp", "fastmcp_redis_tasks_app.py:mcp",
@@ -141,7 +137,7 @@ def _fastmcp_ours(url: str, prefix: str, settings: McpSettings) -> McpSystem:
 
     return McpSystem(
         name=FASTMCP_OURS,
-        server=server,
+        server=_uvicorn(sys.executable, "fastmcp_redis_tasks_app:app"),
         worker=worker,
         # The URL goes by $REDIS_URL, never on a command line (it may hold a password).
         env={

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from redis_tasks.testing import RedisServer, free_port, wait_listening
+from tests.support.helpers import stop_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / ".conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js"
@@ -127,13 +128,7 @@ def _serving(kind: str, topology: str, redis_server: RedisServer, logs: Path) ->
             wait_listening(port, processes[-1])
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_processes(processes)
 
 
 @pytest.fixture(scope="module", params=_TOPOLOGIES)

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from redis_tasks.testing import RedisServer, free_port, wait_listening
+from tests.support.helpers import stop_processes
 
 pytestmark = pytest.mark.slow
 
@@ -80,13 +81,7 @@ def served(
         wait_listening(port, processes[0])
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_processes(processes)
 
 
 def test_the_same_client_passes_on_both_backends(served: str) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import subprocess
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -88,6 +89,19 @@ def every_log_line() -> Iterator[list[str]]:
     finally:
         logger.removeHandler(keep)
         logger.setLevel(level)
+
+
+def stop_processes(processes: Iterable[subprocess.Popen[bytes]]) -> None:
+    """Terminate every process (SIGTERM: graceful), then wait for each, killing one that
+    is still running 30 s later."""
+    processes = list(processes)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 async def wait_until(

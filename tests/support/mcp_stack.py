@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from redis_tasks.mcp import TasksClient, get_task
 from redis_tasks.testing import free_port, wait_listening
 
-from .helpers import wait_until
+from .helpers import stop_processes, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,13 +123,7 @@ class McpStack:
 
     def stop(self) -> None:
         """Terminate every process (SIGTERM: graceful) and wait for it."""
-        for process in self.processes:
-            process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_processes(self.processes)
 
     def log_text(self) -> str:
         """Everything every process wrote so far."""
