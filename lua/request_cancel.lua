@@ -5,7 +5,9 @@
   ends cancelled here and now, as the claim that met it would: its quota place,
   its running place and its place in the tenant's queue are free at once, and no
   worker runs it (a claim of its entry finds it ended). A terminal task accepts
-  the request idempotently and changes nothing.
+  the request idempotently and changes nothing, as does a task whose intent is
+  recorded; both rewrite the status they read, so the call's WAIT confirms the
+  state it answers about (common's confirm_state).
 
   Includes: common, terminal
 
@@ -52,6 +54,9 @@ if t.bd ~= binding then
   return {RC_NOT_FOUND}
 end
 if TERMINAL[t.st] or t.cx == '1' then
+  -- Ended or asked already (this call's own first attempt, maybe): confirmed like a
+  -- change (see confirm_state).
+  confirm_state(task_key, 'st', t.st)
   return {RC_OK, 0}
 end
 local now = now_ms()

@@ -3,7 +3,9 @@
   requests. Answers to keys that are not outstanding (never issued, already
   answered, superseded) and answers of the wrong variant are ignored; a task
   not in input_required ignores the update. When no request remains
-  outstanding the task returns to working.
+  outstanding the task returns to working. An update that changes nothing (a
+  retry whose first attempt took the answers) rewrites the status it read, so
+  its WAIT confirms the state it answers about (common's confirm_state).
 
   Includes: common
 
@@ -45,11 +47,11 @@ local t = hmget(task_key, 'bd', 'st', 'ua', 'ex', 'sm')
 if t[1] ~= binding then
   return {RC_NOT_FOUND}
 end
-if t[2] ~= ST_INPUT_REQUIRED then
-  return {RC_OK, 0}
-end
-
-if #ARGV < first_answer then
+-- An update that changes nothing (the task waits for no input, or these answers were
+-- taken already: by this call's own first attempt, maybe) is confirmed like one
+-- that does (see confirm_state).
+if t[2] ~= ST_INPUT_REQUIRED or #ARGV < first_answer then
+  confirm_state(task_key, 'st', t[2])
   return {RC_OK, 0}
 end
 local keys = {}
@@ -71,6 +73,7 @@ for n, key in ipairs(keys) do
   end
 end
 if #accepted_keys == 0 then
+  confirm_state(task_key, 'st', t[2])
   return {RC_OK, 0}
 end
 

@@ -41,3 +41,8 @@ class Claim:
     #: Whether tasks were waiting in the partition's tenant queues when this claim ran:
     #: the worker should claim the next batch rather than block (single claims only).
     backlog: bool = False
+    #: The claim ended its task (``CANCELLED``, ``POISONED``) but fewer replicas than
+    #: ``wait_replicas`` confirmed that write in time: a failover may roll it back,
+    #: and the task is then claimed again. Only the claims that wrote an ending are
+    #: unconfirmed; the others of the same batch stand as they are.
+    unconfirmed: bool = False

@@ -164,13 +164,18 @@ class ReplicatedServer:
             server.stop()
 
 
-def start_replicated_server(directory: Path, *extra: str, replicas: int = 1) -> ReplicatedServer:
+def start_replicated_server(
+    directory: Path, *extra: str, replicas: int = 1, binary: str | Path | None = None
+) -> ReplicatedServer:
     """A standalone primary with ``replicas`` replicas on loopback, all in sync on return.
 
     For measuring standalone Redis with the same replication a cluster pays for.
+    ``binary`` as for :func:`start_redis_server`.
     """
     # The primary syncs replicas at once (Redis 7 waits 5 s for more by default).
-    primary = start_redis_server(directory / "primary", "--repl-diskless-sync-delay", "0", *extra)
+    primary = start_redis_server(
+        directory / "primary", "--repl-diskless-sync-delay", "0", *extra, binary=binary
+    )
     started: list[RedisServer] = []
     try:
         for n in range(replicas):
@@ -181,6 +186,7 @@ def start_replicated_server(directory: Path, *extra: str, replicas: int = 1) -> 
                     "127.0.0.1",
                     str(primary.port),
                     *extra,
+                    binary=binary,
                 )
             )
         _wait_replicas_online([primary], replicas)

@@ -103,6 +103,7 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     if t.ce == claim_mark(entry_id, consumer) then
       -- The claim that ended the task, run again after its reply was lost: it is
       -- told what it was told then, not that some other call ended the task.
+      confirm_state(task_key, 'st', status)
       return {status == ST_CANCELLED and RC_CANCELLED or RC_POISONED}
     end
     return {RC_TERMINAL}

@@ -273,6 +273,19 @@ local function granted(grant_key)
   return redis.call('EXISTS', grant_key) == 1
 end
 
+-- The answer to a call that finds its work done already (a retry after a lost
+-- reply; a change another call made) writes nothing of its own, and the WAIT that
+-- confirms it (wait_replicas) covers only the writes of its connection: after a
+-- lost reply, a new connection that has written nothing, so that WAIT answered at
+-- once, "confirmed", whatever the replicas held. Rewriting one field of the record
+-- with the value it holds changes nothing, but is replicated after the write that
+-- made that state, so the answer's WAIT covers the state it reports. Only on those
+-- paths (rare). Under pcall: a full Redis refuses a first write, and the answer
+-- then stands unconfirmed as before rather than failing.
+local function confirm_state(task_key, field, value)
+  redis.pcall('HSET', task_key, field, value)
+end
+
 -- Companion keys expire with their task, so nothing outlives it.
 local function expire_with_task(key, expire_at)
   if expire_at then

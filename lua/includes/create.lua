@@ -51,6 +51,7 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
   if redis.call('EXISTS', task_key) == 1 then
     local existing = hmget(task_key, 'bd', 'or', 'ca')
     if existing[1] == binding and existing[2] == origin then
+      confirm_state(task_key, 'bd', binding)
       return {RC_OK, tonumber(existing[3])}
     end
     return {RC_EXISTS}

@@ -163,6 +163,7 @@ local function finish_task(keys, task_id, fence, ending, operation, call)
     local op = redis.call('HGET', keys[1], 'op')
     if operation ~= '' then
       if op == operation then
+        confirm_state(keys[1], 'st', t.st)
         return RC_OK, false  -- this very call again: a retry after a lost reply
       end
     elseif not op and t.st == ending.status then
@@ -171,6 +172,7 @@ local function finish_task(keys, task_id, fence, ending, operation, call)
       local done = read_record(keys[1], 'sm', ending.field or 'st')
       if done.sm == (ending.message or false)
           and (not ending.field or done[ending.field] == ending.value) then
+        confirm_state(keys[1], 'st', t.st)
         return RC_OK, false  -- the lease holder's same transition again (fence checked above)
       end
     end

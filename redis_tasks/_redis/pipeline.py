@@ -21,6 +21,14 @@ companion command on the same connection:
   its connection: one ``WAIT`` closes a batch and covers all its durable calls,
   so under load the replica round trip is paid once per batch, not per call.
 
+A batch waiting for its ``WAIT`` holds its connection until the replicas answer
+(up to ``wait_timeout`` behind a replica that stalls while still *online*). At most
+half the pool's connections do (:data:`WAITING_SHARE`): past that, durable calls
+wait in the queue for one of those batches to end, while calls that wait for no
+replica (a worker's lease renewals, reads) go on with the other half. Without the
+bound, every durable batch of a burst held a connection for the whole
+``wait_timeout``, and renewals queued for connections behind them.
+
 A failed connection fails every call of its batch that has no reply yet, with
 the connection error; the caller's retry logic applies as before.
 """
@@ -56,6 +64,9 @@ KEEP: Final = 4
 #: confirming) no longer counts: with wait_replicas="auto", holding the place until the
 #: replica answered cost the drain 8 to 12 % more (benchmarks/wait_cost.py, issue 44).
 MAX_IN_FLIGHT: Final = 2
+#: The share of a pool's connections that batches waiting for their ``WAIT`` may hold
+#: at once (at least one): see the module.
+WAITING_SHARE: Final = 0.5
 _ASKING: Final = (b"ASKING",)
 
 
@@ -161,6 +172,14 @@ class AutoPipeline:
         # waits for its WAIT's answer (replicas confirming) no longer counts, so the
         # next batch goes out meanwhile instead of queueing behind the replica.
         self._in_flight = 0
+        # Batches with a WAIT on the wire (each holds a connection until its WAIT is
+        # answered), and how many may be (see the module).
+        self._durable_out = 0
+        max_connections = int(getattr(pool, "max_connections", 0) or 0)
+        self._durable_cap = max(1, int(max_connections * WAITING_SHARE)) if max_connections else 0
+        # Durable calls held back while the cap is reached, and when the oldest was made.
+        self._held: list[Call] = []
+        self._held_since = 0.0
 
     def call(
         self,
@@ -257,25 +276,54 @@ class AutoPipeline:
         self._scheduled = False
         if self._in_flight >= MAX_IN_FLIGHT:
             return  # the batch in flight flushes the queue when its replies are in
-        batch = [call for call in self._queue if not call.future.done()]
-        self._queue = []
+        queue, since = self._queue, self._since
+        if self._held:
+            queue, since = [*self._held, *queue], min(self._held_since, since)
+        self._queue, self._held = [], []
+        batch = [call for call in queue if not call.future.done()]
+        cap = self._durable_cap
         for start in range(0, len(batch), MAX_BATCH):
+            part = batch[start : start + MAX_BATCH]
+            durable = bool(cap) and any(call.wait is not None for call in part)
+            if durable and self._durable_out >= cap:
+                # Every connection waiting batches may hold is held: the durable calls
+                # wait for one of those batches to end; the rest go now.
+                if not self._held:
+                    self._held_since = since
+                self._held.extend(call for call in part if call.wait is not None)
+                part = [call for call in part if call.wait is None]
+                durable = False
+                if not part:
+                    continue
+            if durable:
+                self._durable_out += 1
             self._in_flight += 1
-            task = asyncio.ensure_future(
-                self._send(batch[start : start + MAX_BATCH], self._since, counted=True)
-            )
+            task = asyncio.ensure_future(self._send(part, since, counted=True, durable=durable))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
     def _replied(self) -> None:
         """A counted batch has its calls' replies (its WAIT's may still be coming)."""
         self._in_flight -= 1
-        if self._queue and not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
+        self._flush_soon()
+
+    def _waited(self) -> None:
+        """A batch with a WAIT ended (answered or failed): its connection is free."""
+        self._durable_out -= 1
+        self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        if (self._queue or self._held) and not self._scheduled and self._in_flight < MAX_IN_FLIGHT:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
     async def _send(
-        self, batch: list[Call], since: float | None = None, *, counted: bool = False
+        self,
+        batch: list[Call],
+        since: float | None = None,
+        *,
+        counted: bool = False,
+        durable: bool = False,
     ) -> None:
         pool = self._pool
         # A counted batch gives its place back once (see _in_flight): when its calls'
@@ -325,6 +373,9 @@ class AutoPipeline:
                     call.future.set_exception(error)
             if not isinstance(exc, Exception):
                 raise
+        finally:
+            if durable:
+                self._waited()
 
     async def _checkout(self) -> Any:
         """A kept connection that is still sound, else one from the pool."""

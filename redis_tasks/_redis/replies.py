@@ -24,7 +24,10 @@ __all__ = [
     "answers",
     "claim",
     "claim_batch",
+    "claim_batch_ended",
+    "claim_ended",
     "created",
+    "ended",
     "flag",
     "flat_records",
     "shaped",
@@ -169,14 +172,19 @@ def claim(reply: Any) -> Claim:
 _ENDED: Final = frozenset({ClaimOutcome.CANCELLED, ClaimOutcome.POISONED})
 
 
+def ended(one: Claim) -> bool:
+    """Whether a claim ended its task (a write ``wait_replicas`` must confirm)."""
+    return one.outcome in _ENDED
+
+
 def claim_ended(reply: list[Any]) -> bool:
     """Whether a ``claim`` reply ended its task (so ``wait_replicas`` must confirm it)."""
-    return claim(reply).outcome in _ENDED
+    return ended(claim(reply))
 
 
 def claim_batch_ended(reply: list[Any]) -> bool:
     """Whether a ``claim_next`` reply ended any of its tasks."""
-    return any(one.outcome in _ENDED for _, _, one in claim_batch(reply))
+    return any(ended(one) for _, _, one in claim_batch(reply))
 
 
 def claim_batch(reply: Any) -> list[tuple[str, str | None, Claim]]:

@@ -130,13 +130,21 @@ class ScriptRunner:
                 raise self._unconfirmed(acked)
         return reply
 
-    async def run_confirmed(self, call: Call) -> tuple[list[Any], ReplicationError | None]:
+    async def run_confirmed(
+        self,
+        call: Call,
+        *,
+        batch: bool = True,
+        wrote: Callable[[list[Any]], bool] | None = None,
+    ) -> tuple[list[Any], ReplicationError | None]:
         """Run a durable ``call`` and return its reply, whatever its code, with the
         error its writes get if fewer than ``wait_replicas`` replicas confirmed them
         (``None`` when they did, or none were asked for): for a call whose parts each
-        answer for themselves (``finish_batch``), where only the parts that wrote
-        are unconfirmed."""
-        reply, acked = await self._run(call, True, True)
+        answer for themselves (``finish_batch``, a ``claim_next`` batch), where only
+        the parts that wrote are unconfirmed. ``batch`` and ``wrote`` as for
+        :meth:`run_raw` (a call sent at once asks its ``WAIT`` only when ``wrote``
+        says the reply needs it)."""
+        reply, acked = await self._run(call, True, batch, wrote)
         if acked is None or acked >= self.wait_replicas:
             return reply, None
         return reply, self._unconfirmed(acked)

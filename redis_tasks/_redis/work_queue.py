@@ -18,6 +18,7 @@ encoder (fences and the poison error).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -49,6 +50,14 @@ def _lease_ms(lease: timedelta) -> int:
     if ms < 1:
         raise ValueError("a lease must be at least one millisecond")
     return ms
+
+
+def _confirmed(claim: Claim, lagging: bool) -> Claim:
+    """``claim`` as its call's ``WAIT`` left it: a claim that ended its task is
+    unconfirmed when the replicas fell short (``lagging``); any other stands."""
+    if lagging and replies.ended(claim):
+        return replace(claim, unconfirmed=True)
+    return claim
 
 
 def _entry(partition: int, entry_id: bytes, fields: Any) -> WorkEntry:
@@ -172,7 +181,7 @@ class RedisWorkQueue:
             raise TaskNotFoundError()
         keys = self._task_keys(entry.task_id)
         link = self._link()
-        reply = await link.runner.run_raw(
+        reply, unconfirmed = await link.runner.run_confirmed(
             lua.claim(
                 task=keys.task,
                 requests=keys.requests,
@@ -197,10 +206,9 @@ class RedisWorkQueue:
             # wait_replicas it is confirmed like any other (issue 26's history saw one
             # rolled back by a failover and written again). One that runs the task is
             # not, so a shard without replicas still runs what it holds.
-            durable=True,
             wrote=replies.claim_ended,
         )
-        return replies.claim(reply)
+        return _confirmed(replies.claim(reply), unconfirmed is not None)
 
     async def claim_next(
         self,
@@ -220,7 +228,7 @@ class RedisWorkQueue:
         keys = self.keys
         link = self._link()
         try:
-            reply = await link.runner.run_raw(
+            reply, unconfirmed = await link.runner.run_confirmed(
                 lua.claim_next(
                     work=keys.work(partition),
                     events=keys.events(partition),
@@ -238,7 +246,10 @@ class RedisWorkQueue:
                 # The reader waits on this call for the next tasks to start: sent at
                 # once, it was measured to drain 30-50 % faster than with a batch.
                 batch=False,
-                durable=True,  # see claim(): only a batch that ended a task must confirm
+                # See claim(): only a batch that ended a task waits for a replica, and
+                # a WAIT that falls short leaves unconfirmed only the claims that ended
+                # theirs; the tasks the batch started run (failing the whole reply
+                # left them leased here, never started, for a whole lease).
                 wrote=replies.claim_batch_ended,
             )
         except BackendError as exc:
@@ -246,8 +257,9 @@ class RedisWorkQueue:
                 raise
             await self.recreate_group(partition)
             return []
+        lagging = unconfirmed is not None
         return [
-            (WorkEntry(partition, entry_id, task_id), claim)
+            (WorkEntry(partition, entry_id, task_id), _confirmed(claim, lagging))
             for entry_id, task_id, claim in replies.claim_batch(reply)
         ]
 

@@ -167,13 +167,17 @@ class Runs:
         if claim.outcome is not ClaimOutcome.RUN or task_id is None or task is None:
             if claim.outcome is not ClaimOutcome.LEASE_HELD:
                 METRICS.claim_settled(claim.outcome.value)
-            level = logging.WARNING if claim.outcome is ClaimOutcome.POISONED else logging.INFO
+            poisoned = claim.outcome is ClaimOutcome.POISONED
+            level = logging.WARNING if poisoned or claim.unconfirmed else logging.INFO
             log(
                 level,
                 f"task not run: {claim.outcome.value}",
                 f"claim_{claim.outcome.value}",
                 task=task,
                 reclaimed=reclaimed,
+                # The ending stands on the primary; a failover before its replica
+                # caught up may roll it back (the task is then claimed again).
+                unconfirmed=claim.unconfirmed,
             )
             return None
         held = self.latest.get(task_id)
