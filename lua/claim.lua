@@ -13,7 +13,7 @@
   ring, parked set, tenants hash) are named here from the task key's tag and the
   record's tenant, in the task's slot, as claim_next names a task's keys.
 
-  Includes: common, keys, claim
+  Includes: common, keys, work, claim
 
   KEYS:
     1 task           the task record hash
@@ -53,6 +53,7 @@
 ]]
 -- KEYS go to claim_entry() (and from there to terminate()) whole, in the order above.
 local task_key = KEYS[1]
+local work_key = KEYS[6]
 local stats_key = KEYS[8]
 local task_id = ARGV[1]
 local entry_id = ARGV[2]
@@ -66,5 +67,6 @@ local call = {now = now_ms(), event_opts = event_opts, pickups = {}}
 local reply = claim_entry(KEYS, task_id, entry_id, consumer, lease_ms, max_attempts,
   poison_error, call)
 record_pickups(stats_key, call.pickups)
+ring_due(call, work_key)
 local backlog = redis.call('EXISTS', tag_of(task_key, task_id) .. KEY_RING)
 return {RC_OK, backlog, reply}

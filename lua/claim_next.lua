@@ -6,7 +6,9 @@
   in XREADGROUP outside any script and claims what it gets with claim.
   When the stream runs out of new entries first, the rest of the batch is
   dispatched from the tenants' queues in weighted round-robin (tenants.lua's
-  dispatch: each task gets its work entry now) and read and claimed alike. Each
+  dispatch: each task gets its work entry now, from work.lua's add_work) and
+  exactly those entries are read and claimed alike (nothing else enters the stream
+  between: a doorbell this call rings goes last, at its end). Each
   task's keys, and its partition's tenant keys, are built here from the
   partition's hash tag, the way KeySpace names them (task_keys, and KEY_QUEUE and
   the other tenant keys after the tag), so
@@ -17,9 +19,10 @@
   With `wake` set (the caller has no free handler slot left) and tasks still
   waiting in the ring, one doorbell entry (`d`, no task) goes to the stream: a
   worker blocked on it wakes and claims the next batch itself. Doorbells this
-  read meets are dropped.
+  read meets are dropped. A call rings at most one doorbell, at its end (for
+  `wake`, a capped tenant its claims unparked, doorbells dispatch_first moved).
 
-  Includes: common, keys, tenants, claim
+  Includes: common, keys, work, tenants, claim
 
   KEYS:
     1 work           the partition's work stream
@@ -59,13 +62,14 @@ local first = ARGV[9]
 
 local out = {RC_OK}
 -- One reading of the clock for the whole batch: its claims and its dispatch.
-local call = {now = now_ms(), event_opts = event_opts, pickups = {}}
+local call = {now = now_ms(), event_opts = event_opts, pickups = {}, doorbell = false}
 -- One keys table for the whole call, each task's record key written over the
 -- last's (claim_entry keeps no reference to it).
 local keys = task_keys(tag, '', work_key, events_key, stats_key)
 
 -- Read up to `wanted` new entries and claim each; how many tasks it met (doorbells
--- are dropped and not counted) and whether the stream ran out of new entries.
+-- are dropped and not counted), whether the stream ran out of new entries, and the
+-- ID of the last entry read.
 local function read_and_claim(wanted)
   local read = redis.call('XREADGROUP', 'GROUP', WORK_GROUP, consumer,
     'COUNT', wanted, 'STREAMS', work_key, '>')
@@ -109,11 +113,12 @@ local function read_and_claim(wanted)
       met = met + 1
     end
   end
-  return met, #entries < wanted
+  local last = entries[#entries]
+  return met, #entries < wanted, last and last[1]
 end
 
 if first ~= '' and is_task_id(first) then
-  dispatch_first(tag, work_key, stats_key, first, event_opts)
+  dispatch_first(tag, work_key, stats_key, first, call)
 end
 local wanted = count
 local drained = false
@@ -126,14 +131,24 @@ if drained then
   -- Nothing new is left in the stream: the rest of the batch comes from the
   -- tenants' queues, in their round-robin order.
   if wanted > 0 then
-    local added = dispatch(tag, work_key, stats_key, wanted, call.now)
-    if added > 0 then
-      read_and_claim(added)
+    local added = dispatch(tag, work_key, stats_key, wanted, call.now, call.now + lease_ms)
+    -- The stream held nothing undelivered, and nothing but these entries entered
+    -- it since (a doorbell waits for the call's end): the reads below meet exactly
+    -- them, in order. Read until the last of them, should that ever not hold.
+    local last = added[#added]
+    local left = #added
+    while left > 0 do
+      local met, empty, read = read_and_claim(left)
+      if read == last[1] or empty then
+        break
+      end
+      left = left - met
     end
   end
   if wake and redis.call('EXISTS', tag .. KEY_RING) == 1 then
-    redis.call('XADD', work_key, '*', 'd', '1')
+    call.doorbell = true
   end
 end
 record_pickups(stats_key, call.pickups)
+ring_due(call, work_key)
 return out

@@ -11,7 +11,7 @@
   The task stops counting against its tenant's quota and cap (terminal.lua);
   a task that never left its tenant's queue leaves it.
 
-  Includes: common, terminal
+  Includes: common, work, terminal
 
   KEYS:
     1 task           the task record hash
@@ -41,6 +41,7 @@
 ]]
 -- KEYS go to finish_task() (and so terminate()) whole, in the order above.
 local task_key = KEYS[1]
+local work_key = KEYS[6]
 local signals_key = KEYS[9]
 local task_id = ARGV[1]
 local fence = ARGV[2]
@@ -54,11 +55,12 @@ local event_opts = ARGV[9]
 
 local ending = {status = status, message = has_message and message or nil,
   field = outcome_field ~= '' and outcome_field or nil, value = outcome}
-local code, wrote = finish_task(KEYS, task_id, fence, ending, operation,
-  {now = now_ms(), event_opts = event_opts})
+local call = {now = now_ms(), event_opts = event_opts}
+local code, wrote = finish_task(KEYS, task_id, fence, ending, operation, call)
 if not wrote then
   return {code}
 end
+ring_due(call, work_key)
 if operation ~= '' then
   redis.call('HSET', task_key, 'op', operation)
 end

@@ -10,7 +10,7 @@
   sent one per task. Unfenced finishes (a client's or an operator's) stay with
   finish.lua: they carry an operation ID and signal the task's worker.
 
-  Includes: common, keys, terminal
+  Includes: common, keys, work, terminal
 
   KEYS:
     1 work           the partition's work stream
@@ -74,4 +74,5 @@ end
 if #batch.ended > 0 then
   emit(events_key, event_opts, table.concat(batch.ended, ' '))
 end
+ring_due(call, work_key)
 return out

@@ -8,7 +8,7 @@
   stops counting as running (its run set, named from the task key's tag and the
   record's tenant), which may let the tenant out of the parked set.
 
-  Includes: common, keys, tenants
+  Includes: common, keys, work, tenants
 
   KEYS:
     1 task           the task record hash
@@ -34,12 +34,14 @@ end
 if t[4] then
   drop_entry(work_key, t[4])
 end
-local entry = redis.call('XADD', work_key, '*', 't', task_id)
 local attempts = math.max((tonumber(t[3]) or 1) - 1, 0)
-redis.call('HSET', task_key, 'fn', int_text((tonumber(t[2]) or 0) + 1), 'at', int_text(attempts),
-  'ld', '0', 'wk', entry)
+local fields = {'fn', int_text((tonumber(t[2]) or 0) + 1), 'at', int_text(attempts), 'ld', '0'}
+add_work(work_key, task_id, fields)
+redis.call('HSET', task_key, unpack(fields))
 redis.call('HDEL', task_key, 'lo')
+local call = {}
 if t[5] and t[6] then
-  release_tenant_slot(tag_of(task_key, task_id), t[5], task_id)
+  release_tenant_slot(tag_of(task_key, task_id), t[5], task_id, call)
 end
+ring_due(call, work_key)
 return {RC_OK}

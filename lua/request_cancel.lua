@@ -9,7 +9,7 @@
   recorded; both rewrite the status they read, so the call's WAIT confirms the
   state it answers about (common's confirm_state).
 
-  Includes: common, terminal
+  Includes: common, work, terminal
 
   KEYS:
     1 task           the task record hash
@@ -68,6 +68,8 @@ if t.ld and tonumber(t.ld) > now then
   return {RC_OK, 0}
 end
 redis.call('HSET', task_key, 'cx', '1')
+local call = {now = now, event_opts = event_opts}
 terminate({task_key, requests_key, issued_key, answers_key, journal_key, work_key, events_key,
-  stats_key}, task_id, t, t.wk, {status = ST_CANCELLED}, {now = now, event_opts = event_opts})
+  stats_key}, task_id, t, t.wk, {status = ST_CANCELLED}, call)
+ring_due(call, work_key)
 return {RC_OK, 1}

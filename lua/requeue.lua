@@ -6,7 +6,7 @@
   untouched, and so is the rest of the record (the trace context included).
   Entries of tasks that are gone or terminal are just dropped.
 
-  Includes: common
+  Includes: common, work
 
   KEYS:
     1 task           the task record hash
@@ -28,6 +28,5 @@ drop_entry(work_key, entry_id)
 if not t[1] or TERMINAL[t[1]] or t[2] ~= entry_id then
   return {RC_OK}
 end
-local entry = redis.call('XADD', work_key, '*', 't', task_id)
-redis.call('HSET', task_key, 'wk', entry)
+add_work(work_key, task_id, task_key)
 return {RC_OK}

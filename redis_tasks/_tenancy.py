@@ -162,6 +162,8 @@ class Head:
     stride: int
     #: How many tasks it may start: its cap's room, else the batch.
     room: int
+    #: How many tasks wait in its queue: a dispatch takes no more.
+    queued: int
     capped: bool
     #: How many of the batch's dispatches it gets (set by :func:`plan_picks`).
     picks: int = 0
@@ -169,14 +171,14 @@ class Head:
 
 def plan_picks(heads: list[Head], count: int) -> int | None:
     """How ``count`` dispatches fall among ``heads`` (in pass order): each to the head
-    of lowest pass with room left (a tie: the first), whose pass then grows by its
-    stride. Sets each head's ``picks`` and ``pass_``; returns the pass the last pick
-    started at (the new virtual time), or ``None`` for none.
+    of lowest pass with room and tasks left (a tie: the first), whose pass then
+    grows by its stride. Sets each head's ``picks`` and ``pass_``; returns the pass
+    the last pick started at (the new virtual time), or ``None`` for none.
 
     The twin of ``plan_picks`` in ``lua/includes/tenants.lua``; one table of cases
     drives both (``tests/contract/test_dispatch_plan.py``). ``count`` heads are
-    enough: every head has room, so a head is picked only after every head before
-    it was, and ``count`` picks reach at most ``count`` heads.
+    enough: every head has room and a task, so a head is picked only after every
+    head before it was, and ``count`` picks reach at most ``count`` heads.
     """
     for head in heads:
         head.picks = 0
@@ -184,7 +186,12 @@ def plan_picks(heads: list[Head], count: int) -> int | None:
     for _ in range(count):
         best = None
         for head in heads:
-            if head.picks < head.room and (best is None or head.pass_ < best.pass_):
+            picks = head.picks
+            if (
+                picks < head.room
+                and picks < head.queued
+                and (best is None or head.pass_ < best.pass_)
+            ):
                 best = head
         if best is None:
             break

@@ -114,6 +114,12 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
       -- claim; a nil here would cut the reply short (Lua tables end at a nil).
       return {RC_OK, tonumber(t.fn) or 0, tonumber(t.at) or 0, t['or'], t.pl or '', t.tp or ''}
     end
+    if not t.wk then
+      -- Dispatched in this script (work.lua's add_work left `wk` to the claim), yet
+      -- leased: a stale holder renewed after the task went back to its queue. The
+      -- entry is its work now (the holder's renewals take it over), as any entry is.
+      redis.call('HSET', task_key, 'wk', entry_id)
+    end
     return {RC_LEASE_HELD}
   end
   local entry = t.wk or entry_id

@@ -98,18 +98,16 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
     queue_keys = {k.ring, k.tenants, k.queue}
     k.queue_keys = queue_keys
   end
-  local entry, newcomer = enqueue(queue_keys, k.work, k.stats, tenant,
-    settings, task_id, fair == '1', expire_at, call.batch)
   -- No `ua` (it reads as `ca` until the first update) and no `fn` (it reads as
   -- 0 until the first claim): every byte of a record is kept for its retention.
   local fields = {
     'st', ST_WORKING, 'ca', call.now_text, 'ttl', ttl_ms_text, 'pi', poll_ms, 'bd', binding,
     'tn', tenant,
   }
-  if entry then
-    fields[#fields + 1] = 'wk'
-    fields[#fields + 1] = entry
-  end
+  -- The first write: its work entry (whose ID joins `fields` as `wk`) or its place
+  -- in its tenant's queue.
+  local _, newcomer = enqueue(queue_keys, k.work, k.stats, tenant, settings, task_id,
+    fair == '1', expire_at, call.batch, fields)
   add_field(fields, 'or', origin)
   -- Absent when empty (the claim reads it as ''): one field fewer for every
   -- command that meets the record while it lives.

@@ -16,7 +16,7 @@
 -- create signals its task, which a busy worker starts ahead of the ring's order
 -- (dispatch_first). A queue expires with its last task, so none outlives its tasks
 -- while no worker runs; a tenant found without one leaves the ring.
--- Includes: common, keys
+-- Includes: common, keys, work
 
 -- Where `tenant` lands when it joins the ring of partition `partition` (its
 -- number, as text): in [0, `stride`) past the partition's virtual time. A hash of
@@ -139,12 +139,16 @@ end
 
 -- Out of the ring into the parked set: `tenant` is at its cap. It is looked at
 -- again when one of its running tasks ends (release_tenant_slot) or at its
--- soonest lease deadline, should that task's worker die.
-local function park(tag, tenant, run_key, now)
+-- soonest lease deadline, should that task's worker die. `claiming`: the lease
+-- deadline of the claims this script is about to make of the tenant's tasks
+-- (dispatch parks a tenant whose room its picks fill before they are claimed), its
+-- score while no lease of the tenant is live yet; scored `now`, the next dispatch
+-- unparked it at once, to find it at its cap and park it again.
+local function park(tag, tenant, run_key, now, claiming)
   local soonest = redis.call('ZRANGEBYSCORE', run_key, '(' .. int_text(now), '+inf',
     'WITHSCORES', 'LIMIT', 0, 1)
   redis.call('ZREM', tag .. KEY_RING, tenant)
-  redis.call('ZADD', tag .. KEY_PARKED, int_text(tonumber(soonest[2]) or now), tenant)
+  redis.call('ZADD', tag .. KEY_PARKED, int_text(tonumber(soonest[2]) or claiming or now), tenant)
 end
 
 -- Back from the parked set into the ring, if `tenant` is parked; whether it was.
@@ -190,13 +194,14 @@ local function undelivered(work_key)
   return #undelivered_entries(work_key, 1) > 0
 end
 
--- The work of a new task `task_id` of `tenant`: the entry ID when it went straight
--- into the work stream (nothing waits: no tenant in the ring, no entry undelivered,
--- so a worker blocked on the stream, if any, gets it now; or `fair` is off), or
--- false when it joined the tail of its tenant's queue; then a second value, true
--- when the tenant was not waiting and joined a ring where others wait: a
--- *newcomer*, near the ring's head (it starts at the virtual time), whose task
--- busy workers should start at their next free slot (claim_next's `first`).
+-- The work of a new task `task_id` of `tenant`: whether it went straight into the
+-- work stream (nothing waits: no tenant in the ring, no entry undelivered, so a
+-- worker blocked on the stream, if any, gets it now; or `fair` is off: then its
+-- entry ID is appended to `record`, the fields create writes, as add_work does),
+-- else it joined the tail of its tenant's queue; then a second value, true when
+-- the tenant was not waiting and joined a ring where others wait: a *newcomer*,
+-- near the ring's head (it starts at the virtual time), whose task busy workers
+-- should start at their next free slot (claim_next's `first`).
 -- `settings` is the tenant's "<weight> <cap>", or '' for the defaults;
 -- `expire_at` the task's expiry (ms; 0: never), which its queue lives to. The
 -- first write is RPUSH or XADD, which a full Redis refuses.
@@ -205,10 +210,11 @@ end
 --   gathered there (queue_batch) and written once for the whole call
 --   (queues_live), not per task.
 local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fair, expire_at,
-                       batch)
+                       batch, record)
   local ring_key, tenants_key, queue_key = keys[1], keys[2], keys[3]
   if not fair then
-    return redis.call('XADD', work_key, '*', 't', task_id), false
+    add_work(work_key, task_id, record)
+    return true, false
   end
   local newcomer = false
   local pushed = redis.call('RPUSH', queue_key, task_id)
@@ -222,7 +228,8 @@ local function enqueue(keys, work_key, stats_key, tenant, settings, task_id, fai
     end
     if not others and not undelivered(work_key) then
       redis.call('DEL', queue_key)
-      return redis.call('XADD', work_key, '*', 't', task_id), false
+      add_work(work_key, task_id, record)
+      return true, false
     end
     join_ring(tag, tenant, (tenant_settings(settings ~= '' and settings or nil)))
     newcomer = others
@@ -256,21 +263,27 @@ local function unqueue(tag, tenant, task_id, stats_key)
 end
 
 -- A running task of a capped tenant ended or was handed back: its lease no longer
--- counts, and a parked tenant may run another, so a doorbell goes to the stream:
--- a worker blocked on it wakes and dispatches that task now.
-local function release_tenant_slot(tag, tenant, task_id)
+-- counts, and a parked tenant may run another, so the call rings a doorbell at
+-- its end (call.doorbell: see ring_due): a worker blocked on the stream wakes and
+-- dispatches that task. (A task that ended waiting in its tenant's queue held no
+-- running place: its tenant, parked at its cap, stays parked; see terminate.)
+local function release_tenant_slot(tag, tenant, task_id, call)
   redis.call('ZREM', tag .. KEY_RUN .. tenant, task_id)
   if unpark(tag, tenant) then
-    redis.call('XADD', tag .. KEY_WORK, '*', 'd', '1')
+    call.doorbell = true
   end
 end
 
 -- The ring's head: the first `want` tenants in pass order that may run a task now,
 -- each {name, pass, stride, room (tasks it may start: its cap's room, else `want`),
--- capped}. A tenant found at its cap on the way is parked (it can run nothing, and
--- its waiting tasks must hold nobody back), and the read goes on past it: a ring
--- whose head is all at its cap still serves the tenants behind them at once (read
--- `want` at a time; each parked tenant leaves the ring, so this ends).
+-- queued (tasks in its queue), capped}. A tenant found at its cap on the way is
+-- parked (it can run nothing, and its waiting tasks must hold nobody back), and
+-- the read goes on past it: a ring whose head is all at its cap still serves the
+-- tenants behind them at once (read `want` at a time; each parked tenant leaves
+-- the ring, so this ends). The queue's length is what plan_picks may take of it:
+-- planned past it, a dispatch popped fewer tasks than planned while the turns it
+-- planned for them went to nobody (a heavy tenant with one task took a batch's
+-- every turn, and the light ones waiting got none).
 local function runnable_head(tag, want, now)
   local ring_key, tenants_key = tag .. KEY_RING, tag .. KEY_TENANTS
   local heads = {}
@@ -297,7 +310,7 @@ local function runnable_head(tag, want, now)
       end
       if room > 0 then
         heads[#heads + 1] = {name = name, pass = tonumber(top[2 * i]), stride = stride_of(weight),
-          room = room, capped = cap > 0}
+          room = room, queued = redis.call('LLEN', tag .. KEY_QUEUE .. name), capped = cap > 0}
       else
         park(tag, name, tag .. KEY_RUN .. name, now)
       end
@@ -310,13 +323,13 @@ local function runnable_head(tag, want, now)
 end
 
 -- How `count` dispatches fall among `heads` (runnable_head, in pass order): each
--- to the head of lowest pass with room left (a tie: the first), whose pass then
--- grows by its stride. Sets each head's picks (and its pass after them); returns
--- the pass the last pick started at (the new virtual time), or nil for none.
--- Pure, and the twin of plan_picks in redis_tasks/_tenancy.py (a shared table of
--- cases drives both). Why `count` heads are enough: every head has room, so a
--- head is picked only after every head before it was, and `count` picks reach
--- at most `count` heads.
+-- to the head of lowest pass with room and tasks left (a tie: the first), whose
+-- pass then grows by its stride. Sets each head's picks (and its pass after them);
+-- returns the pass the last pick started at (the new virtual time), or nil for
+-- none. Pure, and the twin of plan_picks in redis_tasks/_tenancy.py (a shared
+-- table of cases drives both). Why `count` heads are enough: every head has room
+-- and a task, so a head is picked only after every head before it was, and
+-- `count` picks reach at most `count` heads.
 local function plan_picks(heads, count)
   for _, head in ipairs(heads) do
     head.picks = 0
@@ -325,7 +338,8 @@ local function plan_picks(heads, count)
   for _ = 1, count do
     local best = nil
     for _, head in ipairs(heads) do
-      if head.picks < head.room and (not best or head.pass < best.pass) then
+      local picks = head.picks
+      if picks < head.room and picks < head.queued and (not best or head.pass < best.pass) then
         best = head
       end
     end
@@ -341,9 +355,12 @@ end
 
 -- Move up to `count` waiting tasks from the tenant queues of the partition tagged
 -- `tag` into its work stream, in weighted round-robin (runnable_head, then
--- plan_picks, then their writes here); how many entries it added. A capped
--- tenant gets at most its cap's room, and is parked at its cap.
-local function dispatch(tag, work_key, stats_key, count, now)
+-- plan_picks, then their writes here), for the caller to claim in this same script
+-- (add_work without a record: the claim writes `wk`); the entries it added, in
+-- order, each {entry ID, task ID}. A capped tenant gets at most its cap's room,
+-- and is parked at its cap until `claiming` (the deadline the caller's claims give
+-- their leases) or the end of one of its tasks.
+local function dispatch(tag, work_key, stats_key, count, now, claiming)
   local ring_key, parked_key = tag .. KEY_RING, tag .. KEY_PARKED
   -- Parked tenants whose soonest lease deadline came (its worker died): look again.
   for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', parked_key, '-inf', int_text(now),
@@ -352,37 +369,34 @@ local function dispatch(tag, work_key, stats_key, count, now)
   end
   local heads = runnable_head(tag, count, now)
   local started = plan_picks(heads, count)
-  if not started then
-    return 0
+  if started then
+    redis.call('HSET', tag .. KEY_TENANTS, VTIME_FIELD, int_text(started))
   end
-  redis.call('HSET', tag .. KEY_TENANTS, VTIME_FIELD, int_text(started))
-  local added, left = 0, false
+  local added, left = {}, false
   for _, head in ipairs(heads) do
-    local queue_key = tag .. KEY_QUEUE .. head.name
-    local waiting = true
-    if head.picks > 0 then
-      local got = redis.call('LPOP', queue_key, head.picks) or {}
-      for _, task_id in ipairs(got) do
-        redis.call('XADD', work_key, '*', 't', task_id)
+    local picks = head.picks
+    if picks > 0 then
+      for _, task_id in ipairs(redis.call('LPOP', tag .. KEY_QUEUE .. head.name, picks)) do
+        added[#added + 1] = {add_work(work_key, task_id), task_id}
       end
-      added = added + #got
-      waiting = #got == head.picks and redis.call('EXISTS', queue_key) == 1
     end
-    if not waiting then
+    if head.queued == picks then
+      -- Its queue is empty (Redis deleted the list; or it expired with its tasks
+      -- while no worker ran, and nothing was picked of it): out of the ring.
       redis.call('ZREM', ring_key, head.name)
       redis.call('HDEL', tag .. KEY_TENANTS, head.name)
       left = true
-    elseif head.capped and head.picks >= head.room then
-      park(tag, head.name, tag .. KEY_RUN .. head.name, now)
-    elseif head.picks > 0 then
+    elseif head.capped and picks >= head.room then
+      park(tag, head.name, tag .. KEY_RUN .. head.name, now, claiming)
+    elseif picks > 0 then
       redis.call('ZADD', ring_key, int_text(head.pass), head.name)
     end
   end
   if left and redis.call('EXISTS', ring_key) == 0 and redis.call('EXISTS', parked_key) == 0 then
     -- Nothing waits: none is queued (expired tasks' IDs left with their queues).
     redis.call('HSET', stats_key, STATS_QUEUED, 0)
-  elseif added > 0 then
-    redis.call('HINCRBY', stats_key, STATS_QUEUED, -added)
+  elseif #added > 0 then
+    redis.call('HINCRBY', stats_key, STATS_QUEUED, -#added)
   end
   return added
 end
@@ -395,13 +409,17 @@ end
 -- tenant's pass moves on as a dispatch's would; the virtual time does not (the
 -- newcomer was behind, not the tenants waiting: with it moved on, its next task
 -- joined behind them all and waited their turns in a round of its partition's
--- turns, seconds behind long tools). Its entry is read first: the
--- entries no consumer was given yet (up to 16, else it waits its turn) move
--- behind it, each task's record following its entry. When the tenant's next task
--- came meanwhile and the tenant stays within a stride of the ring's head, that
--- task is signalled as a newcomer now (a tenant that floods gets a task or two
--- started this way, then waits its turns). Whether it went into the stream.
-local function dispatch_first(tag, work_key, stats_key, task_id, event_opts)
+-- turns, seconds behind long tools). Its entry is read first: the entries no
+-- consumer was given yet (up to 16, else it waits its turn) move behind it, each
+-- task's record following its entry (add_work); a doorbell among them is rung
+-- once at the call's end (call.doorbell), and any other entry (a task whose record
+-- no longer names it, or not a task of ours) is dropped. When the tenant's next
+-- task came meanwhile and the tenant stays within a stride of the ring's head,
+-- that task is signalled as a newcomer now (a tenant that floods gets a task or
+-- two started this way, then waits its turns). Whether it went into the stream,
+-- for the caller to claim in this same script (add_work without a record).
+-- call: claim_next's {event_opts, doorbell, ...}
+local function dispatch_first(tag, work_key, stats_key, task_id, call)
   local t = redis.call('HMGET', record_key(tag, task_id), 'st', 'wk', 'tn')
   if not t[1] or TERMINAL[t[1]] or t[2] or not t[3] then
     return false  -- gone, ended, or not waiting in a tenant queue
@@ -419,18 +437,17 @@ local function dispatch_first(tag, work_key, stats_key, task_id, event_opts)
     return false
   end
   redis.call('LPOP', queue_key)
-  redis.call('XADD', work_key, '*', 't', task_id)
+  add_work(work_key, task_id)
   for _, entry in ipairs(ahead) do
     local entry_id, fields = entry[1], entry[2]
     redis.call('XDEL', work_key, entry_id)
     if fields[1] == 't' and is_task_id(fields[2]) then
-      local moved = redis.call('XADD', work_key, '*', 't', fields[2])
       local key = record_key(tag, fields[2])
       if redis.call('HGET', key, 'wk') == entry_id then
-        redis.call('HSET', key, 'wk', moved)
+        add_work(work_key, fields[2], key)
       end
     elseif fields[1] == 'd' then
-      redis.call('XADD', work_key, '*', 'd', '1')
+      call.doorbell = true
     end
   end
   local next_task = redis.call('LINDEX', queue_key, 0)
@@ -441,7 +458,7 @@ local function dispatch_first(tag, work_key, stats_key, task_id, event_opts)
     redis.call('ZADD', ring_key, int_text(pass + stride), tenant)
     local head = redis.call('ZRANGE', ring_key, 0, 0, 'WITHSCORES')
     if pass <= tonumber(head[2]) + stride then
-      emit(tag .. KEY_SIGNALS, event_opts, next_task)
+      emit(tag .. KEY_SIGNALS, call.event_opts, next_task)
     end
   end
   redis.call('HINCRBY', stats_key, STATS_QUEUED, -1)

@@ -109,8 +109,11 @@ local function terminate(keys, task_id, t, entry, ending, call)
     if t.oq then
       redis.call('ZREM', tag .. KEY_OPEN .. tenant, task_id)
     end
-    if t.tc then
-      release_tenant_slot(tag, tenant, task_id)
+    if t.tc and entry then
+      -- Only a task with a work entry may hold a running place: one that waited in
+      -- its queue leaves its tenant, parked at its cap, parked (unparked, it was
+      -- rung for and parked again at the next dispatch).
+      release_tenant_slot(tag, tenant, task_id, call)
     end
   end
   if batch then

@@ -33,6 +33,7 @@ from .records import TERMINAL, Record, TaskRecords
 from .stream import Streams
 from .tenants import settings_of
 from .terminal import terminate
+from .work import Doorbell
 
 __all__ = ["claim_entry"]
 
@@ -49,9 +50,11 @@ def claim_entry(
     consumer: str,
     lease_ms: int,
     max_attempts: int,
+    doorbell: Doorbell,
 ) -> Claim:
-    """Mirror of ``claim_entry``: what a claim of ``entry_id`` by ``consumer`` did.
-    Callers hold the lock and checked the task ID."""
+    """Mirror of ``claim_entry``: what a claim of ``entry_id`` by ``consumer`` did
+    (a doorbell it asks for is rung at the caller's end). Callers hold the lock and
+    checked the task ID."""
     partition = parse_task_id(task_id)
     assert partition is not None  # the callers checked the ID
     record = records.live(task_id)
@@ -73,16 +76,28 @@ def claim_entry(
             and fields.get(FIELD_WORK_ENTRY) == entry_id.encode()
         ):
             return _run(record, int(fields[FIELD_FENCE]), int(fields.get(FIELD_ATTEMPTS, b"0")))
+        # Dispatched in this operation yet leased (a stale holder renewed): the entry
+        # is its work now, as in claim_entry.
+        fields.setdefault(FIELD_WORK_ENTRY, entry_id.encode())
         return Claim(ClaimOutcome.LEASE_HELD)
     entry = fields.get(FIELD_WORK_ENTRY, entry_id.encode()).decode()
     if fields.get(FIELD_CANCEL_REQUESTED) == b"1":
-        terminate(records, streams, record, task_id, entry, _CANCELLED, None, "", b"")
+        terminate(records, streams, record, task_id, entry, _CANCELLED, None, "", b"", doorbell)
         fields[FIELD_CLAIM_THAT_ENDED] = _mark(entry_id, consumer)
         return Claim(ClaimOutcome.CANCELLED)
     attempt = int(fields.get(FIELD_ATTEMPTS, b"0")) + 1
     if attempt > max_attempts:
         terminate(
-            records, streams, record, task_id, entry, _FAILED, None, FIELD_ERROR, poison_error
+            records,
+            streams,
+            record,
+            task_id,
+            entry,
+            _FAILED,
+            None,
+            FIELD_ERROR,
+            poison_error,
+            doorbell,
         )
         fields[FIELD_CLAIM_THAT_ENDED] = _mark(entry_id, consumer)
         return Claim(ClaimOutcome.POISONED)

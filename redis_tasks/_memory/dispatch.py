@@ -18,6 +18,7 @@ from redis_tasks._tenancy import Head, plan_picks, stride
 from .records import TERMINAL, TaskRecords
 from .stream import Streams, id_text
 from .tenants import Tenants, settings_of
+from .work import Doorbell, add_work
 
 __all__ = ["dispatch", "dispatch_first", "enqueue", "runnable_head"]
 
@@ -33,15 +34,18 @@ def enqueue(
     task_id: str,
     expire_at: int,
     now: int,
+    fields: dict[str, bytes],
     *,
     fair: bool,
-) -> tuple[str | None, bool]:
-    """Mirror of ``enqueue``: the entry ID when the task went straight into the
-    stream, else ``None`` (it joined its tenant's queue, which lives to the task's
-    ``expire_at``, 0: never); and whether the tenant is a newcomer (it was not
-    waiting and joined a ring where others wait: the create signals its task)."""
+) -> bool:
+    """Mirror of ``enqueue``: the task goes straight into the stream (its entry
+    recorded in ``fields``, the new record's), or joins its tenant's queue, which
+    lives to the task's ``expire_at`` (0: never); whether the tenant is a newcomer
+    (it was not waiting and joined a ring where others wait: the create signals its
+    task)."""
     if not fair:
-        return streams.append(partition, task_id), False
+        add_work(streams, partition, task_id, fields)
+        return False
     state = streams.partition(partition)
     tenants = state.tenants
     queue = tenants.queue(tenant, now)
@@ -51,7 +55,8 @@ def enqueue(
             tenants.forget_gone_head(now)
         others = bool(tenants.ring)
         if not others and not state.undelivered():
-            return streams.append(partition, task_id), False
+            add_work(streams, partition, task_id, fields)
+            return False
         tenants.join_ring(tenant, settings_of(settings)[0])
         newcomer = others
         if not settings:
@@ -60,7 +65,7 @@ def enqueue(
     if settings:
         tenants.settings[tenant] = settings
     tenants.queued += 1
-    return None, newcomer
+    return newcomer
 
 
 def runnable_head(tenants: Tenants, want: int, now: int) -> list[Head]:
@@ -75,56 +80,61 @@ def runnable_head(tenants: Tenants, want: int, now: int) -> list[Head]:
             weight, cap = settings_of(tenants.settings.get(name))
             room = cap - tenants.live_running(name, now) if cap > 0 else want
             if room > 0:
-                heads.append(Head(name, pass_, stride(weight), room, cap > 0))
+                queued = len(tenants.queue(name, now) or ())
+                heads.append(Head(name, pass_, stride(weight), room, queued, cap > 0))
             else:
                 tenants.park(name, now)
     return heads
 
 
-def dispatch(streams: Streams, partition: int, count: int, now: int) -> int:
+def dispatch(
+    streams: Streams, partition: int, count: int, now: int, claiming: int
+) -> list[tuple[str, str]]:
     """Mirror of ``dispatch``: up to ``count`` waiting tasks into the stream, in
-    weighted round-robin; how many it added."""
+    weighted round-robin, for the caller to claim at once (a tenant parked at its cap
+    until ``claiming`` at the latest); the entries it added, ``(entry ID, task ID)``."""
     tenants = streams.partition(partition).tenants
     due = sorted((at, name) for name, at in tenants.parked.items() if at <= now)
     for _, name in due[:count]:
         tenants.unpark(name)
     heads = runnable_head(tenants, count, now)
     started = plan_picks(heads, count)
-    if started is None:
-        return 0
-    tenants.vtime = started
-    added, left = 0, False
+    if started is not None:
+        tenants.vtime = started
+    added: list[tuple[str, str]] = []
+    left = False
     for head in heads:
         name = head.name
-        waiting = True
         if head.picks > 0:
             queue = tenants.queue(name, now) or deque()
-            got = [queue.popleft() for _ in range(min(head.picks, len(queue)))]
-            for task_id in got:
-                streams.append(partition, task_id)
-            added += len(got)
-            waiting = bool(queue)
+            for _ in range(head.picks):
+                task_id = queue.popleft()
+                added.append((add_work(streams, partition, task_id, None), task_id))
             if not queue:
                 tenants.drop_queue(name)
-        if not waiting:
+        if head.queued == head.picks:  # its queue is empty, or went with its tasks
             tenants.ring.pop(name, None)
             tenants.settings.pop(name, None)
             left = True
         elif head.capped and head.picks >= head.room:
-            tenants.park(name, now)
+            tenants.park(name, now, claiming)
         elif head.picks > 0:
             tenants.ring[name] = head.pass_
     if left and not tenants.ring and not tenants.parked:
         tenants.queued = 0  # nothing waits: none is queued
     else:
-        tenants.queued -= added
+        tenants.queued -= len(added)
     return added
 
 
-def dispatch_first(records: TaskRecords, streams: Streams, partition: int, task_id: str) -> bool:
+def dispatch_first(
+    records: TaskRecords, streams: Streams, partition: int, task_id: str, doorbell: Doorbell
+) -> bool:
     """Mirror of ``dispatch_first``: the newcomer's queued task ``task_id`` into the
     stream ahead of the ring's order, read first (the tenant's next task signalled
-    when it may go first too); whether it went."""
+    when it may go first too); whether it went. The entries moved behind it are the
+    tasks whose records name them; a doorbell among them is asked of ``doorbell``,
+    anything else dropped."""
     record = records.live(task_id)
     if record is None:
         return False
@@ -144,17 +154,19 @@ def dispatch_first(records: TaskRecords, streams: Streams, partition: int, task_
     if len(ahead) > _AHEAD:
         return False
     queue.popleft()
-    streams.append(partition, task_id)
+    add_work(streams, partition, task_id, None)
     for entry_id in ahead:
         moved_task = state.entries.pop(entry_id)
-        moved = streams.append(partition, moved_task)
+        if not moved_task:
+            doorbell.due = True
+            continue
         # Only this partition's tasks: another's record is under another tag.
-        mine = moved_task and parse_task_id(moved_task) == partition
-        moved_record = records.tasks.get(moved_task) if mine else None
+        mine = parse_task_id(moved_task) == partition
+        moved_record = records.live(moved_task) if mine else None
         if moved_record is not None and moved_record.fields.get(FIELD_WORK_ENTRY) == (
             id_text(entry_id).encode()
         ):
-            moved_record.fields[FIELD_WORK_ENTRY] = moved.encode()
+            add_work(streams, partition, moved_task, moved_record.fields)
     if not queue:
         tenants.drop_queue(tenant)
         tenants.ring.pop(tenant, None)

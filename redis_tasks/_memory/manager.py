@@ -250,14 +250,6 @@ class InMemoryTaskManager(TaskManagerBase):
                 early = arrival - now_us - admitted.burst_us
                 if early > 0:
                     raise error_for(ReturnCode.RATE, str(-(-early // 1000)).encode())
-            entry, newcomer = self._queue.enqueue(
-                partition,
-                tenant,
-                admitted.settings,
-                new.task_id,
-                now + new.ttl_ms if new.ttl_ms else None,
-                fair=self._fair,
-            )
             fields = {
                 FIELD_STATUS: _WORKING,
                 FIELD_CREATED_AT: str(now).encode(),
@@ -271,8 +263,15 @@ class InMemoryTaskManager(TaskManagerBase):
                 FIELD_FENCE: b"0",
                 FIELD_TENANT: tenant.encode(),
             }
-            if entry is not None:
-                fields[FIELD_WORK_ENTRY] = entry.encode()
+            newcomer = self._queue.enqueue(
+                partition,
+                tenant,
+                admitted.settings,
+                new.task_id,
+                now + new.ttl_ms if new.ttl_ms else None,
+                fields,
+                fair=self._fair,
+            )
             if admitted.max_open:
                 fields[FIELD_OPEN_QUOTA] = b"1"
                 expire = now + new.ttl_ms if new.ttl_ms else None

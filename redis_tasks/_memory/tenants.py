@@ -115,11 +115,13 @@ class Tenants:
         scores = self.running.get(tenant)
         return 0 if scores is None else len(_live(scores, now))
 
-    def park(self, tenant: str, now: int) -> None:
-        """Mirror of ``park``: out of the ring, looked at again at the soonest deadline."""
+    def park(self, tenant: str, now: int, claiming: int | None = None) -> None:
+        """Mirror of ``park``: out of the ring, looked at again at the soonest deadline
+        (none live: ``claiming``, the deadline of claims about to be made, else now)."""
         scores = _live(self.running.get(tenant, {}), now)
         self.ring.pop(tenant, None)
-        self.parked[tenant] = int(min(scores.values(), default=now))
+        fallback = now if claiming is None else claiming
+        self.parked[tenant] = int(min(scores.values(), default=fallback))
 
     def unpark(self, tenant: str) -> bool:
         """Mirror of ``unpark``: back into the ring, if parked; whether it was."""

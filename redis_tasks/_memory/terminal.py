@@ -24,6 +24,7 @@ from redis_tasks._record import (
 
 from .records import Record, TaskRecords
 from .stream import Streams
+from .work import Doorbell
 
 __all__ = ["terminate"]
 
@@ -47,9 +48,11 @@ def terminate(
     message: bytes | None,
     outcome_field: str,
     outcome: bytes,
+    doorbell: Doorbell,
 ) -> None:
     """Mirror of ``terminate()``: the one terminal write of finish and claim;
-    acknowledges and deletes the work entry ``entry``. Callers hold the lock."""
+    acknowledges and deletes the work entry ``entry``; a parked tenant it lets back
+    asks ``doorbell`` (rung at the caller's end). Callers hold the lock."""
     fields = record.fields
     tenant = fields.pop(FIELD_TENANT, None)
     open_counted, cap = fields.pop(FIELD_OPEN_QUOTA, None), fields.pop(FIELD_TENANT_CAP, None)
@@ -74,6 +77,7 @@ def terminate(
         tenants = streams.partition(partition).tenants
         if open_counted:
             tenants.drop_open(tenant.decode(), task_id)
-        if cap and tenants.release_slot(tenant.decode(), task_id):
-            streams.append(partition, "")  # the doorbell
+        # Only a task with an entry may hold a running place (see terminate()).
+        if cap and entry is not None and tenants.release_slot(tenant.decode(), task_id):
+            doorbell.due = True
     records.emit(task_id)

@@ -61,6 +61,7 @@ from .records import TERMINAL, Record, TaskRecords
 from .stream import EntryId, Partition, Reader, id_text, parse_id, work_entry
 from .tenants import Tenants
 from .terminal import terminate
+from .work import Doorbell, add_work
 
 __all__ = ["InMemoryWorkQueue"]
 
@@ -140,13 +141,16 @@ class InMemoryWorkQueue:
         settings: str,
         task_id: str,
         expire_at: int | None,
+        fields: dict[str, bytes],
         *,
         fair: bool,
-    ) -> tuple[str | None, bool]:
+    ) -> bool:
         """A new task's work: see :func:`.dispatch.enqueue` (``expire_at`` ``None``:
-        never)."""
+        never; ``fields``: the new record's)."""
         now = self._records.now()
-        return enqueue(self, partition, tenant, settings, task_id, expire_at or 0, now, fair=fair)
+        return enqueue(
+            self, partition, tenant, settings, task_id, expire_at or 0, now, fields, fair=fair
+        )
 
     def terminate(
         self,
@@ -158,13 +162,33 @@ class InMemoryWorkQueue:
         outcome_field: str,
         outcome: bytes,
     ) -> None:
-        """The one terminal write: see :func:`.terminal.terminate`."""
+        """The one terminal write of an operation that ends one task (a finish, a
+        cancellation): see :func:`.terminal.terminate`; the doorbell it asks for rung."""
+        doorbell = Doorbell()
         terminate(
-            self._records, self, record, task_id, entry, status, message, outcome_field, outcome
+            self._records,
+            self,
+            record,
+            task_id,
+            entry,
+            status,
+            message,
+            outcome_field,
+            outcome,
+            doorbell,
         )
+        partition = parse_task_id(task_id)
+        assert partition is not None  # the record was found by this ID
+        doorbell.ring(self, partition)
 
     def _claim(
-        self, task_id: str, entry_id: str, consumer: str, lease_ms: int, max_attempts: int
+        self,
+        task_id: str,
+        entry_id: str,
+        consumer: str,
+        lease_ms: int,
+        max_attempts: int,
+        doorbell: Doorbell,
     ) -> Claim:
         """See :func:`.claim.claim_entry` (callers hold the lock)."""
         return claim_entry(
@@ -176,6 +200,7 @@ class InMemoryWorkQueue:
             consumer,
             lease_ms,
             max_attempts,
+            doorbell,
         )
 
     # -- the WorkQueue protocol ---------------------------------------------------------
@@ -199,7 +224,11 @@ class InMemoryWorkQueue:
         if entry.task_id is None or parse_task_id(entry.task_id) is None:
             raise TaskNotFoundError()
         with self.lock:
-            claim = self._claim(entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts)
+            doorbell = Doorbell()
+            claim = self._claim(
+                entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts, doorbell
+            )
+            doorbell.ring(self, entry.partition)
             backlog = bool(self.partition(entry.partition).tenants.ring)
         return replace(claim, backlog=backlog)
 
@@ -219,33 +248,43 @@ class InMemoryWorkQueue:
         rest of the batch from the tenant queues."""
         lease_ms = _lease_ms(lease)
         out: list[tuple[WorkEntry, Claim]] = []
+        doorbell = Doorbell()
 
-        def read_and_claim(wanted: int) -> tuple[int, bool]:
+        def read_and_claim(wanted: int) -> tuple[int, bool, str | None]:
             entries = self.deliver(partition, consumer, wanted)
             met = 0
             for entry in entries:
                 if entry.task_id is None:  # a doorbell (every entry here names a task)
                     self.drop_entry(partition, entry.entry_id)
                     continue
-                claim = self._claim(entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts)
+                claim = self._claim(
+                    entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts, doorbell
+                )
                 out.append((entry, claim))
                 met += 1
-            return met, len(entries) < wanted
+            return met, len(entries) < wanted, entries[-1].entry_id if entries else None
 
         with self.lock:
             if first and parse_task_id(first) == partition:
-                dispatch_first(self._records, self, partition, first)
+                dispatch_first(self._records, self, partition, first, doorbell)
             wanted, drained = count, False
             while wanted > 0 and not drained:
-                met, drained = read_and_claim(wanted)
+                met, drained, _ = read_and_claim(wanted)
                 wanted -= met
             if drained:
                 if wanted > 0:
-                    added = dispatch(self, partition, wanted, self._records.now())
-                    if added:
-                        read_and_claim(added)
+                    now = self._records.now()
+                    added = dispatch(self, partition, wanted, now, now + lease_ms)
+                    # Exactly these entries come next (see claim_next.lua).
+                    left = len(added)
+                    while left > 0:
+                        met, empty, last = read_and_claim(left)
+                        if last == added[-1][0] or empty:
+                            break
+                        left -= met
                 if wake and self.partition(partition).tenants.ring:
-                    self.append(partition, "")
+                    doorbell.due = True
+            doorbell.ring(self, partition)
         return out
 
     async def reclaim(
@@ -321,19 +360,18 @@ class InMemoryWorkQueue:
             entry = fields.get(FIELD_WORK_ENTRY)
             if entry is not None:
                 self.drop_entry(partition, entry.decode())
-            fields[FIELD_WORK_ENTRY] = self.append(partition, task_id).encode()
+            add_work(self, partition, task_id, fields)
             attempts = max(int(fields.get(FIELD_ATTEMPTS, b"1")) - 1, 0)
             fields[FIELD_FENCE] = str(int(fields[FIELD_FENCE]) + 1).encode()
             fields[FIELD_ATTEMPTS] = str(attempts).encode()
             fields[FIELD_LEASE_DEADLINE] = b"0"
             fields.pop(FIELD_LEASE_OWNER, None)
             tenant = fields.get(FIELD_TENANT)
-            if (
-                tenant is not None
-                and FIELD_TENANT_CAP in fields
-                and self.partition(partition).tenants.release_slot(tenant.decode(), task_id)
-            ):
-                self.append(partition, "")  # the doorbell
+            doorbell = Doorbell()
+            if tenant is not None and FIELD_TENANT_CAP in fields:
+                released = self.partition(partition).tenants.release_slot(tenant.decode(), task_id)
+                doorbell.due = released
+            doorbell.ring(self, partition)
 
     async def requeue(self, entry: WorkEntry) -> None:
         """Mirror of ``requeue.lua``: a delivered, unclaimed entry goes to the tail."""
@@ -353,7 +391,7 @@ class InMemoryWorkQueue:
                 or record.fields.get(FIELD_WORK_ENTRY) != entry.entry_id.encode()
             ):
                 return
-            record.fields[FIELD_WORK_ENTRY] = self.append(partition, task_id).encode()
+            add_work(self, partition, task_id, record.fields)
 
     async def drop(self, entry: WorkEntry) -> None:
         """Acknowledge and delete an entry that will never run."""

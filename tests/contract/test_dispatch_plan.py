@@ -20,20 +20,27 @@ from redis_tasks._redis.lua_source import assemble
 from redis_tasks._tenancy import STRIDE_UNIT, Head, jitter, plan_picks, stride
 from redis_tasks.testing import RedisServer
 
-#: (heads as (pass, stride, room), count) -> (each head's picks, the new virtual time)
-PLANS: list[tuple[list[tuple[int, int, int]], int, list[int], int | None]] = [
+#: (heads as (pass, stride, room, queued), count) -> (each head's picks, the new
+#: virtual time)
+PLANS: list[tuple[list[tuple[int, int, int, int]], int, list[int], int | None]] = [
     # A tenant alone takes the whole batch; its pass moves a stride a task.
-    ([(0, 720_720, 5)], 3, [3], 1_441_440),
+    ([(0, 720_720, 5, 9)], 3, [3], 1_441_440),
     # Equal passes: the first in ring order first, then they alternate.
-    ([(0, 720_720, 9), (0, 720_720, 9)], 3, [2, 1], 720_720),
+    ([(0, 720_720, 9, 9), (0, 720_720, 9, 9)], 3, [2, 1], 720_720),
     # Weight 3 against 1: three of four, the lighter one at its turn.
-    ([(0, 240_240, 9), (10, 720_720, 9)], 4, [3, 1], 480_480),
+    ([(0, 240_240, 9, 9), (10, 720_720, 9, 9)], 4, [3, 1], 480_480),
     # A tenant at its cap's room gives its turns to the next.
-    ([(0, 720_720, 1), (5, 720_720, 9)], 3, [1, 2], 720_725),
+    ([(0, 720_720, 1, 9), (5, 720_720, 9, 9)], 3, [1, 2], 720_725),
     # More wanted than the heads may start: each takes its room, no more.
-    ([(0, 720_720, 1), (3, 360_360, 1)], 5, [1, 1], 3),
+    ([(0, 720_720, 1, 9), (3, 360_360, 1, 9)], 5, [1, 1], 3),
     # Nothing wanted: nothing picked, the virtual time unmoved.
-    ([(7, 720_720, 4)], 0, [0], None),
+    ([(7, 720_720, 4, 9)], 0, [0], None),
+    # A heavy tenant with one task queued takes one; the light one's three waiting
+    # take the rest of the batch (planned past its queue, the heavy one took every
+    # turn and popped one task: two of the four claimed, three left waiting).
+    ([(0, 720, 4, 1), (5, 720_720, 4, 3)], 4, [1, 3], 1_441_445),
+    # A queue that emptied (its tasks expired) is never picked.
+    ([(0, 720_720, 4, 0), (9, 720_720, 4, 2)], 2, [0, 2], 720_729),
 ]
 
 #: (tenant digest, partition, weight) -> where it joins past the virtual time
@@ -49,7 +56,8 @@ JITTERS: list[tuple[str, int, int, int]] = [
 _LUA_PLAN = """
 local heads = {}
 for i, head in ipairs(cjson.decode(ARGV[1])) do
-  heads[i] = {name = tostring(i), pass = head[1], stride = head[2], room = head[3]}
+  heads[i] = {name = tostring(i), pass = head[1], stride = head[2], room = head[3],
+    queued = head[4]}
 end
 local started = plan_picks(heads, tonumber(ARGV[2]))
 local picks = {}
@@ -60,14 +68,16 @@ return {picks, started or -1}
 """
 
 
-def _python_plan(heads: list[tuple[int, int, int]], count: int) -> tuple[list[int], int | None]:
-    planned = [Head(str(i), p, s, r, capped=False) for i, (p, s, r) in enumerate(heads)]
+def _python_plan(
+    heads: list[tuple[int, int, int, int]], count: int
+) -> tuple[list[int], int | None]:
+    planned = [Head(str(i), p, s, r, q, capped=False) for i, (p, s, r, q) in enumerate(heads)]
     started = plan_picks(planned, count)
     return [head.picks for head in planned], started
 
 
 async def _lua_plan(
-    client: Redis, source: str, heads: list[tuple[int, int, int]], count: int
+    client: Redis, source: str, heads: list[tuple[int, int, int, int]], count: int
 ) -> tuple[list[int], int | None]:
     picks, started = await client.eval(source, 0, json.dumps(heads), count)
     return list(picks), None if started == -1 else started
@@ -108,7 +118,7 @@ def test_every_weight_gets_its_share_within_one_percent(
     dispatches, each tenant gets weight / total of them (relative error under 1 %),
     and the shares the issue computed for 631 against 720."""
     count = 200_000
-    heads = [Head(str(w), 0, stride(w), count, capped=False) for w in weights]
+    heads = [Head(str(w), 0, stride(w), count, count, capped=False) for w in weights]
     plan_picks(heads, count)
     total = sum(weights)
     for head, weight in zip(heads, weights, strict=True):

@@ -37,6 +37,7 @@ from redis_tasks import (
     Worker,
 )
 from redis_tasks._lease import Claim
+from redis_tasks._record import FIELD_WORK_ENTRY
 from redis_tasks._redis.lua_source import assemble
 from redis_tasks._tenancy import jitter, stride, tenant_digest
 from redis_tasks._work_queue import WorkEntry, WorkerBackend, WorkQueue
@@ -464,6 +465,36 @@ async def test_a_capped_tenant_runs_at_most_its_cap_and_holds_nobody_back(make: 
         assert [(e.task_id, c.outcome) for e, c in batch] == [(capped[2], ClaimOutcome.RUN)]
 
 
+async def test_a_tenant_parked_by_the_dispatch_that_fills_its_cap_waits_for_its_leases(
+    make: Build,
+) -> None:
+    """A dispatch that gives a capped tenant its whole room parks it before its tasks
+    are claimed (no lease of it is live yet): it waits for their leases' deadline, not
+    until now, when the next dispatch took it back into the ring only to park it."""
+    async with make(limits=Limits(max_running_tasks_per_tenant=2)) as b:
+        m = b.manager
+        q = m.work_queue
+        await create(m, BOB)  # straight into the stream: alice's tasks then queue
+        for _ in range(3):
+            await create(m, ALICE)
+        started = time.time()
+        batch = await q.claim_next(0, consumer="w1", count=3, lease=LONG, max_attempts=5)
+        assert [c.outcome for _, c in batch] == [ClaimOutcome.RUN] * 3
+        (score,) = await _parked_scores(b)
+        assert score >= (started + LONG.total_seconds()) * 1000 - 1000
+
+
+async def _parked_scores(b: Backend) -> list[float]:
+    """Partition 0's parked tenants' scores (when each is looked at again, ms)."""
+    manager = b.manager
+    if isinstance(manager, RedisTaskManager):
+        client = b.client
+        assert client is not None
+        parked = await client.zrange(manager.keyspace.parked(0), 0, -1, withscores=True)
+        return [float(pair[1]) for pair in parked]
+    return [float(at) for at in manager.work_queue.partition(0).tenants.parked.values()]
+
+
 async def test_a_ring_whose_head_is_all_at_its_cap_serves_the_tenant_behind_it_at_once(
     make: Build,
 ) -> None:
@@ -564,6 +595,103 @@ async def test_renewal_keeps_a_capped_task_counted(make: Build) -> None:
         clock.offset += 3.0
         await asyncio.sleep(0)
         assert await q.claim_next(0, consumer="w2", count=5, lease=LONG, max_attempts=5) == []
+
+
+async def lease_runs_out(b: Backend, clock: Clock, task_id: str) -> None:
+    """Return once ``task_id``'s lease ran out: moved past on the in-memory clock, waited
+    for on the server's (its worker is gone: nothing renews it)."""
+    if not b.is_redis:
+        clock.offset += 1.0
+        return
+    manager = b.manager
+    assert isinstance(manager, RedisTaskManager)
+
+    async def out() -> bool:
+        seen = await manager.inspect_task(task_id)
+        remaining = None if seen is None else seen.lease_remaining_ms
+        return remaining is not None and remaining < 0
+
+    await wait_until(out, within=5, what="the lease to run out")
+
+
+async def test_a_batch_claim_reads_back_every_task_it_dispatched(make: Build) -> None:
+    """A batch claim whose first claim ends a task of a parked tenant (its running place
+    frees, the tenant is back in the ring, a doorbell is due) then dispatches from the
+    ring: it claims every task it dispatched. The doorbell rung mid-call took one of
+    the reads meant for them, and the last one dispatched stayed in the stream
+    undelivered, out of its queue and with no work entry recorded."""
+    clock = Clock()
+    async with make(limits=Limits(max_running_tasks_per_tenant=2), clock=clock) as b:
+        m = b.manager
+        q = m.work_queue
+        short = timedelta(milliseconds=300)
+        ended = await create(m, ALICE)  # straight into the stream
+        ((_, first),) = await q.claim_next(0, consumer="dies", count=1, lease=short, max_attempts=5)
+        held = await create(m, ALICE)
+        ((_, second),) = await q.claim_next(0, consumer="w1", count=1, lease=LONG, max_attempts=5)
+        waiting = await create(m, ALICE)  # at its cap: deferred, and the tenant parked
+        ((_, deferred),) = await q.claim_next(0, consumer="w1", count=1, lease=LONG, max_attempts=5)
+        assert (first.outcome, second.outcome, deferred.outcome) == (
+            ClaimOutcome.RUN,
+            ClaimOutcome.RUN,
+            ClaimOutcome.DEFERRED,
+        )
+        await m.request_cancellation(TaskRequestContext(ALICE, ended))  # intent: held
+        await lease_runs_out(b, clock, ended)
+        # The dead worker's task goes back to the stream, to end at its next claim.
+        await q.requeue(WorkEntry(0, await _entry_of(b, ended), ended))
+        bob = [await create(m, BOB) for _ in range(2)]  # behind an undelivered entry: queued
+        claimed = await q.claim_next(0, consumer="w2", count=3, lease=LONG, max_attempts=5)
+        outcomes = {e.task_id: c.outcome for e, c in claimed}
+        assert outcomes.pop(ended) is ClaimOutcome.CANCELLED
+        # Two dispatched (of alice's one waiting and bob's two), both claimed.
+        assert len(outcomes) == 2
+        assert set(outcomes.values()) == {ClaimOutcome.RUN}
+        assert set(outcomes) <= {waiting, *bob}
+        # What was not dispatched waits in its queue; nothing is left in the stream but
+        # the doorbell, rung last.
+        rest = await q.claim_next(0, consumer="w3", count=5, lease=LONG, max_attempts=5)
+        assert {e.task_id for e, _ in rest} == {waiting, *bob} - set(outcomes)
+        assert held not in outcomes
+
+
+async def _entry_of(b: Backend, task_id: str) -> str:
+    """The work entry a task's record names (its worker read it, then died)."""
+    manager = b.manager
+    if isinstance(manager, RedisTaskManager):
+        seen = await manager.inspect_task(task_id)
+        assert seen is not None
+        entry = seen.entry_id
+    else:
+        record = manager._records.live(task_id)
+        assert record is not None
+        entry = record.fields[FIELD_WORK_ENTRY].decode()
+    assert entry is not None
+    return entry
+
+
+async def test_cancelling_a_parked_tenants_queued_task_leaves_it_parked(make: Build) -> None:
+    """A capped tenant at its cap, parked with tasks waiting: cancelling one of those
+    frees no running place, so the tenant stays parked (no doorbell, no dispatch of
+    it) until a running task of it ends."""
+    async with make(limits=Limits(max_running_tasks_per_tenant=1)) as b:
+        m = b.manager
+        q = m.work_queue
+        running = await create(m, ALICE)
+        await q.claim_next(0, consumer="w1", count=1, lease=LONG, max_attempts=5)
+        queued = [await create(m, ALICE)]  # straight into the stream...
+        ((_, claim),) = await q.claim_next(0, consumer="w1", count=5, lease=LONG, max_attempts=5)
+        assert claim.outcome is ClaimOutcome.DEFERRED  # ...deferred: the tenant is parked
+        queued.append(await create(m, ALICE))  # behind it in its queue
+        assert await q.claim_next(0, consumer="w1", count=5, lease=LONG, max_attempts=5) == []
+        await m.request_cancellation(TaskRequestContext(ALICE, queued[0]))
+        assert (await q.depth(0)).entries == 1  # the running task's entry: no doorbell
+        assert await q.claim_next(0, consumer="w1", count=5, lease=LONG, max_attempts=5) == []
+        await m.complete_task(running, {})
+        ((entry, claim),) = await q.claim_next(
+            0, consumer="w1", count=5, lease=LONG, max_attempts=5
+        )
+        assert (entry.task_id, claim.outcome) == (queued[1], ClaimOutcome.RUN)
 
 
 # -- waking workers -------------------------------------------------------------------------

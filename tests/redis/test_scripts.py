@@ -176,12 +176,20 @@ def _refused_at_load(tmp_path: Path, file: str, old: str, new: str, complaint: s
 
 def test_each_script_gets_the_includes_it_names_and_what_they_need() -> None:
     assert lua.scripts["find"].includes == ("common",)
-    # claim.lua names common, keys and claim; claim needs tenants (which needs common
-    # and keys) and terminal: each include comes after those it needs.
-    assert lua.scripts["claim"].includes == ("common", "keys", "tenants", "terminal", "claim")
+    # claim.lua names common, keys, work and claim; claim needs tenants (which needs
+    # common, keys and work) and terminal: each include comes after those it needs.
+    assert lua.scripts["claim"].includes == (
+        "common",
+        "keys",
+        "work",
+        "tenants",
+        "terminal",
+        "claim",
+    )
     assert lua.scripts["claim_next"].includes == (
         "common",
         "keys",
+        "work",
         "tenants",
         "terminal",
         "claim",
@@ -226,12 +234,13 @@ def test_the_order_includes_are_named_in_does_not_matter(tmp_path: Path) -> None
     directory = _copy_of_lua(tmp_path)
     _edit(
         directory / "claim_next.lua",
-        "Includes: common, keys, tenants, claim",
-        "Includes: claim, tenants, keys, common",
+        "Includes: common, keys, work, tenants, claim",
+        "Includes: claim, tenants, work, keys, common",
     )
     assert lua.load_all(directory)["claim_next"].includes == (
         "common",
         "keys",
+        "work",
         "tenants",
         "terminal",
         "claim",
@@ -243,8 +252,8 @@ def test_the_order_includes_are_named_in_does_not_matter(tmp_path: Path) -> None
     [
         (
             "claim_next.lua",
-            "Includes: common, keys, tenants, claim",
-            "Includes: common, tenants, claim",
+            "Includes: common, keys, work, tenants, claim",
+            "Includes: common, work, tenants, claim",
             "claim_next.lua uses is_task_id, record_key, task_keys of include keys, not included",
         ),
         (
