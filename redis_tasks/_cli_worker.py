@@ -125,7 +125,8 @@ def add_worker_command(commands: Any) -> None:
     worker.add_argument(
         "--no-cancel-hints",
         action="store_true",
-        help="learn of cancellation from lease renewals only, not from change events",
+        help="learn of cancellation and answers from lease renewals and input polls only, "
+        "not from change signals (newcomers' signals are still heard)",
     )
     worker.add_argument(
         "--loop",

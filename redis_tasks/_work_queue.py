@@ -104,10 +104,11 @@ class WorkQueue(Protocol):
 
     @property
     def signals(self) -> TaskEventPublisher:
-        """Task IDs of the changes a running task's worker must see: a cancellation
-        asked, answers accepted, an outcome written by another caller. Workers
-        subscribe here instead of to every change (:attr:`TaskManager.event_publisher`),
-        so a worker reads nothing of the creates and outcomes that make up a drain."""
+        """Signals (:mod:`redis_tasks._signals`): task IDs of the changes a running
+        task's worker must see (a cancellation asked, answers accepted, an outcome
+        written by another caller), and newcomers' tasks, marked. Workers subscribe
+        here instead of to every change (:attr:`TaskManager.event_publisher`), so a
+        worker reads nothing of the creates and outcomes that make up a drain."""
         ...
 
     def reader(self, partition: int, consumer: str, block: timedelta) -> WorkReader:

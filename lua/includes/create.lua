@@ -172,7 +172,7 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
   local created = call.batch.created
   created[#created + 1] = task_id
   if newcomer then
-    emit(k.signals, call.event_opts, task_id)
+    emit(k.signals, call.event_opts, SIGNAL_NEWCOMER .. task_id)
   end
   return {RC_OK, now}
 end

@@ -458,7 +458,7 @@ local function dispatch_first(tag, work_key, stats_key, task_id, call)
     redis.call('ZADD', ring_key, int_text(pass + stride), tenant)
     local head = redis.call('ZRANGE', ring_key, 0, 0, 'WITHSCORES')
     if pass <= tonumber(head[2]) + stride then
-      emit(tag .. KEY_SIGNALS, call.event_opts, next_task)
+      emit(tag .. KEY_SIGNALS, call.event_opts, SIGNAL_NEWCOMER .. next_task)
     end
   end
   redis.call('HINCRBY', stats_key, STATS_QUEUED, -1)

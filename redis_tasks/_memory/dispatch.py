@@ -13,6 +13,7 @@ from collections import deque
 
 from redis_tasks._ids import parse_task_id
 from redis_tasks._record import FIELD_STATUS, FIELD_TENANT, FIELD_WORK_ENTRY
+from redis_tasks._signals import newcomer_signal
 from redis_tasks._tenancy import Head, plan_picks, stride
 
 from .records import TERMINAL, TaskRecords
@@ -174,6 +175,6 @@ def dispatch_first(
     else:
         tenants.ring[tenant] = pass_ + step
         if pass_ <= tenants.lowest(1)[0][1] + step:
-            records.signal(queue[0])
+            records.signal(newcomer_signal(queue[0]))
     tenants.queued -= 1
     return True

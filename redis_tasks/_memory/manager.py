@@ -52,6 +52,7 @@ from redis_tasks._record import (
     decode_answers,
     decode_task,
 )
+from redis_tasks._signals import newcomer_signal
 from redis_tasks._status import TaskStatus
 from redis_tasks._work_queue import WorkQueue
 
@@ -290,7 +291,7 @@ class InMemoryTaskManager(TaskManagerBase):
             self._tasks[new.task_id] = Record(fields, expire_at)
             self._records.emit(new.task_id)
             if newcomer:
-                self._records.signal(new.task_id)
+                self._records.signal(newcomer_signal(new.task_id))
         return now
 
     async def _set_working(self, task_id: str, fence: bytes, message: bytes | None) -> None:

@@ -119,8 +119,9 @@ class TaskRecords:
         """The task changed: hint its listeners (delivered on a later loop turn)."""
         self.publisher.notify(task_id)
 
-    def signal(self, task_id: str) -> None:
-        """The task changed in a way its running worker must see (as the scripts
-        that write the signal stream: a cancellation asked, answers accepted, an
-        outcome written by another caller)."""
-        self.signals.notify(task_id)
+    def signal(self, signal: str) -> None:
+        """A signal, as the scripts that write the signal stream send it: a task's ID
+        (it changed in a way its running worker must see: a cancellation asked,
+        answers accepted, an outcome written by another caller), or a newcomer's
+        (:func:`redis_tasks._signals.newcomer_signal`)."""
+        self.signals.notify(signal)

@@ -27,6 +27,7 @@ from redis_tasks._ids import (
     RANDOM_CHARS,
 )
 from redis_tasks._record import LONG_FIELDS, MAX_PIECES, PIECE_BYTES, RECORD_FIELDS
+from redis_tasks._signals import NEWCOMER_MARK
 from redis_tasks._stats import (
     CREATED_FIELD,
     DEFERRED_FIELD,
@@ -171,6 +172,7 @@ CONSTANTS: Final[dict[str, str]] = {
     "JITTER_SALT": str(JITTER_SALT),
     "GOLDEN": repr(GOLDEN),
     "VTIME_FIELD": lua_string(VTIME_FIELD),
+    "SIGNAL_NEWCOMER": lua_string(NEWCOMER_MARK),
     # How Redis writes a +inf score in a reply (a task kept forever in an open set).
     "SCORE_INF": lua_string("inf"),
     "TASK_ID_PATTERN": lua_string(_task_id_pattern()),

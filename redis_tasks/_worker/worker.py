@@ -24,6 +24,7 @@ from typing import Any, Self
 from redis_tasks._cancel import cancel_and_wait
 from redis_tasks._execution import Handler
 from redis_tasks._ids import parse_task_id
+from redis_tasks._signals import read_signal
 from redis_tasks._telemetry.backlog import WorkerGauges
 from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import WorkerBackend
@@ -202,24 +203,23 @@ class Worker:
             partitions=len(self.partitions),
             concurrency=self.concurrency,
         )
-        registration = None
-        if self.cancel_hints:
-            # The signals only: the changes a running task must see, not every
-            # create and outcome (a drain's worth of events cost a tenth of its CPU).
-            publisher = self._queue.signals
-            registration = publisher.subscribe(self._on_signal)
-            # Read no work before the event tail has fixed where it starts, or a
-            # cancellation made in between would never reach the handler as a hint.
-            try:
-                async with asyncio.timeout(self._settings.timeout):
-                    await publisher.wait_ready()
-            except TimeoutError:
-                log(
-                    logging.WARNING,
-                    "event tail not ready; cancellation arrives by renewal",
-                    "hints_late",
-                    worker=self.name,
-                )
+        # The signals only: the changes a running task must see and newcomers' tasks,
+        # not every create and outcome (a drain's worth of events cost a tenth of its
+        # CPU). Tailed with cancel hints off too: newcomers start early either way.
+        publisher = self._queue.signals
+        registration = publisher.subscribe(self._on_signal)
+        # Read no work before the event tail has fixed where it starts, or a
+        # cancellation made in between would never reach the handler as a hint.
+        try:
+            async with asyncio.timeout(self._settings.timeout):
+                await publisher.wait_ready()
+        except TimeoutError:
+            log(
+                logging.WARNING,
+                "event tail not ready; cancellation arrives by renewal",
+                "hints_late",
+                worker=self.name,
+            )
         unwatch = METRICS.watch(self._gauges)
         # Sampled only when metrics are on, and then only while something collects.
         sampling = _loop(self._gauges.loop(), "redis-tasks-backlog") if METRICS.enabled else None
@@ -245,8 +245,7 @@ class Worker:
             # Whatever else is in flight (hint renewals, dropped entries) ends here.
             await self._background.cancel_all()
             await cancel_and_wait([renewing])
-            if registration is not None:
-                registration.close()
+            registration.close()
             await self._intake.forget_consumer(self.partitions)
             if sampling is not None:
                 await cancel_and_wait([sampling])
@@ -256,13 +255,17 @@ class Worker:
             self._stopped.set()
             log(logging.INFO, "worker stopped", "worker_stopped", worker=self.name)
 
-    def _on_signal(self, task_id: str) -> None:
-        """A signal: a change a running task of ours must see, or (a task not running
-        here) a newcomer's task waiting in its partition's tenant queues."""
-        if self._renewal.on_event(task_id):
-            return
-        if parse_task_id(task_id) in self._served:
-            self._intake.hint(task_id)
+    def _on_signal(self, text: str) -> None:
+        """A signal (:mod:`redis_tasks._signals`): a newcomer's task waiting in its
+        partition's tenant queues, started at the next free slot where this worker
+        serves that partition; or a change, which matters only to the task's own
+        worker (with cancel hints: it renews at once, and wakes the task's input wait)."""
+        signal = read_signal(text)
+        if signal.newcomer:
+            if parse_task_id(signal.task_id) in self._served:
+                self._intake.hint(signal.task_id)
+        elif self.cancel_hints:
+            self._renewal.on_event(signal.task_id)
 
     def _check_slots(self) -> None:
         """Every run has ended: every handler slot must be back (the rule of

@@ -39,6 +39,7 @@ from redis_tasks import (
 from redis_tasks._lease import Claim
 from redis_tasks._record import FIELD_WORK_ENTRY
 from redis_tasks._redis.lua_source import assemble
+from redis_tasks._signals import newcomer_signal
 from redis_tasks._tenancy import jitter, stride, tenant_digest
 from redis_tasks._work_queue import WorkEntry, WorkerBackend, WorkQueue
 from redis_tasks.testing import RedisServer
@@ -749,7 +750,8 @@ async def test_a_busy_batch_claim_rings_the_doorbell_for_a_blocked_worker(make: 
 
 async def test_a_newcomer_is_signalled_and_a_first_claim_starts_it_ahead(make: Build) -> None:
     """A tenant that joins a ring where others wait is signalled (its task's ID on the
-    signal stream, the flood's never), and a batch claim naming it as ``first``
+    signal stream, marked a newcomer's; the flood's never), and a batch claim naming it
+    as ``first``
     starts it ahead of the ring's order and of the entry still undelivered; then the
     flood goes on in its own order. A tenant whose second task came meanwhile has
     that one signalled next; a stale ``first`` costs the claim nothing."""
@@ -762,14 +764,16 @@ async def test_a_newcomer_is_signalled_and_a_first_claim_starts_it_ahead(make: B
             await q.signals.wait_ready()
             flood = [await create(m) for _ in range(6)]  # the first is straight in the stream
             late, late_next = await create(m, BOB), await create(m, BOB)
-            await wait_until(partial(_holds, heard, [late]), what="the newcomer's signal")
+            await wait_until(
+                partial(_holds, heard, [newcomer_signal(late)]), what="the newcomer's signal"
+            )
             claimed = await q.claim_next(
                 0, consumer="w1", count=1, lease=LONG, max_attempts=5, first=late
             )
             assert [(e.task_id, c.outcome) for e, c in claimed] == [(late, ClaimOutcome.RUN)]
             # The newcomer's next task came before its first started: signalled too.
-            await wait_until(partial(_holds, heard, [late, late_next]), what="its next one")
-            assert not set(heard) & set(flood)
+            signalled = [newcomer_signal(late), newcomer_signal(late_next)]
+            await wait_until(partial(_holds, heard, signalled), what="its next one")
             stale = await q.claim_next(
                 0, consumer="w1", count=1, lease=LONG, max_attempts=5, first=late
             )

@@ -92,6 +92,19 @@ async def running(
             await runner
 
 
+@asynccontextmanager
+async def one_partition(backend: Backend) -> AsyncIterator[WorkerBackend]:
+    """A manager of ``backend``'s kind with one partition, so that tenants without a
+    home partition meet in one ring (a newcomer needs others waiting where it lands)."""
+    manager: WorkerBackend
+    if isinstance(backend.manager, RedisTaskManager):
+        manager = RedisTaskManager(backend.manager.client, prefix=backend.prefix, partitions=1)
+    else:
+        manager = InMemoryTaskManager(partitions=1)
+    async with manager:
+        yield manager
+
+
 async def settled(manager: WorkerBackend, task_id: str, within: float = 15.0) -> Any:
     async def terminal() -> Any:
         task = await manager.find_task(TaskRequestContext(ALICE, task_id))
@@ -426,6 +439,73 @@ async def test_a_worker_hears_only_the_signals_of_what_it_must_see(
     finally:
         registration.close()
     assert not set(heard) & set(plain)
+
+
+async def test_a_change_signal_sends_no_other_worker_after_the_task(
+    worker_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers on the same partitions; one runs a task, which is cancelled: the
+    signal stops its handler, and the other worker takes it for no newcomer (it sent a
+    batch claim with that task as ``first``, spending a newcomers' slot on it). A
+    newcomer then is heard as one."""
+    hinted: list[str] = []
+    monkeypatch.setattr(Intake, "hint", lambda self, task_id: hinted.append(task_id))
+    holding: list[str] = []
+    release = asyncio.Event()
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        holding.append(execution.task_id)
+        if execution.payload == b"hold":
+            await execution.cancelled.wait()
+            raise asyncio.CancelledError
+        await release.wait()
+        return {}
+
+    options: dict[str, Any] = {"concurrency": 1, "lease": timedelta(seconds=60)}
+    async with (
+        one_partition(worker_backend) as m,
+        running(m, handler, **options),
+        running(m, handler, **options),
+    ):
+        held = await create(m, b"hold")
+        await wait_until(holds(lambda: holding == [held]), what="the task running")
+        await m.request_cancellation(TaskRequestContext(ALICE, held))
+        assert (await settled(m, held)).status is TaskStatus.CANCELLED
+        # Both workers busy (one task each), a third waiting in the stream, a fourth
+        # queued: the late tenant joins a ring where the flood waits, a newcomer.
+        flood = [await create(m, tenant="flood") for _ in range(4)]
+        await wait_until(holds(lambda: len(holding) == 3), what="both workers busy")
+        newcomer = await create(m, tenant="late")
+        await wait_until(holds(lambda: newcomer in hinted), what="the newcomer hinted")
+        release.set()
+    assert held not in hinted
+    assert not set(flood) & set(hinted)
+
+
+async def test_a_worker_without_cancel_hints_still_starts_newcomers_early(
+    worker_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hinted: list[str] = []
+    monkeypatch.setattr(Intake, "hint", lambda self, task_id: hinted.append(task_id))
+    started: list[str] = []
+    release = asyncio.Event()
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        started.append(execution.task_id)
+        await release.wait()
+        return {}
+
+    async with (
+        one_partition(worker_backend) as m,
+        running(m, handler, concurrency=1, cancel_hints=False),
+    ):
+        flood = [await create(m, tenant="flood") for _ in range(3)]
+        await wait_until(holds(lambda: started == flood[:1]), what="the worker busy")
+        newcomer = await create(m, tenant="late")
+        await wait_until(holds(lambda: newcomer in hinted), what="the newcomer hinted")
+        release.set()
+        for task_id in (*flood, newcomer):
+            assert (await settled(m, task_id)).status is TaskStatus.COMPLETED
 
 
 async def test_a_handler_that_ignores_cancellation_may_still_complete(
