@@ -26,11 +26,15 @@ from typing import Final, Literal
 from redis.asyncio.connection import AbstractConnection
 from redis.exceptions import NoPermissionError, ResponseError
 
+from redis_tasks._redis.scripts import scripts
+
 __all__ = [
     "ACL_COMMANDS",
     "CLUSTER_ONLY",
+    "INSPECTION_SCRIPTS",
     "INSPECT_ONLY",
     "NEWER",
+    "SCRIPT_COMMANDS",
     "SHARD_CHANNELS",
     "Denial",
     "ProbeKeys",
@@ -62,8 +66,33 @@ SHARD_CHANNELS: Final = frozenset({"spublish", "ssubscribe", "xinfo|stream"})
 CLUSTER_ONLY: Final = frozenset(
     {"cluster|slots", "cluster|shards", "cluster|nodes", "asking", *SHARD_CHANNELS}
 )
-#: Only ``inspect``, the dashboard and a worker's backlog gauges use these.
-INSPECT_ONLY: Final = frozenset({"hlen", "xlen", "xrange", "xinfo|groups", "lindex", "hget"})
+#: The scripts only inspection runs (``inspect``, ``tenants``, the dashboard).
+INSPECTION_SCRIPTS: Final = frozenset({"inspect_queue", "inspect_task", "inspect_tenants"})
+#: What every other script calls, read from the scripts themselves (each
+#: :attr:`~redis_tasks._redis.script_loading.Script`'s ``commands``): a user refused
+#: any of these cannot run tasks, whatever else it may run.
+SCRIPT_COMMANDS: Final = frozenset(
+    command
+    for script in scripts.values()
+    if script.name not in INSPECTION_SCRIPTS
+    for command in script.commands
+)
+#: What inspection and a worker's backlog gauges send themselves, outside scripts.
+_INSPECTION_DIRECT: Final = frozenset({"xlen", "xpending", "hget", "zcard"})
+#: What a worker sends itself for its housekeeping (consumers stale or left behind).
+_HOUSEKEEPING: Final = frozenset({"xpending", "xinfo|consumers"})
+#: Only ``inspect``, the dashboard and a worker's backlog gauges use these: what
+#: inspection runs, less what the task scripts and housekeeping run. Listed by hand,
+#: the set named commands the claim and dispatch scripts call (an operator who
+#: followed the warning broke dispatch).
+INSPECT_ONLY: Final = (
+    (
+        frozenset(command for name in INSPECTION_SCRIPTS for command in scripts[name].commands)
+        | _INSPECTION_DIRECT
+    )
+    - SCRIPT_COMMANDS
+    - _HOUSEKEEPING
+)
 #: Needed from a server version on (7.2, and Valkey, which reports 7.2.4): redis-py
 #: names its connections with ``CLIENT SETINFO``, and a refusal leaves an ACL LOG entry.
 NEWER: Final[dict[str, tuple[int, int]]] = {"client|setinfo": (7, 2)}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Final, Protocol
@@ -124,6 +125,46 @@ class Partition:
         if out:
             self.consumers[consumer] = now
         return out
+
+    def autoclaim(
+        self, consumer: str, idle_ms: int, start: EntryId, count: int, now: int
+    ) -> tuple[EntryId, list[WorkEntry]]:
+        """``XAUTOCLAIM <work> workers <consumer> <idle_ms> <start> COUNT <count>``: the
+        next cursor (``(0, 0)`` once the scan reached the end) and the entries taken
+        over."""
+        # Redis looks at no more than ten entries per one asked for.
+        attempts, wanted = count * 10, count
+        taken: list[WorkEntry] = []
+        next_cursor: EntryId = (0, 0)
+        for entry_id in [e for e in self.pending if e >= start]:
+            if attempts == 0 or wanted == 0:
+                next_cursor = entry_id
+                break
+            attempts -= 1
+            task_id = self.entries.get(entry_id)
+            if task_id is None:
+                # Deleted from the stream: the pending entry goes, and counts.
+                del self.pending[entry_id]
+                wanted -= 1
+                continue
+            pending = self.pending[entry_id]
+            if idle_ms and now - pending.delivered_ms < idle_ms:
+                continue
+            pending.consumer, pending.delivered_ms = consumer, now
+            pending.deliveries += 1
+            taken.append(work_entry(self.index, entry_id, task_id))
+            wanted -= 1
+        if taken:
+            self.consumers[consumer] = now
+        return next_cursor, taken
+
+    def forget_idle(self, which: Callable[[str, int], bool]) -> None:
+        """``XGROUP DELCONSUMER`` of each consumer with nothing pending that ``which``
+        picks (by its name and when it was last seen)."""
+        busy = {pending.consumer for pending in self.pending.values()}
+        for name, seen in list(self.consumers.items()):
+            if name not in busy and which(name, seen):
+                del self.consumers[name]
 
     def take_over(self, entry: str, consumer: str, now: int) -> None:
         """``XCLAIM <work> workers <consumer> 0 <entry> JUSTID``."""

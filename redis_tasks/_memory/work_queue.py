@@ -30,7 +30,6 @@ event loop.
 from __future__ import annotations
 
 import threading
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import timedelta
@@ -58,7 +57,7 @@ from redis_tasks._work_queue import QueueDepth, WorkEntry
 from .claim import claim_entry
 from .dispatch import dispatch, dispatch_first, enqueue
 from .records import TERMINAL, Record, TaskRecords
-from .stream import EntryId, Partition, Reader, id_text, parse_id, work_entry
+from .stream import Partition, Reader, id_text, parse_id
 from .tenants import Tenants
 from .terminal import terminate
 from .work import Doorbell, add_work
@@ -298,34 +297,10 @@ class InMemoryWorkQueue:
             # server's own refusal, mapped at its error boundary).
             METRICS.redis_error()
             raise BackendError("invalid stream ID")
-        idle_ms = idle // _MS
         with self.lock:
-            state = self.partition(partition)
-            now = self._records.now()
-            # Redis looks at no more than ten entries per one asked for.
-            attempts, wanted = count * 10, count
-            taken: list[WorkEntry] = []
-            next_cursor: EntryId = (0, 0)
-            for entry_id in [e for e in state.pending if e >= start]:
-                if attempts == 0 or wanted == 0:
-                    next_cursor = entry_id
-                    break
-                attempts -= 1
-                task_id = state.entries.get(entry_id)
-                if task_id is None:
-                    # Deleted from the stream: the pending entry goes, and counts.
-                    del state.pending[entry_id]
-                    wanted -= 1
-                    continue
-                pending = state.pending[entry_id]
-                if idle_ms and now - pending.delivered_ms < idle_ms:
-                    continue
-                pending.consumer, pending.delivered_ms = consumer, now
-                pending.deliveries += 1
-                taken.append(work_entry(partition, entry_id, task_id))
-                wanted -= 1
-            if taken:
-                state.consumers[consumer] = now
+            next_cursor, taken = self.partition(partition).autoclaim(
+                consumer, idle // _MS, start, count, self._records.now()
+            )
         return id_text(next_cursor), taken
 
     async def renew(self, task_id: str, *, fence: int, consumer: str, lease: timedelta) -> bool:
@@ -401,20 +376,16 @@ class InMemoryWorkQueue:
     async def forget_consumer(self, partition: int, consumer: str) -> None:
         """``XGROUP DELCONSUMER`` of ``consumer`` if nothing is pending with it."""
         with self.lock:
-            state = self.partition(partition)
-            if all(p.consumer != consumer for p in state.pending.values()):
-                state.consumers.pop(consumer, None)
+            self.partition(partition).forget_idle(lambda name, _seen: name == consumer)
 
     async def remove_stale_consumers(self, partition: int, *, keep: str, idle: timedelta) -> None:
         """Remove consumers other than ``keep`` with nothing pending, idle for ``idle``."""
         idle_ms = idle // _MS
         with self.lock:
-            state = self.partition(partition)
             now = self._records.now()
-            busy = Counter(p.consumer for p in state.pending.values())
-            for name, seen in list(state.consumers.items()):
-                if name != keep and not busy[name] and now - seen > idle_ms:
-                    del state.consumers[name]
+            self.partition(partition).forget_idle(
+                lambda name, seen: name != keep and now - seen > idle_ms
+            )
 
     async def depth(self, partition: int) -> QueueDepth:
         """``XLEN``, the ``XPENDING`` summary's count, ``queued`` and the tenants waiting."""

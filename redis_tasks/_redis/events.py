@@ -18,10 +18,10 @@ from redis_tasks._ids import parse_task_id
 from .client import CLIENT_ERRORS
 from .keys import KeySpace
 from .link import Link
-from .pipeline import pack
 from .rawio import KeptConnection, entry_field, task_ids
 from .shard_tail import ShardTail
 from .topology import Topology
+from .wire import pack
 
 __all__ = ["RedisEventPublisher"]
 

@@ -33,6 +33,7 @@ __all__ = [
     "definitions",
     "inline",
     "keep_used",
+    "redis_commands",
 ]
 
 # Comments and string literals of Lua source, in one pass so that neither hides
@@ -83,6 +84,33 @@ def code(source: str) -> str:
     """``source`` with its comments and the contents of its string literals blanked:
     the same length and the same lines, so an offset in it is one in ``source``."""
     return LUA_TOKENS.sub(_blank, source)
+
+
+# What a script calls Redis with: `redis.call('XINFO', 'GROUPS', ...)` names the
+# command and, for a container command, its subcommand. Only literal names: a
+# command held in a variable would hide from the ACL that the check derives here.
+_REDIS_CALL = re.compile(r"\bredis\.p?call\s*\(\s*(?:'([A-Za-z]+)'(?:\s*,\s*'([A-Za-z]+)')?)?")
+# The commands whose ACL names carry their subcommand (`xinfo|groups`).
+_CONTAINERS: Final = frozenset({"xinfo", "xgroup", "client", "config", "script", "cluster"})
+
+
+def redis_commands(where: str, source: str) -> frozenset[str]:
+    """The Redis commands ``source`` calls, by their ACL names (``xinfo|groups``),
+    read from its ``redis.call``/``redis.pcall`` calls outside comments; refused
+    (naming ``where``) where a command is not written as a literal."""
+    without_comments = LUA_TOKENS.sub(
+        lambda token: token.group(0) if token.group(0)[0] in "'\"" else _blank(token), source
+    )
+    found: set[str] = set()
+    for call in _REDIS_CALL.finditer(without_comments):
+        command, sub = call.group(1), call.group(2)
+        if command is None:
+            raise InternalError(f"{where} calls Redis with a command that is not a literal")
+        name = command.lower()
+        if name in _CONTAINERS and sub is not None:
+            name = f"{name}|{sub.lower()}"
+        found.add(name)
+    return frozenset(found)
 
 
 def _blank(token: re.Match[str]) -> str:

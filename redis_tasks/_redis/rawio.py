@@ -15,8 +15,8 @@ from typing import Any
 
 from redis.exceptions import MovedError, ResponseError
 
-from .pipeline import write
 from .topology import TRANSIENT, Node, Topology
+from .wire import write
 
 __all__ = ["KeptConnection", "entry_field", "stream_entries", "task_ids"]
 

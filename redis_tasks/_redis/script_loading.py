@@ -33,6 +33,7 @@ from .lua_source import (
     parse_header,
     resolve,
 )
+from .lua_text import redis_commands
 
 __all__ = ["Arg", "Binding", "Call", "Script", "check_binding", "load_script"]
 
@@ -46,13 +47,15 @@ Binding = Callable[..., Call]
 
 @dataclass(frozen=True, slots=True)
 class Script:
-    """One loaded script: the includes it got, its full source and SHA1."""
+    """One loaded script: the includes it got, its full source and SHA1, and the Redis
+    commands that source calls (by ACL name: what a user running it must be granted)."""
 
     name: str
     spec: Spec
     includes: tuple[str, ...]
     source: str
     sha: str
+    commands: frozenset[str]
 
 
 def _parameters(binding: Binding) -> list[inspect.Parameter]:
@@ -127,4 +130,4 @@ def load_script(
     order = resolve(named, includes)
     source = join_source(order, body, includes, where, spec.group_constants())
     sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324
-    return Script(name, spec, tuple(order), source, sha)
+    return Script(name, spec, tuple(order), source, sha, redis_commands(where, source))

@@ -46,9 +46,9 @@ from typing import Any, Final
 from redis.exceptions import MovedError, NoPermissionError, ResponseError
 
 from .client import CLIENT_ERRORS
-from .pipeline import pack, write
 from .rawio import entry_field, stream_entries, task_ids
 from .topology import Node, Topology
+from .wire import pack, write
 
 __all__ = ["ShardTail"]
 

@@ -37,9 +37,9 @@ from . import scripts as lua
 from .client import backend_errors
 from .keys import WORK_GROUP, KeySpace, TaskKeys
 from .link import Link
-from .pipeline import pack
 from .rawio import KeptConnection, stream_entries
 from .topology import Topology
+from .wire import pack
 from .work_groups import ensure_groups, no_group, recreate_group
 
 __all__ = ["RedisWorkQueue"]

@@ -23,7 +23,13 @@ from redis.asyncio import Redis
 
 from redis_tasks.__main__ import main
 from redis_tasks._check import ACL_COMMANDS, Report, check
-from redis_tasks._check.acl import _PROBES, CLUSTER_ONLY, NEWER
+from redis_tasks._check.acl import (
+    _PROBES,
+    CLUSTER_ONLY,
+    NEWER,
+    SCRIPT_COMMANDS,
+    SHARD_CHANNELS,
+)
 from redis_tasks._check.nodes import cluster_findings, parse_nodes
 from redis_tasks.testing import RedisCluster, RedisServer, free_port, start_redis_server
 from tests.support.backends import README, acl_user
@@ -273,6 +279,31 @@ async def test_acl_dryrun_is_used_where_the_user_may_run_it(
         # ACL DRYRUN runs nothing: no refusal is logged, no scratch key made.
         assert await denied(admin, user) == []
         assert await scratch_keys(admin, prefix) == []
+
+
+async def test_a_user_refused_any_command_a_task_script_calls_is_not_ready(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """What each script calls is read from the script itself: a refusal of any of those
+    (bar the shard channels, under pcall) is an error naming it, never a warning an
+    operator may follow (``hget``, ``lindex``, ``xlen`` and ``xrange`` were called
+    optional, for inspection only, while dispatch calls them)."""
+    assert set(ACL_COMMANDS) >= SCRIPT_COMMANDS
+    assert {"hget", "lindex", "xlen", "xrange", "xinfo|groups", "llen"} <= SCRIPT_COMMANDS
+    user = f"app-{prefix}"
+    async with acl_user(redis_server, prefix) as (url, admin):
+        # ACL DRYRUN: each check asks, and runs nothing.
+        await admin.execute_command("ACL", "SETUSER", user, "+acl|dryrun")  # type: ignore[no-untyped-call]
+        wrong = {}
+        for command in sorted(SCRIPT_COMMANDS - SHARD_CHANNELS):
+            await admin.execute_command("ACL", "SETUSER", user, f"-{command}")  # type: ignore[no-untyped-call]
+            report = await checked(url, prefix)
+            errors = [f for f in report.findings if f.topic == "acl" and f.level == "error"]
+            if report.ready or [f.data for f in errors] != [{"commands_refused": [command]}]:
+                wrong[command] = report.lines()
+            await admin.execute_command("ACL", "SETUSER", user, f"+{command}")  # type: ignore[no-untyped-call]
+        assert wrong == {}
+        assert await denied(admin, user) == []
 
 
 def test_an_evicting_server_is_not_ready(tmp_path: Path) -> None:

@@ -12,8 +12,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 from redis_tasks._redis import pipeline as _pipeline
-from redis_tasks._redis.pipeline import MAX_BATCH, MAX_IN_FLIGHT, AutoPipeline, pack
+from redis_tasks._redis import wire as _wire
+from redis_tasks._redis.pipeline import MAX_BATCH, MAX_IN_FLIGHT, AutoPipeline
 from redis_tasks._redis.turn_batches import TurnBatches
+from redis_tasks._redis.wire import pack
 from redis_tasks.testing import RedisServer
 
 
@@ -155,7 +157,7 @@ async def test_calls_made_while_two_batches_are_out_go_in_the_next_write(
     client: Redis, redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     writes: list[int] = []
-    real_write = _pipeline.write
+    real_write = _wire.write
 
     async def counting(connection: Any, data: bytes) -> None:
         writes.append(data.count(b"ECHO"))
