@@ -186,6 +186,12 @@ class WorkQueue(Protocol):
         backend keeps anyway (no scan), for the backlog gauges."""
         ...
 
+    async def mark_busy(self, partitions: Iterable[int], ttl: timedelta) -> None:
+        """Say, for ``ttl``, that a worker serving ``partitions`` has every handler slot
+        taken: a task created straight into one of their streams meanwhile is signalled
+        as a newcomer's (see :mod:`redis_tasks._worker.busy`)."""
+        ...
+
 
 @runtime_checkable
 class WorkerBackend(TaskManager, Protocol):

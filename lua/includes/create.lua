@@ -14,9 +14,11 @@
 -- partition (tenants.lua's enqueue), so an idle worker's blocked read wakes at
 -- once; else to the tail of the tenant's queue, dispatched fairly by claim_next.
 -- A tenant that was not waiting joins the ring near its head, and the task's ID
--- goes to the signal stream too: busy workers, whose read loops wait for a free
--- slot rather than read, give this partition their next free slot (the tenant
--- most behind starts next, whichever partition it landed in). A tenant queue
+-- goes to the signal stream too (marked a newcomer's), as does a task that went
+-- straight into the stream of a partition a saturated worker serves: busy workers,
+-- whose read loops wait for a free slot rather than read, give this partition
+-- their next free slot (the tenant most behind starts next, whichever partition
+-- it landed in). A tenant queue
 -- lives as long as its last task. A tenant with a quota, a rate or a cap has all
 -- its tasks in its home partition (the caller chose the ID), so these keys see all
 -- of them. A named or limited plan's terms are kept for operators, and the tenant

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 __all__ = [
+    "DURATIONS",
     "FAIRNESS_PARTS",
     "counts",
+    "durations",
     "fairness_parts",
     "non_negative",
     "positive",
@@ -48,6 +50,18 @@ def fairness_parts(text: str) -> tuple[str, ...]:
     if unknown or not parts:
         raise argparse.ArgumentTypeError(f"give some of {','.join(FAIRNESS_PARTS)}")
     return tuple(part for part in FAIRNESS_PARTS if part in parts)
+
+
+#: How the fairness scenario's tool durations are drawn, each of mean D: all D; uniform
+#: in [D / 2, 3 D / 2]; exponential.
+DURATIONS = ("fixed", "uniform", "exponential")
+
+
+def durations(text: str) -> str:
+    """One of :data:`DURATIONS`."""
+    if text not in DURATIONS:
+        raise argparse.ArgumentTypeError(f"give one of {','.join(DURATIONS)}")
+    return text
 
 
 def replica_count(text: str) -> int:

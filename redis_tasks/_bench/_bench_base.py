@@ -51,6 +51,12 @@ class Settings:
     fair_concurrency: int = 16
     fair_handler_ms: int = 50
     fair_late: int = 20
+    #: fairness: how each tool's duration is drawn, of mean D (:data:`~._args.DURATIONS`),
+    #: and when tenant B creates: from this long after the flood began, one every so
+    #: many ms.
+    fair_durations: str = "fixed"
+    fair_late_after_ms: int = 200
+    fair_late_every_ms: int = 100
     #: fairness: the worker's ``--newcomer-slots``, and the measurements a round
     #: takes (of :data:`~._args.FAIRNESS_PARTS`).
     fair_newcomer_slots: int = 0

@@ -7,9 +7,14 @@ starts and then sleeps D ms. This process creates the tasks and stamps them with
 
 *Noisy neighbour* (:meth:`FairnessScenarios.fair_noisy`): with the worker idle
 and reading, tenant A (partition key ``user:flood``) creates N tasks, 500 in
-flight at a time; 0.2 s after the flood began, tenant B (``user:late``) creates
-K tasks, one every 100 ms, from a manager of its own (its creates do not queue
-behind A's for a connection). B's create-to-start latency (from just before its
+flight at a time; ``--fair-late-after-ms`` (0.2 s) after the flood began, tenant B
+(``user:late``) creates K tasks, one every ``--fair-late-every-ms`` (100 ms), from
+a manager of its own (its creates do not queue behind A's for a connection). Each
+tool's duration is drawn (:func:`draw_durations`): all D (``fixed``: tools that
+start together end together, so a slot frees only at the end of a whole wave, and
+B may wait up to about one tool for it), or of mean D, ``uniform`` in [D/2, 3D/2]
+or ``exponential``, from a generator seeded by the round's label (the same tools
+in the same round of every run). B's create-to-start latency (from just before its
 create call to its handler's start) beside first come, first served's
 expectation N x D / C; how many of A's tasks started while a B task waited (the
 order, whatever the machine's speed); and A's drain time (from the flood's start
@@ -45,6 +50,7 @@ import bisect
 import contextlib
 import itertools
 import os
+import random
 import signal
 import sys
 import tempfile
@@ -66,7 +72,7 @@ from ._fair_handler import STARTS_ENV
 from ._probe import Probe
 from ._systems import AdapterError
 
-__all__ = ["MODES", "PARTS", "WEIGHTS", "FairnessScenarios", "fairness_rounds"]
+__all__ = ["MODES", "PARTS", "WEIGHTS", "FairnessScenarios", "draw_durations", "fairness_rounds"]
 
 #: Fair dispatch, and first come, first served (``fair_dispatch=False``).
 MODES: Final = ("fair", "fifo")
@@ -77,8 +83,6 @@ WEIGHTS: Final = (3, 1)
 _HANDLER: Final = "redis_tasks._bench._fair_handler:handler"
 _ENDPOINT: Final = "/mcp"
 _CHUNK: Final = 500  # creates in flight at once: the flood is in place fast
-_LATE_AFTER: Final = 0.2  # seconds from the flood's start to B's first create
-_LATE_EVERY: Final = 0.1  # seconds between B's creates
 _STALL: Final = 60.0  # seconds with no new start before the scenario gives up
 _READY: Final = 120.0  # seconds for the worker to start reading (imports are slow)
 _STOP_GRACE: Final = 15.0
@@ -107,6 +111,19 @@ class _Starts:
             if label not in self.first:  # a task run twice counts at its first start
                 self.first[label] = float(started)
                 self.order.append(label)
+
+
+def draw_durations(kind: str, mean_ms: int, count: int, seed: str) -> list[int]:
+    """``count`` tool durations in ms, of mean ``mean_ms``, drawn as ``kind`` says (one
+    of :data:`~._args.DURATIONS`) from a generator seeded by ``seed``."""
+    if kind == "fixed":
+        return [mean_ms] * count
+    draw = random.Random(seed)  # noqa: S311 - durations of a benchmark, not a secret
+    if kind == "uniform":
+        return [draw.randint(mean_ms // 2, mean_ms * 3 // 2) for _ in range(count)]
+    if kind == "exponential":
+        return [max(1, round(draw.expovariate(1 / mean_ms))) for _ in range(count)]
+    raise ValueError(f"unknown durations {kind!r}")
 
 
 def _group(label: str) -> str:
@@ -218,7 +235,13 @@ class FairnessScenarios(BenchBase):
         """One noisy-neighbour run, fair dispatch or first come, first served (``mode``
         is one of :data:`MODES`): B's create-to-start latencies, A's drain."""
         settings = self.settings
-        n, k, ms = settings.fair_tasks, settings.fair_late, settings.fair_handler_ms
+        n, k = settings.fair_tasks, settings.fair_late
+        # The same tools in both modes of a round: seeded by the round, not the mode.
+        drawn = draw_durations(
+            settings.fair_durations, settings.fair_handler_ms, n + k, label.split("#")[-1]
+        )
+        a_ms, b_ms = drawn[:n], drawn[n:]
+        after, every = settings.fair_late_after_ms / 1000, settings.fair_late_every_ms / 1000
         fair = mode == "fair"
         queue = self.new_queue()
         flooder = RequestContext(_ENDPOINT, "user:flood")
@@ -226,9 +249,9 @@ class FairnessScenarios(BenchBase):
         stamps: dict[str, float] = {}
 
         async def create_late(i: int, began: float, manager: RedisTaskManager) -> float:
-            await asyncio.sleep(max(0.0, began + _LATE_AFTER + i * _LATE_EVERY - time.monotonic()))
+            await asyncio.sleep(max(0.0, began + after + i * every - time.monotonic()))
             stamp = stamps[f"b.{i}"] = time.monotonic()
-            await manager.create_task(late, ORIGIN, payload=f"b.{i} {ms}".encode())
+            await manager.create_task(late, ORIGIN, payload=f"b.{i} {b_ms[i]}".encode())
             return (time.monotonic() - stamp) * 1000
 
         with tempfile.TemporaryDirectory(prefix="redis-tasks-fair-") as scratch:
@@ -250,7 +273,7 @@ class FairnessScenarios(BenchBase):
                         )
                         try:
                             await _create_all(
-                                flood, [(flooder, 1, f"a.{i} {ms}") for i in range(n)]
+                                flood, [(flooder, 1, f"a.{i} {a_ms[i]}") for i in range(n)]
                             )
                             flooded = time.monotonic() - began
                         finally:

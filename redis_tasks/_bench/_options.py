@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from redis_tasks._bench._args import (
     counts,
+    durations,
     fairness_parts,
     non_negative,
     positive,
@@ -199,12 +200,33 @@ def _add_fairness_options(bench: Any, defaults: Settings) -> None:
         "each target is judged only on what was measured",
     )
     fair.add_argument(
+        "--fair-durations",
+        type=durations,
+        default=defaults.fair_durations,
+        help="how each tool's duration is drawn, of mean D: fixed (all D: tools that start "
+        "together end together, and a slot frees only at their end), uniform (in D/2 to "
+        "3D/2) or exponential (default: %(default)s)",
+    )
+    fair.add_argument(
         "--fair-late",
         type=positive,
         default=defaults.fair_late,
-        help="K: tasks tenant B creates during the flood, from 0.2 s after it began, one "
-        "every 100 ms; reported: B's create-to-start p50/p99/max beside N x D / C "
+        help="K: tasks tenant B creates during the flood, from --fair-late-after-ms after it "
+        "began, one every --fair-late-every-ms; reported: B's create-to-start p50/p99/max "
+        "beside N x D / C (default: %(default)s)",
+    )
+    fair.add_argument(
+        "--fair-late-after-ms",
+        type=non_negative,
+        default=defaults.fair_late_after_ms,
+        help="when tenant B's first create comes, in ms after the flood began "
         "(default: %(default)s)",
+    )
+    fair.add_argument(
+        "--fair-late-every-ms",
+        type=positive,
+        default=defaults.fair_late_every_ms,
+        help="ms between tenant B's creates (default: %(default)s)",
     )
     fair.add_argument(
         "--fair-tenants",

@@ -41,9 +41,9 @@ def enqueue(
 ) -> bool:
     """Mirror of ``enqueue``: the task goes straight into the stream (its entry
     recorded in ``fields``, the new record's), or joins its tenant's queue, which
-    lives to the task's ``expire_at`` (0: never); whether the tenant is a newcomer
-    (it was not waiting and joined a ring where others wait: the create signals its
-    task)."""
+    lives to the task's ``expire_at`` (0: never); whether the create signals it as a
+    newcomer's (its tenant was not waiting and joined a ring where others wait, or
+    it went straight into the stream of a partition a saturated worker marked busy)."""
     if not fair:
         add_work(streams, partition, task_id, fields)
         return False
@@ -57,7 +57,7 @@ def enqueue(
         others = bool(tenants.ring)
         if not others and not state.undelivered():
             add_work(streams, partition, task_id, fields)
-            return False
+            return now < state.busy_until
         tenants.join_ring(tenant, settings_of(settings)[0])
         newcomer = others
         if not settings:

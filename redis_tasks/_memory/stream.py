@@ -88,6 +88,8 @@ class Partition:
     pending: dict[EntryId, Pending] = field(default_factory=dict)
     consumers: dict[str, int] = field(default_factory=dict)  # name -> last seen (ms)
     waiting: set[asyncio.Event] = field(default_factory=set)
+    #: Until when (ms) a saturated worker marked the partition busy (``{tag}:busy``).
+    busy_until: int = 0
 
     def undelivered(self) -> bool:
         """Whether an entry no consumer was given yet is in the stream (tenants.lua's

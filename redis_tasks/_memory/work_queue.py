@@ -55,7 +55,8 @@ from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import QueueDepth, WorkEntry
 
 from .claim import claim_entry
-from .dispatch import dispatch, dispatch_first, enqueue
+from .claim_next import ClaimBatch
+from .dispatch import enqueue
 from .records import TERMINAL, Record, TaskRecords
 from .stream import Partition, Reader, id_text, parse_id
 from .tenants import Tenants
@@ -246,45 +247,9 @@ class InMemoryWorkQueue:
         task), read up to ``count`` new entries and claim each, then dispatch the
         rest of the batch from the tenant queues."""
         lease_ms = _lease_ms(lease)
-        out: list[tuple[WorkEntry, Claim]] = []
-        doorbell = Doorbell()
-
-        def read_and_claim(wanted: int) -> tuple[int, bool, str | None]:
-            entries = self.deliver(partition, consumer, wanted)
-            met = 0
-            for entry in entries:
-                if entry.task_id is None:  # a doorbell (every entry here names a task)
-                    self.drop_entry(partition, entry.entry_id)
-                    continue
-                claim = self._claim(
-                    entry.task_id, entry.entry_id, consumer, lease_ms, max_attempts, doorbell
-                )
-                out.append((entry, claim))
-                met += 1
-            return met, len(entries) < wanted, entries[-1].entry_id if entries else None
-
         with self.lock:
-            if first and parse_task_id(first) == partition:
-                dispatch_first(self._records, self, partition, first, doorbell)
-            wanted, drained = count, False
-            while wanted > 0 and not drained:
-                met, drained, _ = read_and_claim(wanted)
-                wanted -= met
-            if drained:
-                if wanted > 0:
-                    now = self._records.now()
-                    added = dispatch(self, partition, wanted, now, now + lease_ms)
-                    # Exactly these entries come next (see claim_next.lua).
-                    left = len(added)
-                    while left > 0:
-                        met, empty, last = read_and_claim(left)
-                        if last == added[-1][0] or empty:
-                            break
-                        left -= met
-                if wake and self.partition(partition).tenants.ring:
-                    doorbell.due = True
-            doorbell.ring(self, partition)
-        return out
+            batch = ClaimBatch(self._records, self, self._poison_error, partition, consumer)
+            return batch.run(count, lease_ms, max_attempts, wake=wake, first=first)
 
     async def reclaim(
         self, partition: int, *, consumer: str, idle: timedelta, cursor: str, count: int
@@ -386,6 +351,13 @@ class InMemoryWorkQueue:
             self.partition(partition).forget_idle(
                 lambda name, seen: name != keep and now - seen > idle_ms
             )
+
+    async def mark_busy(self, partitions: Iterable[int], ttl: timedelta) -> None:
+        """Mirror of the Redis queue's ``SET <busy> 1 PX <ttl>`` per partition."""
+        with self.lock:
+            until = self._records.now() + ttl // _MS
+            for partition in partitions:
+                self.partition(partition).busy_until = until
 
     async def depth(self, partition: int) -> QueueDepth:
         """``XLEN``, the ``XPENDING`` summary's count, ``queued`` and the tenants waiting."""

@@ -18,6 +18,8 @@ single slot::
                                answers accepted, an outcome written by another caller)
     {rt:7.42}:stats            hash: terminal transitions by status, a pickup histogram
                                (the counters ``redis-tasks inspect`` reads)
+    {rt:7.42}:busy             string "1", PX: a worker serving the partition had every
+                               handler slot taken lately (creates then signal newcomers)
     {rt:7.42}:ring             sorted set: tenants with tasks waiting, by pass (fair dispatch)
     {rt:7.42}:parked           sorted set: tenants at their concurrency cap, by when to look again
     {rt:7.42}:tenants          hash: a waiting tenant's settings ("<weight> <cap>"), if not default
@@ -59,6 +61,7 @@ from redis_tasks._ids import MAX_PARTITIONS, parse_task_id
 
 __all__ = [
     "ANSWERS_SUFFIX",
+    "BUSY_SUFFIX",
     "EVENTS_SUFFIX",
     "GRANT_INFIX",
     "ISSUED_SUFFIX",
@@ -106,6 +109,8 @@ WORK_SUFFIX: Final = ":work"
 EVENTS_SUFFIX: Final = ":events"
 SIGNALS_SUFFIX: Final = ":signals"
 STATS_SUFFIX: Final = ":stats"
+#: After the tag: whether a worker serving the partition is saturated (it expires).
+BUSY_SUFFIX: Final = ":busy"
 #: After the tag: the fair-dispatch ring, the parked tenants, the tenant settings,
 #: and the index of tenants seen (with a plan to keep, or refused) in the last day.
 RING_SUFFIX: Final = ":ring"
@@ -297,6 +302,10 @@ class KeySpace:
             refused=tag + REFUSED_INFIX + digest,
             seen=tag + SEEN_SUFFIX,
         )
+
+    def busy(self, partition: int) -> str:
+        """The mark a saturated worker serving ``partition`` keeps (it expires)."""
+        return self.tag(partition) + BUSY_SUFFIX
 
     def ring(self, partition: int) -> str:
         """The ring of ``partition``'s tenants with tasks waiting."""

@@ -42,6 +42,7 @@ from redis_tasks._tenancy import GOLDEN, JITTER_PRIME, JITTER_SALT, STRIDE_UNIT,
 
 from .keys import (
     ANSWERS_SUFFIX,
+    BUSY_SUFFIX,
     EVENTS_SUFFIX,
     GRANT_INFIX,
     ISSUED_SUFFIX,
@@ -157,6 +158,7 @@ CONSTANTS: Final[dict[str, str]] = {
     "KEY_EVENTS": lua_string(EVENTS_SUFFIX),
     "KEY_SIGNALS": lua_string(SIGNALS_SUFFIX),
     "KEY_STATS": lua_string(STATS_SUFFIX),
+    "KEY_BUSY": lua_string(BUSY_SUFFIX),
     "KEY_RING": lua_string(RING_SUFFIX),
     "KEY_PARKED": lua_string(PARKED_SUFFIX),
     "KEY_TENANTS": lua_string(TENANTS_SUFFIX),

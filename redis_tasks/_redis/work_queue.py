@@ -17,6 +17,7 @@ encoder (fences and the poison error).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
@@ -373,6 +374,18 @@ class RedisWorkQueue:
             return QueueDepth(int(length), count, int(queued or 0), int(ring) + int(parked))
 
         return await self.topology.execute(stream, ask)
+
+    async def mark_busy(self, partitions: Iterable[int], ttl: timedelta) -> None:
+        """``SET <busy> 1 PX <ttl>`` for each partition (see the protocol), each on its
+        node, at once."""
+        ms = max(1, ttl // timedelta(milliseconds=1))
+        keys = [self.keys.busy(partition) for partition in partitions]
+        topology = self.topology
+
+        async def mark(key: str) -> None:
+            await topology.execute(key, lambda client: client.set(key, b"1", px=ms))
+
+        await asyncio.gather(*(mark(key) for key in keys))
 
     def _fence(self, fence: int) -> bytes:
         return self._encoder.fence(fence)

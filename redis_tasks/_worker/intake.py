@@ -115,8 +115,14 @@ class Intake:
         return self._share.out
 
     def hint(self, task_id: str) -> None:
-        """A newcomer's task waits in its partition's tenant queues (its create
-        signalled it): start it at the next free slot (see the module)."""
+        """A newcomer's task waits (its create signalled it: in its partition's tenant
+        queues, or in a stream whose partition's tasks hold workers): start it at the
+        next free slot (see the module). With a spare slot (free, and no reader waiting
+        in line for it), nothing waits for one: every read loop is reading or claiming
+        batches, and meets the task in its own turn (a claim from here would race the
+        loop that has it already: under light load, a round trip per task)."""
+        if self._slots.spare:
+            return
         self._newcomers.append(task_id)
         self._newcomer.set()
 

@@ -73,6 +73,10 @@ class Runs:
         """Handlers not yet done (safe from an exporter's thread: a copy is counted)."""
         return sum(1 for run in tuple(self.active) if run.state.in_handler)
 
+    def holding_slots(self) -> int:
+        """Runs that hold a handler slot (not the slots reserved for a claim in flight)."""
+        return sum(1 for run in self.active if run.holds_slot)
+
     # -- claiming and starting --------------------------------------------------------
 
     async def claim(self, entry: WorkEntry) -> Claim | None:

@@ -80,6 +80,12 @@ class Slots:
         """Slots taken and not given back yet: zero once the worker has stopped."""
         return self.total - self.free
 
+    @property
+    def spare(self) -> bool:
+        """Whether a slot is free that no reader waits for: the worker is not saturated
+        (a slot that just freed while readers wait in line is theirs already)."""
+        return self.free > 0 and not self._line and self._turn is None
+
     def _available(self, overflow: bool) -> bool:
         """A free slot, or (``overflow``) a free overflow slot."""
         extra = self.overflow

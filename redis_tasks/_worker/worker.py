@@ -29,6 +29,7 @@ from redis_tasks._telemetry.backlog import WorkerGauges
 from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import WorkerBackend
 
+from .busy import mark_busy_loop
 from .health import Health, HealthReport
 from .intake import Intake
 from .log import frames, log
@@ -227,6 +228,12 @@ class Worker:
         readers = [_loop(self._intake.read(p), f"redis-tasks-read-{p}") for p in self.partitions]
         readers.append(_loop(self._intake.newcomers(), "redis-tasks-newcomers"))
         renewing = _loop(self._renewal.loop(), "redis-tasks-renew")
+        marking = _loop(
+            mark_busy_loop(
+                self._queue, self._runs.holding_slots, self.concurrency, self.partitions
+            ),
+            "redis-tasks-busy",
+        )
         reclaiming = _loop(self._intake.reclaim_loop(self.partitions), "redis-tasks-reclaim")
         try:
             await self._stopping.wait()
@@ -240,7 +247,7 @@ class Worker:
             await asyncio.gather(*readers, return_exceptions=True)
             # Ended, not just cancelled: a cancellation can be lost in a Redis call
             # (redis_tasks._cancel), and the loop would then run on.
-            await cancel_and_wait([reclaiming])
+            await cancel_and_wait([reclaiming, marking])
             await drain(self._runs, self._grace, self._settings.timeout)
             # Whatever else is in flight (hint renewals, dropped entries) ends here.
             await self._background.cancel_all()

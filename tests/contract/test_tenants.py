@@ -764,15 +764,14 @@ async def test_a_newcomer_is_signalled_and_a_first_claim_starts_it_ahead(make: B
             await q.signals.wait_ready()
             flood = [await create(m) for _ in range(6)]  # the first is straight in the stream
             late, late_next = await create(m, BOB), await create(m, BOB)
-            await wait_until(
-                partial(_holds, heard, [newcomer_signal(late)]), what="the newcomer's signal"
-            )
+            signalled = [newcomer_signal(late)]
+            await wait_until(partial(_holds, heard, signalled), what="the newcomer's signal")
             claimed = await q.claim_next(
                 0, consumer="w1", count=1, lease=LONG, max_attempts=5, first=late
             )
             assert [(e.task_id, c.outcome) for e, c in claimed] == [(late, ClaimOutcome.RUN)]
             # The newcomer's next task came before its first started: signalled too.
-            signalled = [newcomer_signal(late), newcomer_signal(late_next)]
+            signalled.append(newcomer_signal(late_next))
             await wait_until(partial(_holds, heard, signalled), what="its next one")
             stale = await q.claim_next(
                 0, consumer="w1", count=1, lease=LONG, max_attempts=5, first=late
@@ -784,6 +783,36 @@ async def test_a_newcomer_is_signalled_and_a_first_claim_starts_it_ahead(make: B
             assert await next_one(m) is None
             depth = await q.depth(0)
             assert (depth.queued, depth.tenants, depth.backlog) == (0, 0, 0)
+        finally:
+            registration.close()
+
+
+async def test_a_task_straight_into_a_busy_partition_is_signalled_as_a_newcomer(
+    make: Build,
+) -> None:
+    """A task that goes straight into an idle partition's stream is signalled as a
+    newcomer's only while a saturated worker marks the partition busy: that worker's
+    read loops wait in line for a free slot, and would start it at its partition's
+    turn, not at the next free slot."""
+    async with make() as b:
+        m = b.manager
+        q = m.work_queue
+        heard: list[str] = []
+        registration = q.signals.subscribe(heard.append)
+        try:
+            await q.signals.wait_ready()
+            quiet = await create(m)  # nothing marks the partition busy: no signal
+            await q.claim_next(0, consumer="w1", count=1, lease=LONG, max_attempts=5)
+            await q.mark_busy([0], timedelta(seconds=30))
+            busy = await create(m)
+            await wait_until(
+                partial(_holds, heard, [newcomer_signal(busy)]), what="the newcomer's signal"
+            )
+            ((entry, claim),) = await q.claim_next(
+                0, consumer="w1", count=1, lease=LONG, max_attempts=5, first=busy
+            )
+            assert (entry.task_id, claim.outcome) == (busy, ClaimOutcome.RUN)
+            assert newcomer_signal(quiet) not in heard
         finally:
             registration.close()
 

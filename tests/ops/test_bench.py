@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import io
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import redis.asyncio
 
 from redis_tasks._bench._callgrind import Callgrind
 from redis_tasks._bench._cli import SCENARIOS
+from redis_tasks._bench._fairness import draw_durations
 from redis_tasks._bench._namespace import ANY_RUN
 from redis_tasks._bench._probe import RedisAddress
 from redis_tasks._bench._progress import Progress, percentile
@@ -486,6 +488,20 @@ def test_the_scenarios_are_the_documented_ones() -> None:
 FAIR_TINY = ["--fair-tasks", "200", "--fair-concurrency", "4", "--fair-handler-ms", "20",
              "--fair-late", "3", "--fair-tenants", "10", "--fair-tenant-tasks", "10",
              "--fair-weighted-tasks", "20"]  # fmt: skip
+
+
+def test_tool_durations_are_drawn_alike_in_every_run_of_a_round() -> None:
+    assert draw_durations("fixed", 500, 3, "1") == [500, 500, 500]
+    uniform = draw_durations("uniform", 500, 2_000, "1")
+    assert uniform == draw_durations("uniform", 500, 2_000, "1")  # the same tools again
+    assert uniform != draw_durations("uniform", 500, 2_000, "2")
+    assert min(uniform) >= 250
+    assert max(uniform) <= 750
+    assert statistics.mean(uniform) == pytest.approx(500, rel=0.03)
+    exponential = draw_durations("exponential", 500, 2_000, "1")
+    assert min(exponential) >= 1
+    assert max(exponential) > 1_500
+    assert statistics.mean(exponential) == pytest.approx(500, rel=0.1)
 
 
 def test_fairness_puts_the_late_tenant_ahead_of_the_flood(redis_server: RedisServer) -> None:
