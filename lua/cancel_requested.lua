@@ -15,14 +15,14 @@
 local task_key = KEYS[1]
 local fence = ARGV[1]
 
-local t = redis.call('HMGET', task_key, 'st', 'fn', 'cx')
-if not t[1] then
+local t = read_record(task_key, 'st', 'fn', 'cx')
+if not t.st then
   return {RC_NOT_FOUND}
 end
-if not fence_matches(fence, t[2]) then
+if not fence_matches(fence, t.fn) then
   return {RC_LEASE_LOST}
 end
-if t[3] == '1' then
+if t.cx == '1' then
   return {RC_OK, 1}
 end
 return {RC_OK, 0}

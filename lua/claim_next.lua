@@ -62,7 +62,9 @@ local first = ARGV[9]
 
 local out = {RC_OK}
 -- One reading of the clock for the whole batch: its claims and its dispatch.
-local call = {now = now_ms(), event_opts = event_opts, pickups = {}, doorbell = false}
+local call = {now = now_ms(), event_opts = event_opts, pickups = {}, doorbell = false,
+  consumer = consumer, lease_ms = lease_ms, max_attempts = max_attempts,
+  poison_error = poison_error}
 -- One keys table for the whole call, each task's record key written over the
 -- last's (claim_entry keeps no reference to it).
 local keys = task_keys(tag, '', work_key, events_key, stats_key)
@@ -103,9 +105,8 @@ local function read_and_claim(wanted)
         drop_entry(work_key, entry_id)
         reply = {RC_NOT_FOUND}
       else
-        keys[1] = record_key(tag, task_id)
-        reply = claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
-          poison_error, call)
+        keys.task = record_key(tag, task_id)
+        reply = claim_entry(keys, task_id, entry_id, call)
       end
       out[#out + 1] = entry_id
       out[#out + 1] = task_id

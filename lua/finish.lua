@@ -39,9 +39,14 @@
   Events: one entry; and one signal when the call is unfenced (not the lease
   holder's: a running worker's handler is then stopped at once).
 ]]
--- KEYS go to finish_task() (and so terminate()) whole, in the order above.
 local task_key = KEYS[1]
+local requests_key = KEYS[2]
+local issued_key = KEYS[3]
+local answers_key = KEYS[4]
+local journal_key = KEYS[5]
 local work_key = KEYS[6]
+local events_key = KEYS[7]
+local stats_key = KEYS[8]
 local signals_key = KEYS[9]
 local task_id = ARGV[1]
 local fence = ARGV[2]
@@ -55,8 +60,11 @@ local event_opts = ARGV[9]
 
 local ending = {status = status, message = has_message and message or nil,
   field = outcome_field ~= '' and outcome_field or nil, value = outcome}
+local keys = {task = task_key, requests = requests_key, issued = issued_key,
+  answers = answers_key, journal = journal_key, work = work_key, events = events_key,
+  stats = stats_key}
 local call = {now = now_ms(), event_opts = event_opts}
-local code, wrote = finish_task(KEYS, task_id, fence, ending, operation, call)
+local code, wrote = finish_task(keys, task_id, fence, ending, operation, call)
 if not wrote then
   return {code}
 end

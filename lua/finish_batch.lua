@@ -40,7 +40,7 @@ local event_opts = ARGV[2]
 local prefix = id_prefix_of(tag)
 local out = {RC_OK}
 local batch = {entries = {}, counts = {}, ended = {}}
-local call = {now = now_ms(), event_opts = event_opts, batch = batch}
+local call = {now = now_ms(), event_opts = event_opts, outcomes = batch}
 -- One keys table and one ending for the whole call, each task's written over the
 -- last's: nothing keeps them past its task, and two tables a task were two more for
 -- Lua to make and collect.
@@ -58,7 +58,7 @@ for i = OUTCOMES_FROM, #ARGV - OUTCOMES_EACH + 1, OUTCOMES_EACH do
     ending.message = has_message == '1' and message or nil
     ending.field = outcome_field ~= '' and outcome_field or nil
     ending.value = outcome
-    keys[1] = record_key(tag, task_id)
+    keys.task = record_key(tag, task_id)
     out[#out + 1] = (finish_task(keys, task_id, fence, ending, '', call))
   end
 end

@@ -26,22 +26,22 @@ local work_key = KEYS[2]
 local task_id = ARGV[1]
 local fence = ARGV[2]
 
-local t = redis.call('HMGET', task_key, 'st', 'fn', 'at', 'wk', 'tn', 'tc')
-local guard = worker_guard(t[1], t[2], fence)
+local t = read_record(task_key, 'st', 'fn', 'at', 'wk', 'tn', 'tc')
+local guard = worker_guard(t.st, t.fn, fence)
 if guard ~= RC_OK then
   return {guard}
 end
-if t[4] then
-  drop_entry(work_key, t[4])
+if t.wk then
+  drop_entry(work_key, t.wk)
 end
-local attempts = math.max((tonumber(t[3]) or 1) - 1, 0)
-local fields = {'fn', int_text((tonumber(t[2]) or 0) + 1), 'at', int_text(attempts), 'ld', '0'}
+local attempts = math.max((tonumber(t.at) or 1) - 1, 0)
+local fields = {'fn', int_text(tonumber(t.fn) + 1), 'at', int_text(attempts), 'ld', '0'}
 add_work(work_key, task_id, fields)
 redis.call('HSET', task_key, unpack(fields))
 redis.call('HDEL', task_key, 'lo')
 local call = {}
-if t[5] and t[6] then
-  release_tenant_slot(tag_of(task_key, task_id), t[5], task_id, call)
+if t.tn and t.tc then
+  release_tenant_slot(tag_of(task_key, task_id), t.tn, task_id, call)
 end
 ring_due(call, work_key)
 return {RC_OK}

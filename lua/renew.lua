@@ -28,23 +28,23 @@ local fence = ARGV[2]
 local consumer = ARGV[3]
 local lease_ms = tonumber(ARGV[4])
 
-local t = redis.call('HMGET', task_key, 'st', 'fn', 'cx', 'wk', 'tn', 'tc')
-local guard = worker_guard(t[1], t[2], fence)
+local t = read_record(task_key, 'st', 'fn', 'cx', 'wk', 'tn', 'tc')
+local guard = worker_guard(t.st, t.fn, fence)
 if guard ~= RC_OK then
   return {guard}
 end
-if t[4] then
+if t.wk then
   -- pcall: a group deleted by an operator must not fail the renewal.
-  redis.pcall('XCLAIM', work_key, WORK_GROUP, consumer, 0, t[4], 'JUSTID')
+  redis.pcall('XCLAIM', work_key, WORK_GROUP, consumer, 0, t.wk, 'JUSTID')
 end
 local deadline = now_ms() + lease_ms
 redis.call('HSET', task_key, 'ld', int_text(deadline), 'lo', consumer)
-if t[5] and t[6] then
-  local run_key = tag_of(task_key, task_id) .. KEY_RUN .. t[5]
+if t.tn and t.tc then
+  local run_key = tag_of(task_key, task_id) .. KEY_RUN .. t.tn
   redis.call('ZADD', run_key, int_text(deadline), task_id)
   expire_with_last(run_key)
 end
-if t[3] == '1' then
+if t.cx == '1' then
   return {RC_OK, 1}
 end
 return {RC_OK, 0}

@@ -69,7 +69,8 @@ if t.ld and tonumber(t.ld) > now then
 end
 redis.call('HSET', task_key, 'cx', '1')
 local call = {now = now, event_opts = event_opts}
-terminate({task_key, requests_key, issued_key, answers_key, journal_key, work_key, events_key,
-  stats_key}, task_id, t, t.wk, {status = ST_CANCELLED}, call)
+terminate({task = task_key, requests = requests_key, issued = issued_key,
+  answers = answers_key, journal = journal_key, work = work_key, events = events_key,
+  stats = stats_key}, task_id, t, t.wk, {status = ST_CANCELLED}, call)
 ring_due(call, work_key)
 return {RC_OK, 1}

@@ -41,12 +41,12 @@ local message = ARGV[4]
 local event_opts = ARGV[5]
 local first_request = 6
 
-local t = hmget(task_key, 'st', 'fn', 'ua', 'sm', 'ex')
-local guard = worker_guard(t[1], t[2], fence)
+local t = read_record(task_key, 'st', 'fn', 'ua', 'sm', 'ex')
+local guard = worker_guard(t.st, t.fn, fence)
 if guard ~= RC_OK then
   return {guard}
 end
-local status, current_message, expire_at = t[1], t[4], t[5]
+local status, current_message, expire_at = t.st, t.sm, t.ex
 
 local keys = {}
 for i = first_request, #ARGV, 3 do
@@ -89,7 +89,7 @@ if #pending_keys == 0 then
     return {RC_OK, answers}
   end
   redis.call('DEL', requests_key)
-  write_status(task_key, ST_WORKING, nil, current_message, t[3])
+  write_status(task_key, ST_WORKING, nil, current_message, t.ua)
   emit(events_key, event_opts, task_id)
   return {RC_OK, answers}
 end
@@ -112,6 +112,6 @@ if #new_issued > 0 then
   redis.call('HSET', issued_key, unpack(new_issued))
   expire_with_task(issued_key, expire_at)
 end
-write_status(task_key, ST_INPUT_REQUIRED, has_message and message or nil, current_message, t[3])
+write_status(task_key, ST_INPUT_REQUIRED, has_message and message or nil, current_message, t.ua)
 emit(events_key, event_opts, task_id)
 return {RC_OK, answers}

@@ -23,9 +23,9 @@ local work_key = KEYS[2]
 local task_id = ARGV[1]
 local entry_id = ARGV[2]
 
-local t = redis.call('HMGET', task_key, 'st', 'wk')
+local t = read_record(task_key, 'st', 'wk')
 drop_entry(work_key, entry_id)
-if not t[1] or TERMINAL[t[1]] or t[2] ~= entry_id then
+if not t.st or TERMINAL[t.st] or t.wk ~= entry_id then
   return {RC_OK}
 end
 add_work(work_key, task_id, task_key)

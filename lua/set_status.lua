@@ -30,20 +30,20 @@ local has_message = ARGV[3] == '1'
 local message = ARGV[4]
 local event_opts = ARGV[5]
 
-local t = hmget(task_key, 'st', 'fn', 'ua', 'sm')
-local guard = worker_guard(t[1], t[2], fence)
+local t = read_record(task_key, 'st', 'fn', 'ua', 'sm')
+local guard = worker_guard(t.st, t.fn, fence)
 if guard ~= RC_OK then
   return {guard}
 end
-local current_message = t[4]
+local current_message = t.sm
 local same_message = (has_message and current_message == message)
   or (not has_message and not current_message)
-if t[1] == ST_WORKING and same_message then
+if t.st == ST_WORKING and same_message then
   return {RC_OK}
 end
 
-write_status(task_key, ST_WORKING, has_message and message or nil, current_message, t[3])
-if t[1] == ST_INPUT_REQUIRED then
+write_status(task_key, ST_WORKING, has_message and message or nil, current_message, t.ua)
+if t.st == ST_INPUT_REQUIRED then
   redis.call('DEL', requests_key)
 end
 emit(events_key, event_opts, task_id)

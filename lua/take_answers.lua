@@ -18,8 +18,8 @@ local task_key = KEYS[1]
 local answers_key = KEYS[2]
 local fence = ARGV[1]
 
-local t = redis.call('HMGET', task_key, 'st', 'fn')
-local guard = worker_guard(t[1], t[2], fence)
+local t = read_record(task_key, 'st', 'fn')
+local guard = worker_guard(t.st, t.fn, fence)
 if guard ~= RC_OK then
   return {guard}
 end

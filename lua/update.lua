@@ -43,15 +43,15 @@ local first_answer = 4
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
 end
-local t = hmget(task_key, 'bd', 'st', 'ua', 'ex', 'sm')
-if t[1] ~= binding then
+local t = read_record(task_key, 'bd', 'st', 'ua', 'ex', 'sm')
+if t.bd ~= binding then
   return {RC_NOT_FOUND}
 end
 -- An update that changes nothing (the task waits for no input, or these answers were
 -- taken already: by this call's own first attempt, maybe) is confirmed like one
 -- that does (see confirm_state).
-if t[2] ~= ST_INPUT_REQUIRED or #ARGV < first_answer then
-  confirm_state(task_key, 'st', t[2])
+if t.st ~= ST_INPUT_REQUIRED or #ARGV < first_answer then
+  confirm_state(task_key, 'st', t.st)
   return {RC_OK, 0}
 end
 local keys = {}
@@ -73,22 +73,22 @@ for n, key in ipairs(keys) do
   end
 end
 if #accepted_keys == 0 then
-  confirm_state(task_key, 'st', t[2])
+  confirm_state(task_key, 'st', t.st)
   return {RC_OK, 0}
 end
 
 redis.call('HDEL', requests_key, unpack(accepted_keys))
 redis.call('HSET', answers_key, unpack(accepted_pairs))
 redis.call('HSET', journal_key, unpack(accepted_pairs))
-local expire_at = t[4]
+local expire_at = t.ex
 expire_with_task(answers_key, expire_at)
 expire_with_task(journal_key, expire_at)
 
 if redis.call('EXISTS', requests_key) == 0 then
   -- The last answer: back to working, and the wait's message no longer applies.
-  write_status(task_key, ST_WORKING, nil, t[5], t[3])
+  write_status(task_key, ST_WORKING, nil, t.sm, t.ua)
 else
-  redis.call('HSET', task_key, 'ua', int_text(next_update(now_ms(), t[3])))
+  redis.call('HSET', task_key, 'ua', int_text(next_update(now_ms(), t.ua)))
 end
 emit(events_key, event_opts, task_id)
 emit(signals_key, event_opts, task_id)

@@ -53,63 +53,45 @@ end
 -- keys: as claim_entry's
 local function defer(keys, tag, tenant, cap, task_id, entries, now)
   for _, entry in pairs(entries) do
-    drop_entry(keys[6], entry)
+    drop_entry(keys.work, entry)
   end
-  redis.call('HDEL', keys[1], 'wk')
+  redis.call('HDEL', keys.task, 'wk')
   local queue_key = tag .. KEY_QUEUE .. tenant
   queue_lives_to(queue_key, redis.call('LPUSH', queue_key, task_id),
-    tonumber(redis.call('HGET', keys[1], 'ex')) or 0)
+    tonumber(redis.call('HGET', keys.task, 'ex')) or 0)
   -- A tenant that never queued here (its tasks went straight to the stream) has no
   -- settings yet: its cap at least (its weight comes with its next queued create).
   redis.call('HSETNX', tag .. KEY_TENANTS, tenant, '1 ' .. cap)
   park(tag, tenant, tag .. KEY_RUN .. tenant, now)
-  redis.call('HINCRBY', keys[8], STATS_QUEUED, 1)
-  redis.call('HINCRBY', keys[8], STATS_DEFERRED, 1)
+  redis.call('HINCRBY', keys.stats, STATS_QUEUED, 1)
+  redis.call('HINCRBY', keys.stats, STATS_DEFERRED, 1)
 end
 
 -- The long fields a claim returns, joined from their pieces (read_all's `joined`).
 local CLAIM_JOINED = {'or', 'pl', 'tp'}
 
--- The claim of one work entry, shared by claim (an entry the worker read or
--- reclaimed) and claim_next (entries read inside the script). See claim.lua's
--- header for the outcomes. A first claim that runs the task is counted in
--- `pickups` (see record_pickups). A task of a capped tenant (the record's `tc`)
--- runs only while fewer than its tenant's cap (the current one when the tenant
--- waits here, else the task's own) of the tenant's tasks hold a live lease (the
--- tenant's run set, in this partition: a capped tenant's tasks all live in its
--- home partition); otherwise it is deferred back to its tenant's queue.
--- `now` is the server's clock (now_ms()), read once per script call: a batch's
--- claims share it (one TIME where there was one a claim).
--- keys: {task, requests, issued, answers, journal, work, events, stats}
--- call: what the script call shares: {now, event_opts, pickups, texts (the lease
---   deadline and the fence floor as text, made here once: a call has one consumer
---   and one lease length), buckets (creation ms -> pickup bucket, filled here)};
---   and terminate()'s.
-local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_attempts,
-                           poison_error, call)
-  local task_key = keys[1]
-  local work_key = keys[6]
-  local now = call.now
-  -- A claim needs most of the record (13 fields, most of them absent on a first
-  -- claim): read whole, in one walk of it (read_all).
-  local t = read_all(task_key, CLAIM_JOINED)
+-- A claim that will not run the task because it is gone, ended, or leased: the
+-- reply, or nil when none of these holds. The entry is dropped where the task will
+-- never run; one dispatched in this script to a task a stale holder leased is
+-- recorded as its work (`wk`), as every entry is.
+local function unclaimable(keys, t, entry_id, call)
   local status = t.st
   if not status then
-    drop_entry(work_key, entry_id)
+    drop_entry(keys.work, entry_id)
     return {RC_NOT_FOUND}
   end
   if TERMINAL[status] then
-    drop_entry(work_key, entry_id)
-    if t.ce == claim_mark(entry_id, consumer) then
+    drop_entry(keys.work, entry_id)
+    if t.ce == claim_mark(entry_id, call.consumer) then
       -- The claim that ended the task, run again after its reply was lost: it is
       -- told what it was told then, not that some other call ended the task.
-      confirm_state(task_key, 'st', status)
+      confirm_state(keys.task, 'st', status)
       return {status == ST_CANCELLED and RC_CANCELLED or RC_POISONED}
     end
     return {RC_TERMINAL}
   end
-  if t.ld and tonumber(t.ld) > now then
-    if t.lo == consumer and t.wk == entry_id then
+  if t.ld and tonumber(t.ld) > call.now then
+    if t.lo == call.consumer and t.wk == entry_id then
       -- No attempt is recorded when the lease came from a renewal before any
       -- claim; a nil here would cut the reply short (Lua tables end at a nil).
       return {RC_OK, tonumber(t.fn) or 0, tonumber(t.at) or 0, t['or'], t.pl or '', t.tp or ''}
@@ -118,53 +100,66 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
       -- Dispatched in this script (work.lua's add_work left `wk` to the claim), yet
       -- leased: a stale holder renewed after the task went back to its queue. The
       -- entry is its work now (the holder's renewals take it over), as any entry is.
-      redis.call('HSET', task_key, 'wk', entry_id)
+      redis.call('HSET', keys.task, 'wk', entry_id)
     end
     return {RC_LEASE_HELD}
   end
-  local entry = t.wk or entry_id
+  return nil
+end
+
+-- A claim that ends the task instead of running it: cancellation was asked while no
+-- lease held it, or it was claimed more than max_attempts times (poison). The reply,
+-- or nil when it runs; `attempt` is the attempt this claim counts.
+local function ended_at_claim(keys, task_id, t, entry_id, attempt, call)
+  local ending = nil
   if t.cx == '1' then
-    terminate(keys, task_id, t, entry, {status = ST_CANCELLED}, call)
-    redis.call('HSET', task_key, 'ce', claim_mark(entry_id, consumer))
-    return {RC_CANCELLED}
+    ending = {status = ST_CANCELLED}
+  elseif attempt > call.max_attempts then
+    ending = {status = ST_FAILED, field = 'er', value = call.poison_error}
+  else
+    return nil
   end
-  -- A first claim's `at` is absent and its `fn` reads as '0': no tonumber (a strtod).
-  local attempt = t.at and tonumber(t.at) + 1 or 1
-  if attempt > max_attempts then
-    terminate(keys, task_id, t, entry, {status = ST_FAILED, field = 'er', value = poison_error},
-      call)
-    redis.call('HSET', task_key, 'ce', claim_mark(entry_id, consumer))
-    return {RC_POISONED}
-  end
-  local run_key = nil
+  terminate(keys, task_id, t, t.wk or entry_id, ending, call)
+  redis.call('HSET', keys.task, 'ce', claim_mark(entry_id, call.consumer))
+  return {ending.status == ST_CANCELLED and RC_CANCELLED or RC_POISONED}
+end
+
+-- For a task of a capped tenant (the record's `tc`): the tenant's run set, and
+-- whether the task must wait (its tenant at its cap: the current one where the
+-- tenant waits here, else the task's own) or may run (nil run set: not capped).
+local function cap_reached(task_key, task_id, t, now)
   local cap = tonumber(t.tc)
-  if cap and t.tn then
-    local tag = tag_of(task_key, task_id)
-    run_key = tag .. KEY_RUN .. t.tn
-    -- The cap in force is the tenant's current one where its settings are kept (it
-    -- waits here): its plan may have changed since this task was created.
-    local current = redis.call('HGET', tag .. KEY_TENANTS, t.tn)
-    if current then
-      cap = select(2, tenant_settings(current))
-    end
-    local mine = tonumber(redis.call('ZSCORE', run_key, task_id))
-    if cap > 0 and not (mine and mine > now) and running(run_key, now) >= cap then
-      defer(keys, tag, t.tn, t.tc, task_id, {entry_id, t.wk ~= entry_id and t.wk or nil}, now)
-      return {RC_DEFERRED}
-    end
+  if not cap or not t.tn then
+    return nil, false
   end
-  local floor = now * 1024 + tiebreak_of(consumer)
+  local tag = tag_of(task_key, task_id)
+  local run_key = tag .. KEY_RUN .. t.tn
+  -- The cap in force is the tenant's current one where its settings are kept (it
+  -- waits here): its plan may have changed since this task was created.
+  local current = redis.call('HGET', tag .. KEY_TENANTS, t.tn)
+  if current then
+    cap = select(2, tenant_settings(current))
+  end
+  local mine = tonumber(redis.call('ZSCORE', run_key, task_id))
+  return run_key, cap > 0 and not (mine and mine > now) and running(run_key, now) >= cap
+end
+
+-- The lease this claim takes: the fence, attempt, owner and deadline written (and
+-- `wk` for an entry dispatched in this script), the run set's place for a capped
+-- tenant, the pickup counted for a first claim. The reply.
+local function take_lease(task_key, task_id, t, entry_id, attempt, run_key, call)
+  local now = call.now
+  local floor = now * 1024 + tiebreak_of(call.consumer)
   local fence = math.max(t.fn == '0' and 1 or (tonumber(t.fn) or 0) + 1, floor)
-  local deadline = now + lease_ms
   -- The call's deadline and fence floor as text, made once: a batch's claims share
   -- them (most fences are the floor), and each int_text was 2 % of a drained job.
   local texts = call.texts
   if not texts then
-    texts = {deadline = int_text(deadline), floor = int_text(floor)}
+    texts = {deadline = int_text(now + call.lease_ms), floor = int_text(floor)}
     call.texts = texts
   end
   local fields = {'fn', fence == floor and texts.floor or int_text(fence),
-    'at', attempt == 1 and '1' or int_text(attempt), 'lo', consumer, 'ld', texts.deadline}
+    'at', attempt == 1 and '1' or int_text(attempt), 'lo', call.consumer, 'ld', texts.deadline}
   if not t.wk then
     -- Dispatched from its tenant's queue inside this script: this is its entry.
     fields[#fields + 1] = 'wk'
@@ -192,4 +187,41 @@ local function claim_entry(keys, task_id, entry_id, consumer, lease_ms, max_atte
     call.pickups[bucket] = (call.pickups[bucket] or 0) + 1
   end
   return {RC_OK, fence, attempt, t['or'], t.pl or '', t.tp or ''}
+end
+
+-- The claim of one work entry, shared by claim (an entry the worker read or
+-- reclaimed) and claim_next (entries read inside the script). See claim.lua's
+-- header for the outcomes: settled when the task will not run (unclaimable, then
+-- ended_at_claim), deferred back to its tenant's queue when a capped tenant
+-- (cap_reached) holds as many live leases as its cap, else leased (take_lease). A first
+-- claim that runs the task is counted in `pickups` (see record_pickups).
+-- keys: terminate()'s, by name (keys.task: this task's record)
+-- call: what the script call shares: {now (the server's clock, now_ms(), read once:
+--   a batch's claims share it), consumer, lease_ms, max_attempts, poison_error (as
+--   claim.lua's ARGV), pickups, texts (the lease deadline
+--   and the fence floor as text, made here once: a call has one consumer and one
+--   lease length), buckets (creation ms -> pickup bucket, filled here)}; and
+--   terminate()'s.
+local function claim_entry(keys, task_id, entry_id, call)
+  local task_key = keys.task
+  -- A claim needs most of the record (13 fields, most of them absent on a first
+  -- claim): read whole, in one walk of it (read_all).
+  local t = read_all(task_key, CLAIM_JOINED)
+  local reply = unclaimable(keys, t, entry_id, call)
+  if reply then
+    return reply
+  end
+  -- A first claim's `at` is absent and its `fn` reads as '0': no tonumber (a strtod).
+  local attempt = t.at and tonumber(t.at) + 1 or 1
+  reply = ended_at_claim(keys, task_id, t, entry_id, attempt, call)
+  if reply then
+    return reply
+  end
+  local run_key, full = cap_reached(task_key, task_id, t, call.now)
+  if full then
+    defer(keys, tag_of(task_key, task_id), t.tn, t.tc, task_id,
+      {entry_id, t.wk ~= entry_id and t.wk or nil}, call.now)
+    return {RC_DEFERRED}
+  end
+  return take_lease(task_key, task_id, t, entry_id, attempt, run_key, call)
 end

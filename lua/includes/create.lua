@@ -31,38 +31,38 @@
 -- and the terminal transition drops it, like `pl`.
 -- Returns the reply create answers for it: {RC_OK, created_ms}, {RC_EXISTS},
 -- {RC_QUOTA} or {RC_RATE, retry_after_ms}.
--- task_key, grant_key: the task's record and grant keys
 -- k: {work, events, stats, ring, tenants, signals, seen}: the partition's keys of
 --   create.lua's header by those names, its `tag`, and the tenant's `queue` (a
 --   call's creates of one tenant share one such table); the tenant's other keys
 --   (KEY_OPEN, KEY_RATE, KEY_PLAN, KEY_REFUSED after the tag) are made here for a
 --   tenant that needs them
 -- call: what the script call shares: {us, now, now_text (int_text(now)), expiries
---   (TTL -> expiry as text, filled here), event_opts, batch}, batch being
---   {created, queued, queues}: the IDs of the tasks created and the queued tasks
---   and their queues' expiries, which create writes once for them all (see
---   enqueue's `batch`)
--- task_id ... terms: one create's arguments (create.lua's `creates` group, with
---   `limits` taken apart and `fair` the call's), positional, since a table of them
---   cost a create 3 %
-local function create_task(task_key, grant_key, k, call, task_id, binding, origin, payload,
-                           ttl_ms_text, poll_ms, metadata, trace_context, tenant, settings, cap,
-                           max_open_text, rate_us_text, burst_us, fair, terms)
+--   (TTL -> expiry as text, filled here), event_opts, fair (fair dispatch), creates},
+--   creates being {created, queued, queues}: the IDs of the tasks created and the
+--   queued tasks and their queues' expiries, which create writes once for them all
+--   (see enqueue's `batch`)
+-- c: this create's arguments by name (create.lua's `creates` group, `limits`
+--   taken apart): {task_key, grant_key (its record and grant keys), task_id,
+--   binding, origin, payload, ttl_ms, poll_ms, metadata, trace_context, tenant,
+--   settings, cap, max_open, rate_us, burst_us, terms}, all text as the call gave
+--   them
+local function create_task(k, call, c)
+  local task_key, tenant = c.task_key, c.tenant
   -- EXISTS first: a new ID (nearly every create) costs no reply table; the
   -- record is read only for a retry or an ID taken.
   if redis.call('EXISTS', task_key) == 1 then
-    local existing = hmget(task_key, 'bd', 'or', 'ca')
-    if existing[1] == binding and existing[2] == origin then
-      confirm_state(task_key, 'bd', binding)
-      return {RC_OK, tonumber(existing[3])}
+    local existing = read_record(task_key, 'bd', 'or', 'ca')
+    if existing.bd == c.binding and existing['or'] == c.origin then
+      confirm_state(task_key, 'bd', c.binding)
+      return {RC_OK, tonumber(existing.ca)}
     end
     return {RC_EXISTS}
   end
 
   local us, now = call.us, call.now
   -- Compared as text first: most tenants have neither, and tonumber is a strtod.
-  local max_open = max_open_text ~= '0' and tonumber(max_open_text) or 0
-  local rate_us = rate_us_text ~= '0' and tonumber(rate_us_text) or 0
+  local max_open = c.max_open ~= '0' and tonumber(c.max_open) or 0
+  local rate_us = c.rate_us ~= '0' and tonumber(c.rate_us) or 0
   -- The tenant's limit keys, made only for a tenant with that limit.
   local open_key = max_open > 0 and k.tag .. KEY_OPEN .. tenant
   local rate_key = rate_us > 0 and k.tag .. KEY_RATE .. tenant
@@ -73,7 +73,7 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
   local arrival = 0
   if rate_us > 0 and not refusal then
     arrival = math.max(tonumber(redis.call('GET', rate_key)) or 0, us)
-    local early = arrival - us - tonumber(burst_us)
+    local early = arrival - us - tonumber(c.burst_us)
     if early > 0 then
       refusal = {STATS_REFUSED_RATE, 'rate', {RC_RATE, int_text(math.ceil(early / 1000))}}
     end
@@ -93,7 +93,7 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
     return refusal[3]
   end
 
-  local ttl_ms = tonumber(ttl_ms_text)
+  local ttl_ms = tonumber(c.ttl_ms)
   local expire_at = ttl_ms > 0 and now + ttl_ms or 0
   local queue_keys = k.queue_keys
   if not queue_keys then  -- made once for a batch's creates of one tenant
@@ -103,25 +103,25 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
   -- No `ua` (it reads as `ca` until the first update) and no `fn` (it reads as
   -- 0 until the first claim): every byte of a record is kept for its retention.
   local fields = {
-    'st', ST_WORKING, 'ca', call.now_text, 'ttl', ttl_ms_text, 'pi', poll_ms, 'bd', binding,
+    'st', ST_WORKING, 'ca', call.now_text, 'ttl', c.ttl_ms, 'pi', c.poll_ms, 'bd', c.binding,
     'tn', tenant,
   }
   -- The first write: its work entry (whose ID joins `fields` as `wk`) or its place
   -- in its tenant's queue.
-  local _, newcomer = enqueue(queue_keys, k.work, k.stats, tenant, settings, task_id,
-    fair == '1', expire_at, call.batch, fields)
-  add_field(fields, 'or', origin)
+  local _, newcomer = enqueue(queue_keys, k.work, k.stats, tenant, c.settings, c.task_id,
+    call.fair, expire_at, call.creates, fields)
+  add_field(fields, 'or', c.origin)
   -- Absent when empty (the claim reads it as ''): one field fewer for every
   -- command that meets the record while it lives.
-  if payload ~= '' then
-    add_field(fields, 'pl', payload)
+  if c.payload ~= '' then
+    add_field(fields, 'pl', c.payload)
   end
-  if metadata ~= '' then
-    add_field(fields, 'md', metadata)
+  if c.metadata ~= '' then
+    add_field(fields, 'md', c.metadata)
   end
   -- Absent unless a span was recorded: an untraced task keeps no byte for it.
-  if trace_context ~= '' then
-    add_field(fields, 'tp', trace_context)
+  if c.trace_context ~= '' then
+    add_field(fields, 'tp', c.trace_context)
   end
   if ttl_ms > 0 then
     -- A batch's tasks mostly share their TTL, and so their expiry: made once.
@@ -137,21 +137,21 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
     fields[#fields + 1] = 'oq'
     fields[#fields + 1] = '1'
   end
-  if cap ~= '0' then
+  if c.cap ~= '0' then
     fields[#fields + 1] = 'tc'
-    fields[#fields + 1] = cap
+    fields[#fields + 1] = c.cap
   end
   redis.call('HSET', task_key, unpack(fields))
   if ttl_ms > 0 then
     redis.call('PEXPIREAT', task_key, expire_at)
     -- A string holding a shared integer: the smallest key Redis keeps.
-    redis.call('SET', grant_key, '1', 'PXAT', expire_at)
+    redis.call('SET', c.grant_key, '1', 'PXAT', expire_at)
   else
-    redis.call('SET', grant_key, '1')
+    redis.call('SET', c.grant_key, '1')
   end
   if max_open > 0 then
     redis.call('ZREMRANGEBYSCORE', open_key, '-inf', int_text(now))
-    redis.call('ZADD', open_key, ttl_ms > 0 and int_text(expire_at) or '+inf', task_id)
+    redis.call('ZADD', open_key, ttl_ms > 0 and int_text(expire_at) or '+inf', c.task_id)
     expire_with_last(open_key)
   end
   if rate_us > 0 then
@@ -160,21 +160,21 @@ local function create_task(task_key, grant_key, k, call, task_id, binding, origi
     redis.call('SET', rate_key, int_text(next_arrival), 'PXAT',
       int_text(math.ceil(next_arrival / 1000)))
   end
-  if terms ~= '' then
+  if c.terms ~= '' then
     local plan_key = k.tag .. KEY_PLAN .. tenant
     if ttl_ms > 0 then
-      redis.call('SET', plan_key, terms, 'PXAT', int_text(expire_at))
+      redis.call('SET', plan_key, c.terms, 'PXAT', int_text(expire_at))
     else
-      redis.call('SET', plan_key, terms)
+      redis.call('SET', plan_key, c.terms)
     end
     if redis.call('ZADD', k.seen, int_text(now), tenant) == 1 then
       redis.call('ZREMRANGEBYSCORE', k.seen, '-inf', int_text(now - REFUSALS_KEPT_MS))
     end
   end
-  local created = call.batch.created
-  created[#created + 1] = task_id
+  local created = call.creates.created
+  created[#created + 1] = c.task_id
   if newcomer then
-    emit(k.signals, call.event_opts, SIGNAL_NEWCOMER .. task_id)
+    emit(k.signals, call.event_opts, SIGNAL_NEWCOMER .. c.task_id)
   end
   return {RC_OK, now}
 end

@@ -23,22 +23,22 @@ local function record_key(tag, task_id)
   return tag .. KEY_TASK .. task_id
 end
 
--- The keys of that task, in the order terminate() and claim_entry() take:
--- {task, requests, issued, answers, journal, work, events, stats}, with the four
--- input keys left out (nil): input_keys() makes them when a task has input. Most
--- tasks never do, and four key names a task are four strings Lua makes and later
--- collects (a batch script makes them for every task it meets).
+-- The keys of that task, as terminate() and claim_entry() take them by name:
+-- {task, work, events, stats}, and {requests, issued, answers, journal} where a
+-- script was given them (its KEYS); left out here, input_keys() makes them when a
+-- task has input. Most tasks never do, and four key names a task are four strings
+-- Lua makes and later collects (a batch script makes them for every task it meets).
 local function task_keys(tag, task_id, work_key, events_key, stats_key)
-  return {record_key(tag, task_id), nil, nil, nil, nil, work_key, events_key, stats_key}
+  return {task = record_key(tag, task_id), work = work_key, events = events_key,
+    stats = stats_key}
 end
 
 -- The input keys (requests, issued, answers, journal) of the task whose keys are
--- `keys`: a script's own KEYS, or made from the record key where task_keys left
--- them out.
+-- `keys`: a script's own, or made from the record key where task_keys left them out.
 local function input_keys(keys)
-  local base = keys[1]
-  return keys[2] or base .. KEY_REQUESTS, keys[3] or base .. KEY_ISSUED,
-    keys[4] or base .. KEY_ANSWERS, keys[5] or base .. KEY_JOURNAL
+  local base = keys.task
+  return keys.requests or base .. KEY_REQUESTS, keys.issued or base .. KEY_ISSUED,
+    keys.answers or base .. KEY_ANSWERS, keys.journal or base .. KEY_JOURNAL
 end
 
 -- The tag of the partition a task's record key `task_key` lives in (the key is

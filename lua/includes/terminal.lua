@@ -15,7 +15,8 @@
 -- counts as queued and no worker meets it.
 -- The first write is HDEL, which a full Redis allows (HSET as the first write
 -- would be refused): a worker still finishes what runs when Redis is full.
--- keys: {task, requests, issued, answers, journal, work, events, stats}
+-- keys: {task, work, events, stats, and requests, issued, answers, journal where
+--   known} (keys.lua's task_keys, by name)
 -- t: the record as read_record or read_all read it, with at least `wk`, `ua` (and so
 --   `.updated`: see the DEL below), `tn`, `oq` and `tc`; `entry` the work entry
 --   to acknowledge (the record's `wk`, or the one a claim met). The first
@@ -26,15 +27,15 @@
 --   found absent (false) is not named either.
 -- ending: {status, message (nil for none), field ('rs', 'er' or nil), value}
 -- call: what the script call shares: {now, now_text (int_text(now), made here when
---   absent), event_opts, batch}; batch is nil, or
+--   absent), event_opts, outcomes}; outcomes is nil, or
 --   finish_batch's {entries, counts, ended}: the work entries to acknowledge, the
 --   statuses to count and the IDs of the tasks ended, which that script then
 --   writes with one command each for all its tasks (one event for them all).
 local DROPPED_AT_END = {'pl', 'wk', 'ld', 'lo', 'tp', 'tn', 'oq', 'tc'}
 local PIECED_AT_END = {'pl', 'sm', 'tp'}
 local function terminate(keys, task_id, t, entry, ending, call)
-  local task_key = keys[1]
-  local batch = call.batch
+  local task_key = keys.task
+  local batch = call.outcomes
   -- The call's clock as text, made once: a batch's tasks mostly end at it.
   local now_text = call.now_text
   if not now_text then
@@ -97,12 +98,12 @@ local function terminate(keys, task_id, t, entry, ending, call)
     batch.entries[#batch.entries + 1] = entry
   elseif entry then
     -- pcall: an operator may have deleted the group; the entry goes regardless.
-    redis.pcall('XACK', keys[6], WORK_GROUP, entry)
-    redis.call('XDEL', keys[6], entry)
+    redis.pcall('XACK', keys.work, WORK_GROUP, entry)
+    redis.call('XDEL', keys.work, entry)
   end
   local tenant = t.tn
   if tenant and not entry then
-    unqueue(tag_of(task_key, task_id), tenant, task_id, keys[8])
+    unqueue(tag_of(task_key, task_id), tenant, task_id, keys.stats)
   end
   if tenant and (t.oq or t.tc) then
     local tag = tag_of(task_key, task_id)
@@ -119,12 +120,12 @@ local function terminate(keys, task_id, t, entry, ending, call)
   if batch then
     batch.counts[ending.status] = (batch.counts[ending.status] or 0) + 1
   else
-    redis.call('HINCRBY', keys[8], ending.status, 1)
+    redis.call('HINCRBY', keys.stats, ending.status, 1)
   end
   if batch then
     batch.ended[#batch.ended + 1] = task_id
   else
-    emit(keys[7], call.event_opts, task_id)
+    emit(keys.events, call.event_opts, task_id)
   end
 end
 
@@ -154,7 +155,8 @@ local function finish_task(keys, task_id, fence, ending, operation, call)
   -- dropped at all, and one not PIECE_BYTES long has no pieces. A payload may be
   -- long, so `pl+1` says whether it has pieces.
   local pl1, tp1, sm1 = pieces_of('pl')[1], pieces_of('tp')[1], pieces_of('sm')[1]
-  local v = redis.call('HMGET', keys[1], 'st', 'fn', 'ua', 'wk', 'tn', 'oq', 'tc', pl1, 'tp', 'sm',
+  local task_key = keys.task
+  local v = redis.call('HMGET', task_key, 'st', 'fn', 'ua', 'wk', 'tn', 'oq', 'tc', pl1, 'tp', 'sm',
     'ca')
   local t = {st = v[1], fn = v[2] or '0', ua = v[3] or v[11], updated = v[3] ~= false, wk = v[4],
     tn = v[5], oq = v[6], tc = v[7], [pl1] = v[8], tp = v[9], sm = v[10],
@@ -163,19 +165,19 @@ local function finish_task(keys, task_id, fence, ending, operation, call)
   if guard == RC_TERMINAL then
     -- The operation that ended the task is read only here: a task that ends is not
     -- terminal yet, and a field asked for is a scan of the record.
-    local op = redis.call('HGET', keys[1], 'op')
+    local op = redis.call('HGET', task_key, 'op')
     if operation ~= '' then
       if op == operation then
-        confirm_state(keys[1], 'st', t.st)
+        confirm_state(task_key, 'st', t.st)
         return RC_OK, false  -- this very call again: a retry after a lost reply
       end
     elseif not op and t.st == ending.status then
       -- Only a retry compares what was written: the message and the outcome are
       -- read here, not for every finish.
-      local done = read_record(keys[1], 'sm', ending.field or 'st')
+      local done = read_record(task_key, 'sm', ending.field or 'st')
       if done.sm == (ending.message or false)
           and (not ending.field or done[ending.field] == ending.value) then
-        confirm_state(keys[1], 'st', t.st)
+        confirm_state(task_key, 'st', t.st)
         return RC_OK, false  -- the lease holder's same transition again (fence checked above)
       end
     end

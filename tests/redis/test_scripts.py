@@ -93,7 +93,7 @@ async def test_the_lua_task_keys_are_keyspace_task_keys(redis_server: RedisServe
     body = (
         "local k = task_keys(ARGV[1], ARGV[2], KEYS[1], KEYS[2], 's')\n"
         "local requests, issued, answers, journal = input_keys(k)\n"
-        "return {k[1], requests, issued, answers, journal, k[6], k[7]}\n"
+        "return {k.task, requests, issued, answers, journal, k.work, k.events}\n"
     )
     source = lua.assemble(("keys",), body)
     space = KeySpace("rt")
