@@ -18,8 +18,28 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 
-__all__ = ["Health", "HealthReport"]
+__all__ = ["Health", "HealthReport", "WorkerState"]
+
+
+class WorkerState(Enum):
+    """Where a worker is in its life: ``STARTING`` -> ``RUNNING`` -> ``STOPPING`` ->
+    ``STOPPED`` (one that stops before it ran goes from ``STARTING`` to ``STOPPING``)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+#: Where each state may move.
+_MOVES: dict[WorkerState, frozenset[WorkerState]] = {
+    WorkerState.STARTING: frozenset({WorkerState.RUNNING, WorkerState.STOPPING}),
+    WorkerState.RUNNING: frozenset({WorkerState.STOPPING}),
+    WorkerState.STOPPING: frozenset({WorkerState.STOPPED}),
+    WorkerState.STOPPED: frozenset(),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +59,18 @@ class Health:
         self._renew_failing_since: float | None = None
         self._window = 3 * block + timeout
         self._lease = lease
-        self.state = "starting"
+        self._state = WorkerState.STARTING
+
+    @property
+    def state(self) -> WorkerState:
+        """Where the worker is in its life."""
+        return self._state
+
+    def _move(self, to: WorkerState) -> None:
+        """Enter ``to``; a move off the arrows is a bug: refused."""
+        if to not in _MOVES[self._state]:
+            raise RuntimeError(f"a worker cannot move from {self._state.value} to {to.value}")
+        self._state = to
 
     @property
     def window(self) -> float:
@@ -51,11 +82,18 @@ class Health:
         now = time.monotonic()
         for partition in self._read_at:
             self._read_at[partition] = now
-        self.state = "running"
+        self._move(WorkerState.RUNNING)
 
     def stopping(self) -> None:
-        """The worker stops reading (graceful shutdown)."""
-        self.state = "stopping"
+        """The worker stops reading (graceful shutdown); a stop asked again (a second
+        signal, :meth:`~.worker.Worker.stop` then the run's own exit) changes nothing."""
+        if self._state in (WorkerState.STOPPING, WorkerState.STOPPED):
+            return
+        self._move(WorkerState.STOPPING)
+
+    def stopped(self) -> None:
+        """The worker has stopped: every run ended, its consumers let go."""
+        self._move(WorkerState.STOPPED)
 
     def read_done(self, partition: int) -> None:
         """``partition``'s loop finished a read or a batch claim."""
@@ -80,8 +118,8 @@ class Health:
 
     def check(self) -> HealthReport:
         """The verdict now."""
-        if self.state != "running":
-            return HealthReport(False, self.state)
+        if self._state is not WorkerState.RUNNING:
+            return HealthReport(False, self._state.value)
         now = time.monotonic()
         stale = [
             p

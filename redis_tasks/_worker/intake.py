@@ -10,8 +10,9 @@ their fair order) until it runs dry. A read loop starts that way too, and goes
 back to it once after each idle read that timed out empty, so tasks left waiting
 in the tenant queues (a doorbell lost with a worker that died) wait at most one
 block period. And every half lease, entries pending with crashed or stalled
-consumers are taken over (reclaimed) and claimed like new ones; the claim checks
-the task's own lease deadline, so a live lease is left alone.
+consumers are taken over (reclaimed) and claimed like new ones (:mod:`.reclaim`,
+which the worker runs beside these); the claim checks the task's own lease
+deadline, so a live lease is left alone.
 
 A fourth route starts *newcomers*: a task whose tenant was not waiting and joined
 a partition where others wait is signalled by its create (``lua/create.lua``).
@@ -37,14 +38,12 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from datetime import timedelta
 from enum import Enum
 from typing import Final
 
 from redis_tasks._errors import RedisTasksError
 from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import Claim
-from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._work_queue import WorkEntry, WorkQueue
 
 from .health import Health
@@ -58,9 +57,6 @@ __all__ = ["Intake", "Mode"]
 _MAX_BACKOFF: Final = 5.0
 # Entries an idle read asks for (see Intake.read).
 _IDLE_READ: Final = 2
-# A consumer with nothing pending that has been idle this long belongs to a
-# worker that is gone; its entry in the group is removed.
-_STALE_CONSUMER: Final = timedelta(hours=24)
 # Newcomers' tasks kept waiting for a free slot: past this many, the oldest is
 # forgotten (it waits its turn in its partition, as every task did before).
 _NEWCOMERS: Final = 64
@@ -222,7 +218,7 @@ class Intake:
                 for entry in entries:
                     if entry.doorbell:
                         mode = Mode.BATCH
-                        self._background.spawn(self._drop(entry))
+                        self._background.spawn(self.drop(entry))
                     elif (slot := self._slots.take_up_to(1)) is not None:
                         if await self._claim_read(entry, slot):
                             mode = Mode.BATCH
@@ -255,7 +251,7 @@ class Intake:
         """
         if entry.task_id is None:
             slot.give_back()
-            self._background.spawn(self._drop(entry))
+            self._background.spawn(self.drop(entry))
             return False
         try:
             claim = await self._runs.claim(entry)
@@ -305,64 +301,6 @@ class Intake:
             return False, await self._backoff("read", backoff, failure)
         return bool(claimed), 0.05
 
-    async def reclaim_loop(self, partitions: tuple[int, ...]) -> None:
-        """Every half lease, take over entries idle longer than a lease, until cancelled."""
-        settings = self._settings
-        every = max(settings.lease_s / 2, 0.05)
-        cursors = dict.fromkeys(partitions, "0-0")
-        passes = 0
-        while True:
-            await asyncio.sleep(every)
-            passes += 1
-            for partition in partitions:
-                reserved = self._slots.take_up_to(settings.read_batch)
-                if reserved is None:
-                    break
-                try:
-                    cursor, entries = await self._queue.reclaim(
-                        partition,
-                        consumer=settings.name,
-                        idle=settings.lease,
-                        cursor=cursors[partition],
-                        count=reserved.count,
-                    )
-                except RedisTasksError:
-                    continue
-                else:
-                    # Keep the cursor: the next pass continues where this one stopped.
-                    cursors[partition] = cursor
-                    if entries:
-                        METRICS.reclaimed(partition, len(entries))
-                    for entry in entries:
-                        if entry.task_id is None:
-                            # A doorbell, or not an entry redis-tasks wrote: drop it, or
-                            # it would be reclaimed forever.
-                            self._background.spawn(self._drop(entry))
-                        else:
-                            self._runs.start_reclaimed(entry, reserved.split())
-                finally:
-                    # What no run took, on every path out (a stop cancels this loop).
-                    reserved.give_back()
-            if passes % 100 == 1:
-                await self._remove_stale_consumers(partitions)
-
-    async def _remove_stale_consumers(self, partitions: tuple[int, ...]) -> None:
-        for partition in partitions:
-            try:
-                await self._queue.remove_stale_consumers(
-                    partition, keep=self._settings.name, idle=_STALE_CONSUMER
-                )
-            except RedisTasksError:
-                return
-
-    async def forget_consumer(self, partitions: tuple[int, ...]) -> None:
-        """Remove this worker's consumer from each group it left nothing pending in."""
-        for partition in partitions:
-            try:
-                await self._queue.forget_consumer(partition, self._settings.name)
-            except RedisTasksError:
-                return  # best effort: a stale consumer is removed by others later
-
     async def _requeue(self, entry: WorkEntry) -> None:
         try:
             await self._queue.requeue(entry)
@@ -376,7 +314,9 @@ class Intake:
                 error=type(exc).__name__,
             )
 
-    async def _drop(self, entry: WorkEntry) -> None:
+    async def drop(self, entry: WorkEntry) -> None:
+        """Drop an entry that names no task of ours (a doorbell is expected; anything
+        else is logged as foreign)."""
         if not entry.doorbell:
             log(
                 logging.WARNING,

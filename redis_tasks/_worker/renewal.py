@@ -19,7 +19,7 @@ from redis_tasks._work_queue import WorkQueue
 
 from .health import Health
 from .log import log
-from .run_state import Run, Settings
+from .run_state import Run, Settings, StopReason
 from .runs import Runs
 from .slots import Background
 
@@ -93,7 +93,7 @@ class Renewal:
                 fence=execution.fence,
                 reason=type(exc).__name__,
             )
-            run.abandon("lease")
+            run.abandon(StopReason.LEASE)
             return
         except BackendError as exc:
             self._health.renew_failed()
@@ -107,7 +107,7 @@ class Renewal:
                     fence=execution.fence,
                     error=type(exc).__name__,
                 )
-                run.abandon("lease")
+                run.abandon(StopReason.LEASE)
             return
         finally:
             run.renewing = False

@@ -18,7 +18,7 @@ from redis_tasks._telemetry.traces import RunSpan
 
 from .slots import SlotLease
 
-__all__ = ["Run", "RunOutcome", "RunState", "Settings"]
+__all__ = ["Run", "RunOutcome", "RunState", "Settings", "StopReason"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +78,15 @@ _ENDED = {
 }
 
 
+class StopReason(Enum):
+    """Why the worker stopped a run (:meth:`Run.abandon`): what its stop then does."""
+
+    #: The worker stops: the task is handed back for another worker to run at once.
+    SHUTDOWN = "shutdown"
+    #: Its lease was lost or ran out: another claim owns the task; nothing is written.
+    LEASE = "lease"
+
+
 class RunState(Enum):
     """Where a run is; the one fact every path of :class:`~.runs.Runs` reads.
 
@@ -91,7 +100,8 @@ class RunState(Enum):
     the run holds its handler slot (given back on leaving those states, once),
     whether its lease still needs renewing, and whether it is in its handler (for
     the gauge of handlers running). ``ENDED`` is reached from any state through
-    :meth:`~.runs.Runs.let_go` alone, which also forgets the run. (Plain attributes,
+    :meth:`~.runs.Runs.let_go` alone, which also forgets the run; every other move
+    goes along the arrows (:meth:`Run.move` refuses the rest). (Plain attributes,
     not sets of members: an Enum member hashes in Python, and these are read twice
     a task.)
     """
@@ -119,6 +129,17 @@ class RunState(Enum):
         self.in_handler = in_handler
 
 
+#: Where each state may move (see the diagram); ENDED from anywhere, by let_go.
+_MOVES: dict[RunState, frozenset[RunState]] = {
+    RunState.STARTING: frozenset({RunState.HANDLING, RunState.STOPPING, RunState.ENDED}),
+    RunState.HANDLING: frozenset({RunState.FINISHING, RunState.STOPPING, RunState.ENDED}),
+    RunState.FINISHING: frozenset({RunState.ENDED}),
+    RunState.STOPPING: frozenset({RunState.HANDING_BACK, RunState.ENDED}),
+    RunState.HANDING_BACK: frozenset({RunState.ENDED}),
+    RunState.ENDED: frozenset(),
+}
+
+
 @dataclass(eq=False)
 class Run:
     """A claimed task this worker is running."""
@@ -133,7 +154,8 @@ class Run:
     #: The run's one asyncio task: its handler, then its outcome or its hand-back.
     runner: asyncio.Future[None] | None = None
     state: RunState = RunState.STARTING
-    stop_reason: str | None = None  # why the worker stopped it: "shutdown", "lease"
+    #: Why the worker stopped it (set with the move to STOPPING).
+    stop_reason: StopReason | None = None
     renewing: bool = False  # a renewal is in flight (hints must not stack more)
     entry_id: str = "0-0"  # the work entry claimed: its ms part is when it was enqueued
     reclaimed: bool = False  # the entry was taken over from another consumer
@@ -154,19 +176,26 @@ class Run:
         return self.state.renewable
 
     @property
+    def handling(self) -> bool:
+        """Whether the run is in its handler, and nothing stopped it."""
+        return self.state is RunState.HANDLING
+
+    @property
     def holds_slot(self) -> bool:
         """Whether the run still holds its handler slot."""
         return self.state.holds_slot
 
     def move(self, to: RunState) -> None:
         """Enter state ``to``, giving the slot back when it leaves the holding states
-        (once: no state holds it again)."""
+        (once: no state holds it again). A move off the arrows is a bug: refused."""
+        if to not in _MOVES[self.state]:
+            raise RuntimeError(f"a run cannot move from {self.state.label} to {to.label}")
         held = self.state.holds_slot
         self.state = to
         if held and not to.holds_slot:
             self.slot.give_back()
 
-    def abandon(self, reason: str) -> None:
+    def abandon(self, reason: StopReason) -> None:
         """Stop the run: its outcome will not be written. A run not yet in its
         handler never enters it; one in it is cancelled there; one writing its
         outcome already (or stopped already) is left alone."""

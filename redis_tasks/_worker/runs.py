@@ -38,7 +38,7 @@ from redis_tasks._work_queue import WorkEntry, WorkQueue
 
 from .finish import record_outcome
 from .log import frames, log
-from .run_state import Run, RunOutcome, RunState, Settings
+from .run_state import Run, RunOutcome, RunState, Settings, StopReason
 from .slots import Background, SlotLease
 
 __all__ = ["Runs"]
@@ -300,13 +300,13 @@ class Runs:
         value: Any = INTERNAL_ERROR
         error: str | None = None
         if run.state is RunState.STARTING:  # else stopped before it started: no handler
-            run.state = RunState.HANDLING
+            run.move(RunState.HANDLING)
             try:
                 value = await self._handler(execution)
                 outcome = RunOutcome.COMPLETED
             except asyncio.CancelledError:
                 task = asyncio.current_task()
-                if run.state is not RunState.HANDLING:
+                if not run.handling:
                     pass  # the worker stopped it: see below
                 elif task is not None and task.cancelling():
                     raise  # the run itself is cancelled from outside: nothing is written
@@ -337,7 +337,7 @@ class Runs:
                     fence=execution.fence,
                 )
                 error = type(exc).__name__
-        if run.state is not RunState.HANDLING:
+        if not run.handling:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 task.uncancel()  # our own stop, delivered (or swallowed) in the handler
@@ -373,12 +373,13 @@ class Runs:
             return
         METRICS.run_ended("abandoned", time.monotonic() - run.started)
         run.move(RunState.HANDING_BACK)
-        if run.stop_reason == "shutdown":
+        if run.stop_reason is StopReason.SHUTDOWN:
             execution = run.execution
             await self._release(execution.task_id, execution.fence, run.task)
         if run.span is not None:
             # Handed back at shutdown is no error; a lease lost is.
-            run.span.end("abandoned", "lease_lost" if run.stop_reason == "lease" else None)
+            lost = run.stop_reason is StopReason.LEASE
+            run.span.end("abandoned", "lease_lost" if lost else None)
 
     async def _release(self, task_id: str, fence: int, task: str | None) -> None:
         """Hand ``task_id`` back (``task``: how logs name it) for any worker to run at

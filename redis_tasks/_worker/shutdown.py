@@ -15,7 +15,7 @@ import asyncio
 import logging
 
 from .log import log
-from .run_state import RunState
+from .run_state import RunState, StopReason
 from .runs import Runs
 
 __all__ = ["drain"]
@@ -37,7 +37,7 @@ async def drain(runs: Runs, grace: float, call_deadline: float) -> None:
         )
         await asyncio.wait(tasks, timeout=grace)
     for run in list(runs.active):
-        run.abandon("shutdown")
+        run.abandon(StopReason.SHUTDOWN)
     rest = [r for r in runs.active if r.runner]
     if not rest:
         return

@@ -33,6 +33,7 @@ from .busy import mark_busy_loop
 from .health import Health, HealthReport
 from .intake import Intake
 from .log import frames, log
+from .reclaim import Reclaim
 from .renewal import Renewal
 from .run_state import Settings
 from .runs import Runs
@@ -122,6 +123,9 @@ class Worker:
         self._stopping = asyncio.Event()
         self._intake = Intake(
             queue, self._runs, self._slots, settings, self._background, self._stopping, self._health
+        )
+        self._reclaim = Reclaim(
+            queue, self._runs, self._slots, settings, self._background, self._intake.drop
         )
         self._gauges = WorkerGauges(queue, self.partitions, self._runs.handlers_running)
         self._stopped = asyncio.Event()
@@ -234,7 +238,7 @@ class Worker:
             ),
             "redis-tasks-busy",
         )
-        reclaiming = _loop(self._intake.reclaim_loop(self.partitions), "redis-tasks-reclaim")
+        reclaiming = _loop(self._reclaim.loop(self.partitions), "redis-tasks-reclaim")
         try:
             await self._stopping.wait()
         finally:
@@ -253,12 +257,12 @@ class Worker:
             await self._background.cancel_all()
             await cancel_and_wait([renewing])
             registration.close()
-            await self._intake.forget_consumer(self.partitions)
+            await self._reclaim.forget_consumer(self.partitions)
             if sampling is not None:
                 await cancel_and_wait([sampling])
             unwatch()
             self._check_slots()
-            self._health.state = "stopped"
+            self._health.stopped()
             self._stopped.set()
             log(logging.INFO, "worker stopped", "worker_stopped", worker=self.name)
 
