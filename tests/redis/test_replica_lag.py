@@ -134,7 +134,7 @@ async def test_writes_waiting_for_a_stalled_replica_leave_renewals_their_connect
     """Creates arriving one by one behind a stalled replica each hold their batch's
     connection for the whole ``wait_timeout``; a pool of four must still serve a
     worker's renewals at once, not after a ``WAIT``."""
-    wait_s = 1.0
+    wait_s = 0.5
     async with _manager(
         replicated, prefix, fair_dispatch=False, max_connections=4, wait_timeout=wait_s
     ) as manager:
