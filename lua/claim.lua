@@ -52,12 +52,7 @@
   Events: one entry when the task ends here.
 ]]
 local task_key = KEYS[1]
-local requests_key = KEYS[2]
-local issued_key = KEYS[3]
-local answers_key = KEYS[4]
-local journal_key = KEYS[5]
 local work_key = KEYS[6]
-local events_key = KEYS[7]
 local stats_key = KEYS[8]
 local task_id = ARGV[1]
 local entry_id = ARGV[2]
@@ -67,9 +62,7 @@ local max_attempts = tonumber(ARGV[5])
 local poison_error = ARGV[6]
 local event_opts = ARGV[7]
 
-local keys = {task = task_key, requests = requests_key, issued = issued_key,
-  answers = answers_key, journal = journal_key, work = work_key, events = events_key,
-  stats = stats_key}
+local keys = leading_task_keys()
 local call = {now = now_ms(), event_opts = event_opts, pickups = {}, consumer = consumer,
   lease_ms = lease_ms, max_attempts = max_attempts, poison_error = poison_error}
 local reply = claim_entry(keys, task_id, entry_id, call)

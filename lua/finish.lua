@@ -11,7 +11,7 @@
   The task stops counting against its tenant's quota and cap (terminal.lua);
   a task that never left its tenant's queue leaves it.
 
-  Includes: common, work, terminal
+  Includes: common, keys, work, terminal
 
   KEYS:
     1 task           the task record hash
@@ -40,13 +40,7 @@
   holder's: a running worker's handler is then stopped at once).
 ]]
 local task_key = KEYS[1]
-local requests_key = KEYS[2]
-local issued_key = KEYS[3]
-local answers_key = KEYS[4]
-local journal_key = KEYS[5]
 local work_key = KEYS[6]
-local events_key = KEYS[7]
-local stats_key = KEYS[8]
 local signals_key = KEYS[9]
 local task_id = ARGV[1]
 local fence = ARGV[2]
@@ -60,9 +54,7 @@ local event_opts = ARGV[9]
 
 local ending = {status = status, message = has_message and message or nil,
   field = outcome_field ~= '' and outcome_field or nil, value = outcome}
-local keys = {task = task_key, requests = requests_key, issued = issued_key,
-  answers = answers_key, journal = journal_key, work = work_key, events = events_key,
-  stats = stats_key}
+local keys = leading_task_keys()
 local call = {now = now_ms(), event_opts = event_opts}
 local code, wrote = finish_task(keys, task_id, fence, ending, operation, call)
 if not wrote then

@@ -9,7 +9,7 @@
   recorded; both rewrite the status they read, so the call's WAIT confirms the
   state it answers about (common's confirm_state).
 
-  Includes: common, work, terminal
+  Includes: common, keys, work, terminal
 
   KEYS:
     1 task           the task record hash
@@ -33,13 +33,8 @@
   signal for the task's worker when a live lease holds it.
 ]]
 local task_key = KEYS[1]
-local requests_key = KEYS[2]
-local issued_key = KEYS[3]
-local answers_key = KEYS[4]
-local journal_key = KEYS[5]
 local work_key = KEYS[6]
 local events_key = KEYS[7]
-local stats_key = KEYS[8]
 local signals_key = KEYS[9]
 local grant_key = KEYS[10]
 local task_id = ARGV[1]
@@ -69,8 +64,6 @@ if t.ld and tonumber(t.ld) > now then
 end
 redis.call('HSET', task_key, 'cx', '1')
 local call = {now = now, event_opts = event_opts}
-terminate({task = task_key, requests = requests_key, issued = issued_key,
-  answers = answers_key, journal = journal_key, work = work_key, events = events_key,
-  stats = stats_key}, task_id, t, t.wk, {status = ST_CANCELLED}, call)
+terminate(leading_task_keys(), task_id, t, t.wk, {status = ST_CANCELLED}, call)
 ring_due(call, work_key)
 return {RC_OK, 1}

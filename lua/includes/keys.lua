@@ -33,6 +33,15 @@ local function task_keys(tag, task_id, work_key, events_key, stats_key)
     stats = stats_key}
 end
 
+-- The keys of the one task a script declares first in its KEYS, by name: a
+-- script that calls this declares task, requests, issued, answers, journal, work,
+-- events, stats as its KEYS 1 to 8, in that order (the loader refuses one that does
+-- not: lua_header.LEADING_TASK_KEYS).
+local function leading_task_keys()
+  return {task = KEYS[1], requests = KEYS[2], issued = KEYS[3], answers = KEYS[4],
+    journal = KEYS[5], work = KEYS[6], events = KEYS[7], stats = KEYS[8]}
+end
+
 -- The input keys (requests, issued, answers, journal) of the task whose keys are
 -- `keys`: a script's own, or made from the record key where task_keys left them out.
 local function input_keys(keys)

@@ -15,9 +15,11 @@ from redis_tasks._errors import InternalError
 from .lua_text import code
 
 __all__ = [
+    "LEADING_TASK_KEYS",
     "Spec",
     "check_group_locals",
     "check_header",
+    "check_leading_task_keys",
     "check_slot_locals",
     "parse_header",
 ]
@@ -125,3 +127,21 @@ def check_slot_locals(where: str, source: str, spec: Spec) -> None:
             raise InternalError(
                 f"{where}: local {local} reads {kind}[{index}], which the header names {slot}"
             )
+
+
+# The KEYS that lua/includes/keys.lua's leading_task_keys() reads by number, in order.
+LEADING_TASK_KEYS = ("task", "requests", "issued", "answers", "journal", "work", "events", "stats")
+_LEADING_CALL = re.compile(r"\bleading_task_keys\(\)")
+
+
+def check_leading_task_keys(where: str, source: str, spec: Spec) -> None:
+    """Refuse a script that calls ``leading_task_keys()`` unless its header declares
+    :data:`LEADING_TASK_KEYS` as its first KEYS: the helper reads them by number, so
+    a key inserted before them would hand every task key its neighbour's name."""
+    if _LEADING_CALL.search(code(source)) and spec.keys[: len(LEADING_TASK_KEYS)] != (
+        LEADING_TASK_KEYS
+    ):
+        raise InternalError(
+            f"{where} calls leading_task_keys() but its KEYS do not open with "
+            + ", ".join(LEADING_TASK_KEYS)
+        )

@@ -21,6 +21,7 @@ from typing import Any
 
 from redis_tasks._errors import InternalError
 
+from .lua_header import check_leading_task_keys
 from .lua_source import (
     Include,
     Spec,
@@ -121,6 +122,7 @@ def load_script(
     where = f"lua/{name}.lua"
     body = (directory / f"{name}.lua").read_text(encoding="utf-8")
     spec, header = parse_header(name, body)
+    check_leading_task_keys(where, body, spec)
     _check_signature(name, binding, spec)
     check_literals(where, body)
     check_slot_locals(where, body, spec)

@@ -507,3 +507,15 @@ def test_a_local_bound_to_the_wrong_slot_is_refused_at_load(
     tmp_path: Path, file: str, old: str, new: str, complaint: str
 ) -> None:
     _refused_at_load(tmp_path, file, old, new, complaint)
+
+
+def test_a_script_reading_the_leading_task_keys_must_declare_them_first(tmp_path: Path) -> None:
+    # leading_task_keys() reads KEYS 1 to 8 by number: a header that moves one of them
+    # (here work and events swapped) is refused before anything else about it.
+    _refused_at_load(
+        tmp_path,
+        "request_cancel.lua",
+        "    6 work           the partition's work stream\n    7 events",
+        "    6 events         the partition's event stream\n    7 work",
+        "calls leading_task_keys\\(\\) but its KEYS do not open with task, requests",
+    )
