@@ -37,8 +37,9 @@
     backlog          1 when tenants' tasks wait in the partition's ring (the
                      worker should claim the next batch rather than block), else 0
     claim            one of:
-    {RC_OK, fence, attempt, origin, payload, trace_context}
-                     (trace_context: as create stored it, or empty)
+    {RC_OK, fence, attempt, origin, payload, trace_context, parks}
+                     (trace_context: as create stored it, or empty; parks: how
+                     many times the task was parked, as text, "0" for none)
     {RC_NOT_FOUND}   expired or unknown: entry dropped
     {RC_TERMINAL}    already terminal: entry dropped
     {RC_CANCELLED}   cancellation was requested while no worker ran it: ended cancelled

@@ -14,13 +14,15 @@
   ARGV:
     none
   Returns:
-    {RC_OK, now_ms, {st, ca, ua, ex, pi, fn, at, lo, ld, cx, wk, er, tn}, requests,
+    {RC_OK, now_ms, {st, ca, ua, ex, pi, fn, at, lo, ld, cx, wk, er, tn, pw, np}, requests,
      entry_state, entry_consumer, entry_idle_ms, entry_deliveries}
     requests         how many input requests are outstanding
     entry_state      'waiting', 'delivered' or '' (no entry: a live task without one
                      waits in its tenant's queue), then the consumer, idle time and
                      delivery count of a delivered one ('' otherwise)
     tn               the task's tenant digest
+    pw, np           "1" while the task is parked (waiting for input, held by no
+                     worker), and how many times it was parked
     {RC_NOT_FOUND}   unknown or expired
   Events: none (nothing is written).
 ]]
@@ -29,12 +31,12 @@ local requests_key = KEYS[2]
 local work_key = KEYS[3]
 
 local t = hmget(task_key, 'st', 'ca', 'ua', 'ex', 'pi', 'fn', 'at', 'lo', 'ld', 'cx', 'wk', 'er',
-  'tn')
+  'tn', 'pw', 'np')
 if not t[1] then
   return {RC_NOT_FOUND}
 end
 local now = now_ms()
-for i = 1, 13 do
+for i = 1, 15 do
   t[i] = t[i] or ''
 end
 local requests = redis.call('HLEN', requests_key)

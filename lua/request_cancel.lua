@@ -1,7 +1,8 @@
 --[[
   request_cancel: authorize a client and record its durable cancellation
   intent. A worker may honor it, or completion may win. A task no worker holds
-  (waiting in its tenant's queue or in the work stream, or whose lease ran out)
+  (waiting in its tenant's queue or in the work stream, parked while it waits for
+  input, or whose lease ran out)
   ends cancelled here and now, as the claim that met it would: its quota place,
   its running place and its place in the tenant's queue are free at once, and no
   worker runs it (a claim of its entry finds it ended). A terminal task accepts
@@ -44,7 +45,7 @@ local event_opts = ARGV[3]
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
 end
-local t = read_record(task_key, 'bd', 'st', 'cx', 'ld', 'wk', 'ua', 'tn', 'oq', 'tc')
+local t = read_record(task_key, 'bd', 'st', 'cx', 'ld', 'wk', 'ua', 'tn', 'oq', 'tc', 'pw')
 if t.bd ~= binding then
   return {RC_NOT_FOUND}
 end

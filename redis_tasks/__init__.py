@@ -26,7 +26,7 @@ from ._errors import (
     ValidationError,
 )
 from ._events import TaskEventPublisher, TaskEventRegistration
-from ._execution import Handler, TaskExecution, TaskFailed
+from ._execution import Handler, TaskExecution, TaskFailed, TaskParked
 from ._ids import task_ref
 from ._inspection import (
     ConsumerView,
@@ -93,6 +93,7 @@ __all__ = [
     "TaskMatches",
     "TaskNotFoundError",
     "TaskOrigin",
+    "TaskParked",
     "TaskRequestContext",
     "TaskStatus",
     "TaskTerminalError",

@@ -24,9 +24,11 @@ __all__ = [
     "check_redis_options",
     "manager_from",
     "only_partitions",
+    "park_after_arg",
     "run_reading",
     "tenant_key_problem",
     "url_problem",
+    "wait_replicas_arg",
 ]
 
 
@@ -164,3 +166,29 @@ async def _told(command: str, body: Callable[[], Awaitable[int]]) -> int:
     except InternalError:
         print(f"redis-tasks {command}: an unexpected reply from Redis", file=sys.stderr)
         return 1
+
+
+def wait_replicas_arg(text: str) -> int | str:
+    """``--wait-replicas``: ``auto`` or a count (0 or more)."""
+    if text == "auto":
+        return text
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not auto or a count: {text!r}") from None
+    if count < 0:
+        raise argparse.ArgumentTypeError("a count is 0 or more")
+    return count
+
+
+def park_after_arg(text: str) -> float | None:
+    """``--park-after``: seconds (0 or more), or ``never``."""
+    if text == "never":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not seconds or never: {text!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError("seconds are 0 or more")
+    return seconds

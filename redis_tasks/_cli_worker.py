@@ -16,7 +16,14 @@ from datetime import timedelta
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from ._cli_common import add_redis_options, check_redis_options, manager_from, only_partitions
+from ._cli_common import (
+    add_redis_options,
+    check_redis_options,
+    manager_from,
+    only_partitions,
+    park_after_arg,
+    wait_replicas_arg,
+)
 from ._errors import BackendError
 from ._execution import Handler
 from ._logs import configure_logging
@@ -72,19 +79,6 @@ def load_handler(spec: str) -> Handler:
     return handler
 
 
-def _wait_replicas(text: str) -> int | str:
-    """``--wait-replicas``: ``auto`` or a count (0 or more)."""
-    if text == "auto":
-        return text
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not auto or a count: {text!r}") from None
-    if count < 0:
-        raise argparse.ArgumentTypeError("a count is 0 or more")
-    return count
-
-
 def add_worker_command(commands: Any) -> None:
     """Register the ``worker`` sub-command and its options."""
     worker = commands.add_parser("worker", help="run tasks with a handler until stopped")
@@ -106,6 +100,14 @@ def add_worker_command(commands: Any) -> None:
         help="slots beyond --concurrency that only a newcomer's task may take when every "
         "other slot is busy (a tenant that was not waiting; default: none)",
     )
+    worker.add_argument(
+        "--park-after",
+        type=park_after_arg,
+        default=1.0,
+        help="seconds a handler waits for its client's input before its task is parked "
+        "(its slot, lease and handler given back until the answer; at once while every slot "
+        "is taken); never: waiting handlers keep their slots (default: 1)",
+    )
     worker.add_argument("--lease", type=float, default=30.0, help="lease in seconds")
     worker.add_argument("--max-attempts", type=int, default=5)
     worker.add_argument(
@@ -117,7 +119,7 @@ def add_worker_command(commands: Any) -> None:
     worker.add_argument("--name", default=None, help="consumer name (default: host-pid-random)")
     worker.add_argument(
         "--wait-replicas",
-        type=_wait_replicas,
+        type=wait_replicas_arg,
         default="auto",
         help="outcomes (a claim's that ends its task included) wait for this many replicas "
         "(WAIT); auto, the default: one, on a primary that has one online; 0: never",
@@ -264,6 +266,7 @@ async def _serve_worker(
             handler,
             concurrency=args.concurrency,
             newcomer_slots=args.newcomer_slots,
+            park_after=None if args.park_after is None else timedelta(seconds=args.park_after),
             lease=timedelta(seconds=args.lease),
             max_attempts=args.max_attempts,
             partitions=only,

@@ -1,8 +1,10 @@
-"""``TaskExecution``: what a handler receives, and ``TaskFailed``, how it fails on purpose."""
+"""``TaskExecution``: what a handler receives; ``TaskFailed``, how it fails on purpose;
+``TaskParked``, how a wait for input ends when the worker gives the task back."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +16,7 @@ from ._telemetry.metrics import METRICS
 if TYPE_CHECKING:
     from ._manager import TaskManager
 
-__all__ = ["Handler", "TaskExecution", "TaskFailed"]
+__all__ = ["Handler", "TaskExecution", "TaskFailed", "TaskParked"]
 
 
 class TaskFailed(Exception):
@@ -31,6 +33,24 @@ class TaskFailed(Exception):
         self.error = error
 
 
+class TaskParked(BaseException):
+    """Raised from a wait for input once the worker parked the task: it gave the
+    task back while its client thinks, so that a person answering holds no worker
+    slot, no lease and no handler. The answer that completes the round queues the
+    task again, and a worker runs the handler again from the top
+    (:attr:`TaskExecution.parks` then says so), where every answered round returns
+    at once.
+
+    A ``BaseException``, as :class:`asyncio.CancelledError` is, so that a handler's
+    ``except Exception`` lets it through: let it propagate (a handler that catches
+    ``BaseException`` must re-raise it). Nothing the handler writes after it counts:
+    the lease it ran under has ended.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("the task was parked while it waits for input")
+
+
 class TaskExecution:
     """One run of one task under a lease, handed to the handler.
 
@@ -41,6 +61,18 @@ class TaskExecution:
     handler honours it by raising :class:`asyncio.CancelledError`, which ends the
     task ``cancelled`` (ignoring it is allowed: cancellation is intent, not force).
     Origin and payload never appear in ``repr``.
+
+    **Waiting for input parks the task.** A wait for the client's answers
+    (:meth:`request_input`, :meth:`wait_for_input`, and the MCP integrations' input
+    rounds, which use them) that lasts ``park_after`` seconds gives the task back
+    (:class:`TaskParked` ends the handler) and frees its slot; the answer that
+    completes the round queues it again, and the handler runs again *from the top*.
+    So code before a wait runs again on resume: keep it free of side effects that
+    must happen once, or guard them (the answered rounds replay at once, with their
+    recorded answers; :attr:`parks` says how many times the task was parked). A
+    handler that cannot be re-run asks its waits with ``park=False``, or the
+    worker is started with ``park_after=None``: it then holds its slot while it
+    waits, as before.
     """
 
     __slots__ = (
@@ -49,11 +81,18 @@ class TaskExecution:
         "_input_poll",
         "_manager",
         "_origin",
+        "_park",
+        "_park_after",
+        "_park_now",
         "_payload",
+        "_pressed",
         "_round",
         "_task_id",
+        "_waiting_since",
         "attempt",
         "cancelled",
+        "parked",
+        "parks",
     )
 
     def __init__(
@@ -66,6 +105,10 @@ class TaskExecution:
         attempt: int,
         fence: int,
         input_poll: float,
+        parks: int = 0,
+        park: Callable[[], Awaitable[bool]] | None = None,
+        park_after: float | None = None,
+        pressed: Callable[[], bool] | None = None,
     ) -> None:
         self._manager = manager
         self._task_id = task_id
@@ -82,6 +125,21 @@ class TaskExecution:
         # The unanswered keys and message of the round this run asked last: asking
         # them again is a poll, not a new round (see answered_so_far).
         self._round: tuple[frozenset[str], str | None] | None = None
+        #: How many times the task was parked before this run: more than 0 when this
+        #: run resumes it (the handler runs from the top; answered rounds replay).
+        self.parks = parks
+        #: Set once this run parked the task (:class:`TaskParked` was raised).
+        self.parked = False
+        # What parks the task (the worker's WorkQueue.park of this lease; whether it
+        # parked), the seconds a wait for input lasts before it is called (None:
+        # never), and since when (monotonic) this run's round has been unanswered.
+        self._park = park
+        self._park_after = park_after if park is not None else None
+        # Whether the worker wants the slot now (every slot taken): a wait parks at once.
+        self._pressed = pressed
+        self._waiting_since: float | None = None
+        # Set by park_now (the worker stops): a wait parks at once.
+        self._park_now = asyncio.Event()
 
     @property
     def task_id(self) -> str:
@@ -107,21 +165,28 @@ class TaskExecution:
         """Publish a progress message (status ``working``)."""
         await self._manager.mark_working(self._task_id, status_message, fence=self._fence)
         self._round = None  # working supersedes the outstanding round
+        self._waiting_since = None
 
     async def request_input(
-        self, requests: Mapping[str, InputRequest], status_message: str | None = None
+        self,
+        requests: Mapping[str, InputRequest],
+        status_message: str | None = None,
+        *,
+        park: bool = True,
     ) -> dict[str, Any]:
         """Ask the client for input and wait until every key is answered.
 
-        Replay-safe: keys answered before (by an earlier run that crashed) return
-        their recorded answers at once. If cancellation is requested while
-        waiting, raises :class:`asyncio.CancelledError`.
+        Replay-safe: keys answered before (by an earlier run that crashed, or
+        before the task was parked) return their recorded answers at once. If
+        cancellation is requested while waiting, raises
+        :class:`asyncio.CancelledError`; once the wait parked the task, raises
+        :class:`TaskParked` (``park=False``: this wait never parks it).
         """
         while True:
             answers = await self.answered_so_far(requests, status_message)
             if requests.keys() <= answers.keys():
                 return {key: answers[key] for key in requests}
-            await self.wait_for_input()
+            await self.wait_for_input(park=park)
 
     async def answered_so_far(
         self, requests: Mapping[str, InputRequest], status_message: str | None = None
@@ -141,20 +206,66 @@ class TaskExecution:
         unanswered = requests.keys() - answers.keys()
         if not unanswered:
             self._round = None
+            self._waiting_since = None
         else:
             asked = (frozenset(unanswered), status_message)
             if asked != self._round:
                 self._round = asked
                 METRICS.input_round()
+            if self._waiting_since is None:
+                self._waiting_since = time.monotonic()
         return answers
 
-    async def wait_for_input(self) -> None:
+    async def wait_for_input(self, *, park: bool = True) -> None:
         """Wait until answers may have arrived (a change event, or the input poll
-        interval); raises :class:`asyncio.CancelledError` once cancellation is requested."""
+        interval); raises :class:`asyncio.CancelledError` once cancellation is
+        requested, and :class:`TaskParked` once the round asked last
+        (:meth:`answered_so_far`) has waited ``park_after`` seconds and the task was
+        parked (``park=False``: never)."""
         if not self.cancelled.is_set():
-            await _first(self._changed.wait, self.cancelled.wait, within=self._input_poll)
+            within = self._input_poll
+            park_in = self._park_in() if park else None
+            if park_in is not None and park_in <= 0:
+                await self._park_task()
+                return  # answered meanwhile (or cancellation asked): look again
+            if park_in is not None:
+                within = min(within, park_in)
+            await _first(
+                self._changed.wait, self.cancelled.wait, self._park_now.wait, within=within
+            )
         if self.cancelled.is_set():
             raise asyncio.CancelledError("cancellation was requested")
+
+    def _park_in(self) -> float | None:
+        """Seconds until the outstanding round's wait parks the task (at most 0: now);
+        ``None`` when it never does (no round outstanding, or no ``park_after``)."""
+        if self._park_after is None or self._round is None or self._waiting_since is None:
+            return None
+        if self._park_now.is_set() or (self._pressed is not None and self._pressed()):
+            return 0.0
+        return self._waiting_since + self._park_after - time.monotonic()
+
+    async def _park_task(self) -> None:
+        """Park the task, and raise :class:`TaskParked` once it is; return when the
+        round was answered meanwhile or cancellation was asked (nothing parked)."""
+        assert self._park is not None  # _park_in says when, only with one
+        if await self._park():
+            self.parked = True
+            METRICS.parked()
+            raise TaskParked()
+        # Not parked: the wait starts over, so a round answered in part is not asked
+        # to park again at every poll.
+        self._waiting_since = time.monotonic()
+
+    @property
+    def waiting(self) -> bool:
+        """Whether this run's last round is unanswered (its handler waits for input)."""
+        return self._waiting_since is not None
+
+    def park_now(self) -> None:
+        """Park the task at its next wait for input, or now if it waits (the worker
+        stops: a task waiting for a person must not hold its shutdown up)."""
+        self._park_now.set()
 
     def notify_changed(self) -> None:
         """The task changed (answers may have arrived): wake :meth:`wait_for_input` now
@@ -168,7 +279,7 @@ class TaskExecution:
     def __repr__(self) -> str:
         return (
             f"TaskExecution(task={task_ref(self._task_id)!r}, attempt={self.attempt},"
-            f" fence={self._fence})"
+            f" fence={self._fence}, parks={self.parks})"
         )
 
 

@@ -46,3 +46,6 @@ class Claim:
     #: and the task is then claimed again. Only the claims that wrote an ending are
     #: unconfirmed; the others of the same batch stand as they are.
     unconfirmed: bool = False
+    #: How many times the task was parked (given back while it waited for its
+    #: client's input) before this claim: more than 0 when this run resumes it.
+    parks: int = 0

@@ -66,12 +66,15 @@ class QueueDepth:
     deleted since). ``queued`` counts the tasks waiting in the tenant queues (not
     yet dispatched to the stream), and ``tenants`` the tenants they belong to
     (ring and parked), so ``backlog`` is what no worker has read yet.
+    ``waiting_for_input`` counts the partition's parked tasks: waiting for their
+    client's input, held by no worker (in no count above).
     """
 
     entries: int
     pending: int
     queued: int = 0
     tenants: int = 0
+    waiting_for_input: int = 0
 
     @property
     def backlog(self) -> int:
@@ -162,6 +165,13 @@ class WorkQueue(Protocol):
 
     async def release(self, task_id: str, *, fence: int) -> None:
         """Hand the task back (lease ended, entry pending for anyone at once)."""
+        ...
+
+    async def park(self, task_id: str, *, fence: int) -> bool:
+        """Give back a task whose handler waits for its client's input: its lease
+        ends (the fence moves on), it holds no slot of its tenant's cap, and the
+        answer that completes its round queues it again. ``False`` (nothing changed)
+        when no request is outstanding (answered meanwhile) or cancellation was asked."""
         ...
 
     async def requeue(self, entry: WorkEntry) -> None:

@@ -94,7 +94,8 @@ local function unclaimable(keys, t, entry_id, call)
     if t.lo == call.consumer and t.wk == entry_id then
       -- No attempt is recorded when the lease came from a renewal before any
       -- claim; a nil here would cut the reply short (Lua tables end at a nil).
-      return {RC_OK, tonumber(t.fn) or 0, tonumber(t.at) or 0, t['or'], t.pl or '', t.tp or ''}
+      return {RC_OK, tonumber(t.fn) or 0, tonumber(t.at) or 0, t['or'], t.pl or '', t.tp or '',
+        t.np or '0'}
     end
     if not t.wk then
       -- Dispatched in this script (work.lua's add_work left `wk` to the claim), yet
@@ -186,7 +187,7 @@ local function take_lease(task_key, task_id, t, entry_id, attempt, run_key, call
     end
     call.pickups[bucket] = (call.pickups[bucket] or 0) + 1
   end
-  return {RC_OK, fence, attempt, t['or'], t.pl or '', t.tp or ''}
+  return {RC_OK, fence, attempt, t['or'], t.pl or '', t.tp or '', t.np or '0'}
 end
 
 -- The claim of one work entry, shared by claim (an entry the worker read or

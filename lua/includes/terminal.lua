@@ -1,7 +1,7 @@
 -- terminate(), the one terminal write, for finish, claim and request_cancel;
 -- finish_task(), finish's decision and write for one task, for finish and
 -- finish_batch.
--- Includes: common, keys, tenants
+-- Includes: common, keys, tenants, waiting
 
 -- The one terminal write, shared by finish and claim (cancelled or poisoned at
 -- claim) and request_cancel (a task no worker holds). Outcome and terminal status
@@ -18,7 +18,8 @@
 -- keys: {task, work, events, stats, and requests, issued, answers, journal where
 --   known} (keys.lua's task_keys, by name)
 -- t: the record as read_record or read_all read it, with at least `wk`, `ua` (and so
---   `.updated`: see the DEL below), `tn`, `oq` and `tc`; `entry` the work entry
+--   `.updated`: see the DEL below), `tn`, `oq` and `tc`, and `pw` where the caller
+--   may meet a parked task; `entry` the work entry
 --   to acknowledge (the record's `wk`, or the one a claim met). The first
 --   continuation piece of `pl`, `sm` and `tp` (`pl+1`, ...), when the caller read
 --   it, says whether that field is pieced (false: it is not): only those pieces'
@@ -103,7 +104,16 @@ local function terminate(keys, task_id, t, entry, ending, call)
   end
   local tenant = t.tn
   if tenant and not entry then
-    unqueue(tag_of(task_key, task_id), tenant, task_id, keys.stats)
+    -- Queued, or parked (waiting.lua): a caller that may meet a parked task reads
+    -- `pw`; one that did not (an unfenced finish) finds it by its absence from the
+    -- queue, so no finish reads a field more for it.
+    local tag = tag_of(task_key, task_id)
+    if t.pw or not unqueue(tag, tenant, task_id, keys.stats) then
+      forget_waiting(tag, tenant, task_id)
+      if t.pw ~= false then
+        redis.call('HDEL', task_key, 'pw')
+      end
+    end
   end
   if tenant and (t.oq or t.tc) then
     local tag = tag_of(task_key, task_id)

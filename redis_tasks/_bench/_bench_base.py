@@ -69,6 +69,14 @@ class Settings:
     #: fairness: create the many tenants' tasks interleaved (task i of every tenant,
     #: then task i + 1) instead of tenant after tenant.
     fair_interleaved: bool = False
+    #: parking: tenant A's tasks that each ask a question nobody answers (N), the
+    #: worker's concurrency (C), tenant B's plain tasks (K), how many of A's are
+    #: answered at once (M), and the seconds Redis's commands are counted over (S).
+    park_tasks: int = 10_000
+    park_concurrency: int = 16
+    park_late: int = 200
+    park_answered: int = 1_000
+    park_idle_s: float = 30.0
     #: drain: the folder of the callgrind dumps when the private servers and our
     #: workers run under callgrind (``--instructions``): each round then counts
     #: their instructions per job too.

@@ -98,6 +98,11 @@ def _settings(args: argparse.Namespace) -> Settings:
         fair_tenant_tasks=args.fair_tenant_tasks,
         fair_weighted_tasks=args.fair_weighted_tasks,
         fair_interleaved=args.fair_interleaved,
+        park_tasks=args.park_tasks,
+        park_concurrency=args.park_concurrency,
+        park_late=args.park_late,
+        park_answered=args.park_answered,
+        park_idle_s=args.park_idle_s,
     )
 
 

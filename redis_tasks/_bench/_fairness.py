@@ -49,14 +49,11 @@ import asyncio
 import bisect
 import contextlib
 import itertools
-import os
 import random
-import signal
-import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -66,11 +63,10 @@ from redis_tasks._redis.manager import RedisTaskManager
 from ._adapter import ORIGIN, delete_prefix
 from ._args import FAIRNESS_PARTS
 from ._bench_base import BenchBase
-from ._children import spawn
 from ._fair_figures import fairness_figures
 from ._fair_handler import STARTS_ENV
 from ._probe import Probe
-from ._systems import AdapterError
+from ._worker_process import LineFile, wait_progress, wait_reading, worker_process
 
 __all__ = ["MODES", "PARTS", "WEIGHTS", "FairnessScenarios", "draw_durations", "fairness_rounds"]
 
@@ -83,10 +79,7 @@ WEIGHTS: Final = (3, 1)
 _HANDLER: Final = "redis_tasks._bench._fair_handler:handler"
 _ENDPOINT: Final = "/mcp"
 _CHUNK: Final = 500  # creates in flight at once: the flood is in place fast
-_STALL: Final = 60.0  # seconds with no new start before the scenario gives up
-_READY: Final = 120.0  # seconds for the worker to start reading (imports are slow)
 _STOP_GRACE: Final = 15.0
-_POLL: Final = 0.02  # seconds between reads of the starts file
 
 
 class _Starts:
@@ -94,19 +87,13 @@ class _Starts:
     each task's first start, in the order they started."""
 
     def __init__(self, path: Path) -> None:
-        self._path = path
-        self._offset = 0
+        self._lines = LineFile(path)
         self.first: dict[str, float] = {}
         self.order: list[str] = []
 
     def read(self) -> None:
-        """Take in the lines written since the last read (whole lines only)."""
-        with self._path.open("rb") as file:
-            file.seek(self._offset)
-            data = file.read()
-        end = data.rfind(b"\n") + 1
-        self._offset += end
-        for line in data[:end].decode().splitlines():
+        """Take in the lines written since the last read."""
+        for line in self._lines.new_lines():
             label, _, started = line.partition(" ")
             if label not in self.first:  # a task run twice counts at its first start
                 self.first[label] = float(started)
@@ -157,79 +144,37 @@ class FairnessScenarios(BenchBase):
             return await self.fair_weights(label)
         raise ValueError(f"unknown fairness measurement {part!r}")
 
-    @contextlib.asynccontextmanager
-    async def _fair_worker(
+    def _fair_worker(
         self, queue: str, starts: Path
-    ) -> AsyncIterator[asyncio.subprocess.Process]:
+    ) -> contextlib.AbstractAsyncContextManager[asyncio.subprocess.Process]:
         """A ``redis-tasks worker`` process running :mod:`._fair_handler` on ``queue``,
         stopped gracefully (SIGTERM) after."""
-        argv = [sys.executable, "-m", "redis_tasks", "worker", _HANDLER, "--prefix", queue,
-                "--concurrency", str(self.settings.fair_concurrency),
-                "--newcomer-slots", str(self.settings.fair_newcomer_slots),
-                # No line per task, as the other scenarios' workers; running handlers
-                # end within D ms of the stop.
-                "--log-level", "warning", "--name", "bench-fairness", "--grace", "10"]  # fmt: skip
-        process = await spawn(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=self.log,
-            # The URL goes by $REDIS_URL, never on a command line (it may hold a password).
-            env={**os.environ, "REDIS_URL": self.url, STARTS_ENV: str(starts)},
-            # Its own process group: a Ctrl-C of the harness does not stop it before
-            # the harness does, in order (the worker first, then the keys go).
-            start_new_session=True,
+        settings = self.settings
+        options = ["--prefix", queue, "--concurrency", str(settings.fair_concurrency),
+                   "--newcomer-slots", str(settings.fair_newcomer_slots),
+                   # No line per task, as the other scenarios' workers; running handlers
+                   # end within D ms of the stop.
+                   "--log-level", "warning", "--name", "bench-fairness",
+                   "--grace", "10"]  # fmt: skip
+        return worker_process(
+            _HANDLER,
+            options,
+            url=self.url,
+            log=self.log,
+            env={STARTS_ENV: str(starts)},
+            grace=_STOP_GRACE,
         )
-        try:
-            yield process
-        finally:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGTERM)
-                try:
-                    async with asyncio.timeout(_STOP_GRACE):
-                        await process.wait()
-                except TimeoutError:
-                    with contextlib.suppress(ProcessLookupError):
-                        process.kill()
-                    await process.wait()
-
-    @staticmethod
-    def _check(process: asyncio.subprocess.Process) -> None:
-        if process.returncode is not None:
-            raise AdapterError(
-                f"the fairness worker exited ({process.returncode}); see the bench log"
-            )
-
-    async def _reading(
-        self, probe: Probe, mark: list[int], process: asyncio.subprocess.Process, readers: int
-    ) -> None:
-        """Until the worker blocks a stream read on every partition: it is idle and ready."""
-        deadline = time.monotonic() + _READY
-        while await probe.blocked_clients("xreadgroup", mark) < readers:
-            self._check(process)
-            if time.monotonic() > deadline:
-                raise AdapterError(f"the fairness worker was not reading within {_READY} s")
-            await asyncio.sleep(_POLL)  # poll interval of this condition wait
 
     async def _wait_starts(
         self, starts: _Starts, process: asyncio.subprocess.Process, count: int, label: str
     ) -> None:
-        """Until ``count`` tasks have started; gives up after :data:`_STALL` s with none."""
-        seen, moved = 0, time.monotonic()
-        while True:
+        """Until ``count`` tasks have started."""
+
+        def started() -> int:
             starts.read()
-            done = len(starts.order)
-            self.progress.update(label, min(done, count), count)
-            if done >= count:
-                return
-            self._check(process)
-            now = time.monotonic()
-            if done > seen:
-                seen, moved = done, now
-            elif now - moved > _STALL:
-                raise AdapterError(f"{label}: no task started for {_STALL:.0f} s")
-            await asyncio.sleep(_POLL)  # poll interval of this condition wait
+            return len(starts.order)
+
+        await wait_progress(started, count, process, "fairness", self.progress, label)
 
     async def fair_noisy(self, mode: str, label: str) -> dict[str, Any]:
         """One noisy-neighbour run, fair dispatch or first come, first served (``mode``
@@ -266,7 +211,7 @@ class FairnessScenarios(BenchBase):
                 try:
                     mark = await probe.newest_clients()
                     async with self._fair_worker(queue, path) as worker:
-                        await self._reading(probe, mark, worker, flood.partitions)
+                        await wait_reading(probe, mark, worker, flood.partitions, "fairness")
                         began = time.monotonic()
                         late_creates = asyncio.gather(
                             *(create_late(i, began, lone) for i in range(k))

@@ -121,6 +121,8 @@ def footprint(
         "memory": (settings.memory_tasks + MEMORY_WARM, LARGE_TASK_BYTES),
         "mcp": (mcp.tasks, LARGE_TASK_BYTES),
         "fairness": (fairness, TASK_BYTES),
+        # A parked task keeps its requests too (a second hash): twice a task, at most.
+        "parking": (settings.park_tasks + 2 * settings.park_late, 2 * TASK_BYTES),
     }
     rows = [
         Footprint(tasks * KEYS_PER_TASK + QUEUE_KEYS, tasks * each + QUEUE_BYTES, name)

@@ -23,6 +23,7 @@ __all__ = ["SCENARIOS", "add_bench_command"]
 #: Every scenario, in the order a run takes them.
 SCENARIOS: Final = (
     "limit", "drain", "pickup", "lifecycle", "find", "notify", "memory", "mcp", "fairness",
+    "parking",
 )  # fmt: skip
 
 
@@ -247,6 +248,44 @@ def _add_fairness_options(bench: Any, defaults: Settings) -> None:
         action="store_true",
         help="create those tenants' tasks interleaved (task i of every tenant, then task i + 1) "
         "instead of tenant after tenant",
+    )
+    park = bench.add_argument_group(
+        "parking (tasks waiting for people beside another tenant's; redis-tasks only)"
+    )
+    park.add_argument(
+        "--park-tasks",
+        type=positive,
+        default=defaults.park_tasks,
+        help="N: tasks of tenant A that each ask a question nobody answers, and are parked "
+        "(default: %(default)s)",
+    )
+    park.add_argument(
+        "--park-concurrency",
+        type=positive,
+        default=defaults.park_concurrency,
+        help="C: the worker's concurrency (default: %(default)s)",
+    )
+    park.add_argument(
+        "--park-late",
+        type=positive,
+        default=defaults.park_late,
+        help="K: plain tasks tenant B creates, one every 10 ms, on the idle worker and again "
+        "beside the parked ones; reported: their create-to-start p50/p99/max "
+        "(default: %(default)s)",
+    )
+    park.add_argument(
+        "--park-answered",
+        type=positive,
+        default=defaults.park_answered,
+        help="M: parked tasks answered at once; reported: answer-to-resume p50/p99/max, and "
+        "whether each resumed and completed once (default: %(default)s)",
+    )
+    park.add_argument(
+        "--park-idle-s",
+        type=float,
+        default=defaults.park_idle_s,
+        help="S: seconds over which Redis's commands are counted, on the idle worker and "
+        "with the N parked (default: %(default)s)",
     )
     fair.add_argument(
         "--fair-weighted-tasks",

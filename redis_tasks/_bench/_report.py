@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from ._fair_figures import fairness_lines, fairness_targets
 from ._mcp_figures import mcp_lines
+from ._park_figures import parking_lines, parking_targets
 
 __all__ = ["compare", "plot", "ratios", "table"]
 
@@ -100,6 +101,7 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
             "met": share >= 0.25,
         }
     out["targets"].update(fairness_targets(results.get("fairness")))
+    out["targets"].update(parking_targets(results.get("parking")))
     return out
 
 
@@ -293,6 +295,8 @@ def _table(results: dict[str, Any]) -> str:
         lines += mcp_lines(row)
     if "fairness" in results:
         lines += fairness_lines(results["fairness"])
+    if "parking" in results:
+        lines += parking_lines(results["parking"])
     verdicts = results.get("ratios", {})
     for name, row in verdicts.get("per_peer", {}).items():
         parts = [f"{key} {value}x" for key, value in row.items()]

@@ -18,6 +18,7 @@ from redis_tasks._bench._fairness import fairness_rounds
 from redis_tasks._bench._mcp_load import mcp_runs
 from redis_tasks._bench._mcp_settings import McpSettings
 from redis_tasks._bench._namespace import RunNames
+from redis_tasks._bench._parking import parking_rounds
 from redis_tasks._bench._probe import Probe
 from redis_tasks._bench._progress import Progress
 from redis_tasks._bench._report import compare, ratios
@@ -106,6 +107,9 @@ async def run(
     if "fairness" in scenarios:
         for name, figures in (await fairness_rounds(benches)).items():
             runs[name]["fairness"] = figures
+    if "parking" in scenarios:
+        for name, figures in (await parking_rounds(benches)).items():
+            runs[name]["parking"] = figures
     for run in runs.values():
         run["systems"] = {k: v for k, v in run["systems"].items() if v}
         run["ratios"] = ratios(run)

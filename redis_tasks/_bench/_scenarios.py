@@ -17,10 +17,11 @@ from __future__ import annotations
 from ._bench_base import Settings
 from ._fairness import FairnessScenarios
 from ._our_scenarios import OurScenarios, sized_origin
+from ._parking import ParkingScenarios
 from ._system_scenarios import SystemScenarios, pickup_figures
 
 __all__ = ["Bench", "Settings", "pickup_figures", "sized_origin"]
 
 
-class Bench(SystemScenarios, OurScenarios, FairnessScenarios):
+class Bench(SystemScenarios, OurScenarios, FairnessScenarios, ParkingScenarios):
     """Runs scenarios against ``url``; adapter stderr goes to ``log``."""

@@ -78,7 +78,7 @@ SCRIPT_COMMANDS: Final = frozenset(
     for command in script.commands
 )
 #: What inspection and a worker's backlog gauges send themselves, outside scripts.
-_INSPECTION_DIRECT: Final = frozenset({"xlen", "xpending", "hget", "zcard"})
+_INSPECTION_DIRECT: Final = frozenset({"xlen", "xpending", "hget", "zcard", "zcount"})
 #: What a worker sends itself for its housekeeping (consumers stale or left behind).
 _HOUSEKEEPING: Final = frozenset({"xpending", "xinfo|consumers"})
 #: Only ``inspect``, the dashboard and a worker's backlog gauges use these: what

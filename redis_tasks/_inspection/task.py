@@ -15,8 +15,10 @@ class TaskInspection:
 
     Times are ms on the server's clock. ``entry_state`` is ``"waiting"`` (no
     worker read it yet), ``"delivered"`` (pending with ``entry_consumer``),
-    ``"queued"`` (in its tenant's queue, no entry yet) or ``None`` (no work entry:
-    the task ended, or it is gone); ``tenant`` is its tenant's digest. Never the
+    ``"queued"`` (in its tenant's queue, no entry yet), ``"parked"`` (waiting for
+    its client's input, held by no worker: the answer queues it again) or ``None``
+    (no work entry: the task ended, or it is gone); ``tenant`` is its tenant's
+    digest, ``parks`` how many times it was parked. Never the
     origin, payload, answers, result or status message; ``error_code`` is a failed
     task's JSON-RPC code only.
     """
@@ -42,6 +44,7 @@ class TaskInspection:
     entry_idle_ms: int | None
     entry_deliveries: int | None
     tenant: str | None = None
+    parks: int = 0
 
     @property
     def lease_remaining_ms(self) -> int | None:

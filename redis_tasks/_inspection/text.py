@@ -217,6 +217,8 @@ def render_task(task: TaskInspection, names: Mapping[str, str] | None = None) ->
     entry = task.entry_state or "none"
     if task.entry_state == "queued":
         entry = "queued: in its tenant's queue"
+    if task.entry_state == "parked":
+        entry = "parked: waiting for input, held by no worker"
     if task.entry_state == "delivered":
         entry = (
             f"delivered to {task.entry_consumer}, idle {duration(task.entry_idle_ms)},"
@@ -247,6 +249,7 @@ def render_task(task: TaskInspection, names: Mapping[str, str] | None = None) ->
         ),
         ("cancel asked", "yes" if task.cancellation_requested else "no"),
         ("input requests", f"{task.input_requests} outstanding"),
+        ("parked", f"{task.parks} times" if task.parks != 1 else "once"),
         ("error code", "-" if task.error_code is None else str(task.error_code)),
         ("work entry", f"{task.entry_id or '-'} ({entry})"),
     ]

@@ -20,6 +20,7 @@ from redis_tasks._record import (
     FIELD_LEASE_DEADLINE,
     FIELD_LEASE_OWNER,
     FIELD_ORIGIN,
+    FIELD_PARKS,
     FIELD_PAYLOAD,
     FIELD_STATUS,
     FIELD_TENANT,
@@ -167,4 +168,5 @@ def _run(record: Record, fence: int, attempt: int) -> Claim:
         origin,
         fields.get(FIELD_PAYLOAD, b""),
         fields.get(FIELD_TRACE_CONTEXT, b""),
+        parks=int(fields.get(FIELD_PARKS, b"0")),
     )

@@ -58,6 +58,7 @@ from redis_tasks._work_queue import WorkQueue
 
 from .records import TERMINAL as _TERMINAL
 from .records import Record, TaskRecords
+from .waiting import accept_answers
 from .work_queue import InMemoryWorkQueue
 
 __all__ = ["InMemoryTaskManager"]
@@ -178,26 +179,7 @@ class InMemoryTaskManager(TaskManagerBase):
             record = self._authorized(task_id, endpoint, binding)
             if record is None:
                 raise TaskNotFoundError()
-            if record.fields[FIELD_STATUS] != _INPUT_REQUIRED:
-                return
-            accepted = [
-                a
-                for a in answers
-                if (request := record.requests.get(a.key)) is not None
-                and chr(request[0]).encode() in a.kinds
-            ]
-            if not accepted:
-                return
-            for answer in accepted:
-                del record.requests[answer.key]
-                record.answers[answer.key] = answer.body
-                record.journal[answer.key] = answer.body
-            self._records.touch(record, self._records.now())
-            if not record.requests:
-                record.fields[FIELD_STATUS] = _WORKING
-                record.fields.pop(FIELD_MESSAGE, None)
-            self._records.emit(task_id)
-            self._records.signal(task_id)
+            accept_answers(self._records, self._queue, record, task_id, answers, fair=self._fair)
 
     async def _request_cancel(self, task_id: str, endpoint: bytes, binding: bytes) -> bool:
         """Mirror of ``request_cancel.lua``; whether it ended the task."""

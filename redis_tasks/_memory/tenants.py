@@ -56,6 +56,9 @@ class Tenants:
     running: dict[str, dict[str, float]] = field(default_factory=dict)
     #: Tenants' open task IDs, by expiry (``{tag}:open:<tenant>``).
     open: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Tenants' parked task IDs, by expiry (``{tag}:wt:<tenant>``; the partition's
+    #: ``{tag}:waiting`` is their union).
+    waiting: dict[str, dict[str, float]] = field(default_factory=dict)
     #: Tenants' GCRA arrival times, µs (``{tag}:rate:<tenant>``).
     arrivals: dict[str, int] = field(default_factory=dict)
     #: Tasks waiting in the queues (the stats hash's ``queued``).
@@ -178,6 +181,26 @@ class Tenants:
             scores.pop(task_id, None)
             if not scores:
                 del self.open[tenant]
+
+    def add_waiting(self, tenant: str, task_id: str, expires: int | None, now: int) -> None:
+        """Mirror of ``add_waiting``: the task counted among the parked ones."""
+        _live(self.waiting.setdefault(tenant, {}), now)[task_id] = (
+            math.inf if expires is None else expires
+        )
+
+    def forget_waiting(self, tenant: str, task_id: str) -> None:
+        """Mirror of ``forget_waiting``: the task no longer parked."""
+        scores = self.waiting.get(tenant)
+        if scores is not None:
+            scores.pop(task_id, None)
+            if not scores:
+                del self.waiting[tenant]
+
+    def waiting_count(self, tenant: str | None, now: int) -> int:
+        """``ZCOUNT (now +inf`` of the tenant's parked tasks, or the partition's
+        (``tenant`` ``None``)."""
+        tenants = self.waiting if tenant is None else {tenant: self.waiting.get(tenant, {})}
+        return sum(len(_live(scores, now)) for scores in tenants.values())
 
     def arrival(self, tenant: str, now_us: int) -> int:
         """The GCRA's arrival time of ``tenant`` (``now_us`` when it has none)."""

@@ -14,6 +14,7 @@ from redis_tasks._record import (
     FIELD_LEASE_DEADLINE,
     FIELD_LEASE_OWNER,
     FIELD_OPEN_QUOTA,
+    FIELD_PARKED,
     FIELD_PAYLOAD,
     FIELD_STATUS,
     FIELD_TENANT,
@@ -56,6 +57,7 @@ def terminate(
     fields = record.fields
     tenant = fields.pop(FIELD_TENANT, None)
     open_counted, cap = fields.pop(FIELD_OPEN_QUOTA, None), fields.pop(FIELD_TENANT_CAP, None)
+    parked = fields.pop(FIELD_PARKED, None) is not None
     for name in _DROPPED:
         fields.pop(name, None)
     fields[FIELD_STATUS] = status
@@ -71,8 +73,10 @@ def terminate(
     assert partition is not None  # the record was found by this ID
     if entry is not None:
         streams.drop_entry(partition, entry)
-    elif tenant is not None:  # it waits in its tenant's queue: it leaves it
-        streams.partition(partition).tenants.unqueue(tenant.decode(), task_id, records.now())
+    elif tenant is not None:  # queued (it leaves its tenant's queue) or parked
+        tenants = streams.partition(partition).tenants
+        if parked or not tenants.unqueue(tenant.decode(), task_id, records.now()):
+            tenants.forget_waiting(tenant.decode(), task_id)
     if tenant is not None and (open_counted or cap):
         tenants = streams.partition(partition).tenants
         if open_counted:

@@ -61,6 +61,7 @@ from .records import TERMINAL, Record, TaskRecords
 from .stream import Partition, Reader, id_text, parse_id
 from .tenants import Tenants
 from .terminal import terminate
+from .waiting import park
 from .work import Doorbell, add_work
 
 __all__ = ["InMemoryWorkQueue"]
@@ -313,6 +314,13 @@ class InMemoryWorkQueue:
                 doorbell.due = released
             doorbell.ring(self, partition)
 
+    async def park(self, task_id: str, *, fence: int) -> bool:
+        """Mirror of ``park.lua``: whether the task is parked now."""
+        encoded = self._encoder.fence(fence)
+        with self.lock:
+            record = self._records.guarded(task_id, encoded)
+            return park(self._records, self, record, task_id)
+
     async def requeue(self, entry: WorkEntry) -> None:
         """Mirror of ``requeue.lua``: a delivered, unclaimed entry goes to the tail."""
         if entry.task_id is None:
@@ -360,7 +368,8 @@ class InMemoryWorkQueue:
                 self.partition(partition).busy_until = until
 
     async def depth(self, partition: int) -> QueueDepth:
-        """``XLEN``, the ``XPENDING`` summary's count, ``queued`` and the tenants waiting."""
+        """``XLEN``, the ``XPENDING`` summary's count, ``queued``, the tenants waiting
+        and the parked tasks."""
         with self.lock:
             state = self.partition(partition)
             tenants = state.tenants
@@ -369,4 +378,5 @@ class InMemoryWorkQueue:
                 len(state.pending),
                 tenants.queued,
                 len(tenants.ring) + len(tenants.parked),
+                tenants.waiting_count(None, self._records.now()),
             )

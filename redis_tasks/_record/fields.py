@@ -37,6 +37,8 @@ __all__ = [
     "FIELD_OPEN_QUOTA",
     "FIELD_OPERATION",
     "FIELD_ORIGIN",
+    "FIELD_PARKED",
+    "FIELD_PARKS",
     "FIELD_PAYLOAD",
     "FIELD_POLL_INTERVAL",
     "FIELD_RESULT",
@@ -81,6 +83,8 @@ FIELD_TENANT: Final = "tn"
 FIELD_OPEN_QUOTA: Final = "oq"
 FIELD_TENANT_CAP: Final = "tc"
 FIELD_CLAIM_THAT_ENDED: Final = "ce"
+FIELD_PARKED: Final = "pw"
+FIELD_PARKS: Final = "np"
 
 #: Every field of the stored record (a Redis hash, or a dict in memory), by name.
 RECORD_FIELDS: Final[dict[str, str]] = {
@@ -115,6 +119,9 @@ RECORD_FIELDS: Final[dict[str, str]] = {
     FIELD_TENANT_CAP: "its tenant's concurrency cap while the task may run (absent: none)",
     FIELD_CLAIM_THAT_ENDED: '"<work entry> <consumer>" of the claim that ended the task '
     "(cancelled or poisoned), so that its retry is answered the same (absent: none)",
+    FIELD_PARKED: '"1" while the task is parked: it waits for its client\'s input and no worker '
+    "holds it (absent: not parked)",
+    FIELD_PARKS: "how many times the task was parked (absent: never)",
 }
 #: The fields a Redis record may keep in pieces (see the module docstring).
 LONG_FIELDS: Final = frozenset(

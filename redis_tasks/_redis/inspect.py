@@ -238,13 +238,15 @@ async def inspect_task(runner: ScriptRunner, keys: KeySpace, task_id: str) -> Ta
     _, now, record, requests, state, consumer, idle, deliveries = shaped(
         reply, "inspect_task", int, int, list, int, bytes, *(text_or_int,) * 3
     )
-    if len(record) != 13:
+    if len(record) != 15:
         raise InternalError("unexpected reply from lua/inspect_task.lua")
     status, created, updated, expires, poll, fence, attempts, owner, deadline = record[:9]
-    cancel, entry, error, tenant = record[9:13]
+    cancel, entry, error, tenant, parked, parks = record[9:15]
     entry_state = _text(state) or None
     if entry_state is None and not _text(entry) and _text(status) not in TERMINAL_FIELDS:
-        entry_state = "queued"  # a live task with no work entry waits in its tenant's queue
+        # A live task with no work entry is parked (waiting for input, held by no
+        # worker) or waits in its tenant's queue.
+        entry_state = "parked" if _text(parked) == "1" else "queued"
     poll_ms = _int(poll)
     deadline_ms = _int(deadline)
     return TaskInspection(
@@ -269,6 +271,7 @@ async def inspect_task(runner: ScriptRunner, keys: KeySpace, task_id: str) -> Ta
         entry_idle_ms=_int(idle),
         entry_deliveries=_int(deliveries),
         tenant=_text(tenant) or None,
+        parks=_int(parks) or 0,
     )
 
 

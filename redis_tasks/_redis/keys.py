@@ -27,6 +27,9 @@ single slot::
     {rt:7.42}:run:<tenant>     sorted set: a capped tenant's running task IDs, by lease deadline
     {rt:7.42}:open:<tenant>    sorted set: a tenant's open task IDs, by expiry (with a quota)
     {rt:7.42}:rate:<tenant>    string: a tenant's GCRA arrival time in µs (with a rate)
+    {rt:7.42}:waiting          sorted set: the partition's parked tasks (waiting for their
+                               client's input, held by no worker), by expiry
+    {rt:7.42}:wt:<tenant>      sorted set: a tenant's parked tasks, by expiry
 
 ``<tenant>`` is the tenant's digest (:mod:`redis_tasks._tenancy`), never its key.
 
@@ -44,7 +47,8 @@ So are the ring, parked set and tenants hash that order the tenant queues
 (:data:`TENANT_SUFFIXES`): a tenant leaves them when its queue empties or is
 found gone. A tenant queue (:data:`QUEUE_INFIX`) expires with the last of its
 tasks, so it goes whether or not a worker ever meets them; the run, open and
-rate keys of a tenant expire with what they count.
+rate keys of a tenant expire with what they count, and so do the sets of parked
+tasks (:data:`WAITING_SUFFIX`, :data:`WAITING_INFIX`).
 """
 
 from __future__ import annotations
@@ -82,6 +86,8 @@ __all__ = [
     "TENANTS_SUFFIX",
     "TENANT_INFIXES",
     "TENANT_SUFFIXES",
+    "WAITING_INFIX",
+    "WAITING_SUFFIX",
     "WORK_GROUP",
     "WORK_SUFFIX",
     "KeySpace",
@@ -126,8 +132,20 @@ OPEN_INFIX: Final = ":open:"
 RATE_INFIX: Final = ":rate:"
 PLAN_INFIX: Final = ":plan:"
 REFUSED_INFIX: Final = ":refused:"
+#: After the tag: the partition's parked tasks (waiting for input, held by no worker);
+#: between the tag and a tenant's digest: that tenant's. Both by expiry.
+WAITING_SUFFIX: Final = ":waiting"
+WAITING_INFIX: Final = ":wt:"
 #: Every tenant key's infix (what ``redis-tasks tenants`` scans for).
-TENANT_INFIXES: Final = (QUEUE_INFIX, RUN_INFIX, OPEN_INFIX, RATE_INFIX, PLAN_INFIX, REFUSED_INFIX)
+TENANT_INFIXES: Final = (
+    QUEUE_INFIX,
+    RUN_INFIX,
+    OPEN_INFIX,
+    RATE_INFIX,
+    PLAN_INFIX,
+    REFUSED_INFIX,
+    WAITING_INFIX,
+)
 #: The suffixes of a partition's lasting keys: the only keys with no expiry.
 PARTITION_SUFFIXES: Final = (
     WORK_SUFFIX,
@@ -202,6 +220,7 @@ class TenantKeys:
     plan: str
     refused: str
     seen: str
+    waiting: str
 
 
 _SLOT_BITS: Final = 14  # 16384 slots
@@ -301,11 +320,16 @@ class KeySpace:
             plan=tag + PLAN_INFIX + digest,
             refused=tag + REFUSED_INFIX + digest,
             seen=tag + SEEN_SUFFIX,
+            waiting=tag + WAITING_INFIX + digest,
         )
 
     def busy(self, partition: int) -> str:
         """The mark a saturated worker serving ``partition`` keeps (it expires)."""
         return self.tag(partition) + BUSY_SUFFIX
+
+    def waiting(self, partition: int) -> str:
+        """The parked tasks of ``partition`` (waiting for input, held by no worker)."""
+        return self.tag(partition) + WAITING_SUFFIX
 
     def ring(self, partition: int) -> str:
         """The ring of ``partition``'s tenants with tasks waiting."""

@@ -61,6 +61,8 @@ from .keys import (
     STATS_SUFFIX,
     TASK_INFIX,
     TENANTS_SUFFIX,
+    WAITING_INFIX,
+    WAITING_SUFFIX,
     WORK_GROUP,
     WORK_SUFFIX,
 )
@@ -169,6 +171,8 @@ CONSTANTS: Final[dict[str, str]] = {
     "KEY_PLAN": lua_string(PLAN_INFIX),
     "KEY_SEEN": lua_string(SEEN_SUFFIX),
     "KEY_REFUSED": lua_string(REFUSED_INFIX),
+    "KEY_WAITING": lua_string(WAITING_SUFFIX),
+    "KEY_WAITING_TENANT": lua_string(WAITING_INFIX),
     "STRIDE_UNIT": str(STRIDE_UNIT),
     "JITTER_PRIME": str(JITTER_PRIME),
     "JITTER_SALT": str(JITTER_SALT),

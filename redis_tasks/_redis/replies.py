@@ -135,7 +135,7 @@ def answers(reply: Any, script: str) -> list[bytes]:
 
 
 def flag(reply: Any, script: str) -> bool:
-    """``renew`` and ``cancel_requested``: ``{RC_OK, 0 | 1}``."""
+    """``renew``, ``cancel_requested`` and ``park``: ``{RC_OK, 0 | 1}``."""
     value = shaped(_ok(reply, script), script, int, int)[1]
     if value not in (0, 1):
         raise _unfit(script)
@@ -144,7 +144,7 @@ def flag(reply: Any, script: str) -> bool:
 
 def _one_claim(reply: Any, script: str, backlog: bool = False) -> Claim:
     """One claim's reply (``lua/includes/claim.lua``): a settled code alone, or
-    ``{RC_OK, fence, attempt, origin, payload, trace_context}``."""
+    ``{RC_OK, fence, attempt, origin, payload, trace_context, parks}``."""
     if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
         raise _unfit(script)
     code = reply[0]
@@ -152,11 +152,20 @@ def _one_claim(reply: Any, script: str, backlog: bool = False) -> Claim:
         if len(reply) != 1:
             raise _unfit(script)
         return Claim(_SETTLED[code], backlog=backlog)
-    _, fence, attempt, origin, payload, trace = shaped(
-        _ok(reply, script), script, int, int, int, _TEXT, _TEXT, _TEXT
+    _, fence, attempt, origin, payload, trace, parks = shaped(
+        _ok(reply, script), script, int, int, int, _TEXT, _TEXT, _TEXT, _TEXT
     )
+    if not parks.isdigit():
+        raise _unfit(script)
     return Claim(
-        ClaimOutcome.RUN, fence, attempt, decode_origin(origin), payload, trace, backlog=backlog
+        ClaimOutcome.RUN,
+        fence,
+        attempt,
+        decode_origin(origin),
+        payload,
+        trace,
+        backlog=backlog,
+        parks=int(parks),
     )
 
 

@@ -61,6 +61,7 @@ __all__ = [
     "limits_arg",
     "load_all",
     "lua_dir",
+    "park",
     "release",
     "renew",
     "request_cancel",
@@ -129,15 +130,18 @@ def update(
     events: str,
     signals: str,
     grant: str,
+    work: str,
+    stats: str,
     task_id: str,
     binding: str,
     event_opts: str,
+    fair: int,
     responses: Sequence[Arg],
 ) -> Call:
     return (
         scripts["update"],
-        (task, requests, answers, journal, events, signals, grant),
-        (task_id, binding, event_opts, *responses),
+        (task, requests, answers, journal, events, signals, grant, work, stats),
+        (task_id, binding, event_opts, fair, *responses),
     )
 
 
@@ -329,6 +333,11 @@ def renew(
 @_binding
 def release(*, task: str, work: str, task_id: str, fence: bytes) -> Call:
     return scripts["release"], (task, work), (task_id, fence)
+
+
+@_binding
+def park(*, task: str, requests: str, work: str, task_id: str, fence: bytes) -> Call:
+    return scripts["park"], (task, requests, work), (task_id, fence)
 
 
 @_binding

@@ -30,7 +30,6 @@ from redis_tasks._events import TaskEventPublisher
 from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim
 from redis_tasks._record import Encoder
-from redis_tasks._stats import QUEUED_FIELD
 from redis_tasks._work_queue import QueueDepth, WorkEntry
 
 from . import replies
@@ -38,6 +37,7 @@ from . import scripts as lua
 from .client import backend_errors
 from .keys import WORK_GROUP, KeySpace, TaskKeys
 from .link import Link
+from .queue_depth import queue_depth
 from .rawio import KeptConnection, stream_entries
 from .topology import Topology
 from .wire import pack
@@ -303,6 +303,24 @@ class RedisWorkQueue:
             lua.release(task=keys.task, work=keys.work, task_id=task_id, fence=self._fence(fence))
         )
 
+    async def park(self, task_id: str, *, fence: int) -> bool:
+        """One ``park`` script call: whether the task is parked now (given back while
+        it waits for its client's input); ``False`` when its round was answered
+        meanwhile or cancellation was asked (the run goes on)."""
+        keys = self._task_keys(task_id)
+        reply = await self._link().runner.run(
+            lua.park(
+                task=keys.task,
+                requests=keys.requests,
+                work=keys.work,
+                task_id=task_id,
+                fence=self._fence(fence),
+            )
+        )
+        # Not durable: a park a failover loses leaves the task leased to a run that
+        # stopped, and its lease runs out as any stopped run's does.
+        return replies.flag(reply, "park")
+
     async def requeue(self, entry: WorkEntry) -> None:
         """One ``requeue`` script call: an unclaimed delivered entry goes back to the tail."""
         if entry.task_id is None:
@@ -353,27 +371,8 @@ class RedisWorkQueue:
         await self.topology.execute(stream, remove)
 
     async def depth(self, partition: int) -> QueueDepth:
-        """``XLEN`` and the ``XPENDING`` summary of ``partition``'s stream, its stats'
-        ``queued`` and the sizes of its ring and parked set, in one round trip (all
-        O(1)); a group not created yet has nothing pending."""
-        keys = self.keys
-        stream = keys.work(partition)
-
-        async def ask(client: Redis) -> QueueDepth:
-            pipe = client.pipeline(transaction=False)
-            pipe.xlen(stream)
-            pipe.xpending(stream, WORK_GROUP)
-            pipe.hget(keys.stats(partition), QUEUED_FIELD)
-            pipe.zcard(keys.ring(partition))
-            pipe.zcard(keys.parked(partition))
-            length, pending, queued, ring, parked = await pipe.execute(raise_on_error=False)
-            for reply in (length, queued, ring, parked):
-                if isinstance(reply, Exception):
-                    raise reply
-            count = 0 if isinstance(pending, Exception) else int(pending["pending"])
-            return QueueDepth(int(length), count, int(queued or 0), int(ring) + int(parked))
-
-        return await self.topology.execute(stream, ask)
+        """What ``partition`` holds, in one round trip (see :func:`.queue_depth.queue_depth`)."""
+        return await queue_depth(self.topology, self.keys, partition)
 
     async def mark_busy(self, partitions: Iterable[int], ttl: timedelta) -> None:
         """``SET <busy> 1 PX <ttl>`` for each partition (see the protocol), each on its

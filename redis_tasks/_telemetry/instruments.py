@@ -102,6 +102,13 @@ INSTRUMENTS: Final = (
         "Input requests that asked the client a new round of questions",
     ),
     Instrument(
+        "redis_tasks_tasks_parked",
+        "counter",
+        "{task}",
+        (),
+        "Tasks this worker parked: given back while they waited for their client's input",
+    ),
+    Instrument(
         "redis_tasks_redis_errors",
         "counter",
         "{error}",
@@ -120,7 +127,7 @@ INSTRUMENTS: Final = (
         "histogram",
         "s",
         ("outcome",),
-        "Handler start to end: completed, failed, cancelled or abandoned",
+        "Handler start to end: completed, failed, cancelled, abandoned or parked",
     ),
     Instrument(
         "redis_tasks_create_to_terminal",
@@ -161,6 +168,13 @@ INSTRUMENTS: Final = (
         ("partition",),
         "Work entries delivered to a worker and not finished",
     ),
+    Instrument(
+        "redis_tasks_waiting_for_input",
+        "gauge",
+        "{task}",
+        ("partition",),
+        "Parked tasks: waiting for their client's input, held by no worker",
+    ),
 )
 
 
@@ -193,6 +207,7 @@ class Recorder:
         self.settled = dict.fromkeys(SETTLING, 0)
         self.lease_losses = 0
         self.input_rounds = 0
+        self.parks = 0
         self.redis_errors = 0
         self.missing: dict[str, int] = {}
 
@@ -217,11 +232,13 @@ class Recorder:
             "redis_tasks_claims_settled": by("outcome", lambda: self.settled),
             "redis_tasks_lease_losses": total(lambda: self.lease_losses),
             "redis_tasks_input_rounds": total(lambda: self.input_rounds),
+            "redis_tasks_tasks_parked": total(lambda: self.parks),
             "redis_tasks_redis_errors": total(lambda: self.redis_errors),
             "redis_tasks_tasks_running": total(running),
             "redis_tasks_backlog": depth("backlog"),
             "redis_tasks_tenants_waiting": depth("tenants"),
             "redis_tasks_pending": depth("pending"),
+            "redis_tasks_waiting_for_input": depth("waiting_for_input"),
             "redis_tasks_replicas_missing": by("primary", lambda: self.missing),
         }
         for ending in _ENDINGS:
@@ -303,6 +320,10 @@ class Recorder:
     def input_round(self) -> None:
         """See :attr:`~.metrics.Metrics.input_round`."""
         self.input_rounds += 1
+
+    def parked(self) -> None:
+        """See :attr:`~.metrics.Metrics.parked`."""
+        self.parks += 1
 
     def redis_error(self) -> None:
         """See :attr:`~.metrics.Metrics.redis_error`."""

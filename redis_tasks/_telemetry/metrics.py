@@ -74,6 +74,8 @@ class Metrics(HookSet):
     lease_lost: Callable[[], None]
     #: A handler asked the client a new round of questions.
     input_round: Callable[[], None]
+    #: A task waiting for its client's input was parked (given back by its worker).
+    parked: Callable[[], None]
     #: A BackendError was raised.
     redis_error: Callable[[], None]
     #: Seconds from enqueue to handler start.
@@ -95,6 +97,7 @@ class Metrics(HookSet):
         "claim_settled",
         "lease_lost",
         "input_round",
+        "parked",
         "redis_error",
         "pickup",
         "run_ended",

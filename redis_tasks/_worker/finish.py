@@ -1,4 +1,5 @@
-"""Writing a run's outcome: the one terminal transition, retried within the lease.
+"""Writing a run's outcome: the one terminal transition, retried within the lease;
+or handing its task back (:func:`hand_back`), when the worker stopped it.
 
 A handler's outcome is worth a retry while the lease lasts: after that another
 worker may be running the task, and the fence refuses this write anyway. What
@@ -18,6 +19,7 @@ from typing import Any, Final
 from redis_tasks._errors import (
     BackendError,
     LeaseLostError,
+    RedisTasksError,
     ReplicationError,
     TaskNotFoundError,
     TaskTerminalError,
@@ -27,11 +29,12 @@ from redis_tasks._lease import INTERNAL_ERROR
 from redis_tasks._manager import TaskManager
 from redis_tasks._models import JsonRpcError
 from redis_tasks._telemetry.metrics import METRICS
+from redis_tasks._work_queue import WorkQueue
 
 from .log import frames, log
-from .run_state import Run, RunOutcome
+from .run_state import Run, RunOutcome, Settings
 
-__all__ = ["record_outcome"]
+__all__ = ["hand_back", "record_outcome"]
 
 _DONE: Final = {
     RunOutcome.COMPLETED: "task completed",
@@ -136,3 +139,22 @@ async def record_outcome(
             log(logging.INFO, _DONE[outcome], f"task_{outcome.value}", **fields)
             return outcome, None
         return outcome, event
+
+
+async def hand_back(queue: WorkQueue, settings: Settings, task_id: str, fence: int) -> None:
+    """Hand ``task_id`` back for any worker to run at once, within a call's deadline;
+    a failure leaves it to its lease."""
+    task = settings.ref(task_id)
+    try:
+        async with asyncio.timeout(settings.timeout):
+            await queue.release(task_id, fence=fence)
+        log(logging.INFO, "task handed back", "task_released", task=task, fence=fence)
+    except (RedisTasksError, TimeoutError) as exc:
+        # Not handed back: the lease runs out and another worker reclaims it.
+        log(
+            logging.WARNING,
+            "hand back failed",
+            "release_failed",
+            task=task,
+            error=type(exc).__name__,
+        )

@@ -37,6 +37,9 @@ class Settings:
     #: Slots beyond ``concurrency`` that only newcomers' tasks may take, when every
     #: other slot is busy (see :mod:`.intake`).
     newcomer_slots: int = 0
+    #: Seconds a handler waits for its client's input before its task is parked
+    #: (``None``: never; see :class:`~redis_tasks.TaskExecution`).
+    park_after: float | None = 1.0
 
     @staticmethod
     def default_name() -> str:

@@ -1,43 +1,44 @@
-"""Every run in progress: claim, start, supervise, finish or hand back.
+"""Every run in progress: claim, start, supervise, finish, park or hand back.
 
-The pickup path is latency: a claimed task's handler is started in the step
-that received the claim (not one task hop later), and its slot is given back
-the moment the handler is done, before the outcome is written.
+The pickup path is latency: a claimed task's handler is started in the step that
+received the claim (not one task hop later), and its slot is given back the moment
+the handler is done, before the outcome is written.
 
-A run takes its slot from the lease its caller took (:class:`~.slots.SlotLease`)
-when it is admitted, and gives it back once its handler is done (or, if it was
-stopped, once the handler gave up), as it leaves the states that hold it
+A run takes its slot from the lease its caller took (:class:`~.slots.SlotLease`) when
+it is admitted, and gives it back once its handler is done (or, if it was stopped,
+once the handler gave up), as it leaves the states that hold it
 (:class:`~.run_state.RunState`). It leaves the worker in one place,
-:meth:`Runs.let_go`, on every path: an outcome written, a task handed back, a
-run that could not even start.
+:meth:`Runs.let_go`, on every path: an outcome written, a task parked or handed back,
+a run that could not even start.
 
 Each run is one asyncio task: its handler, then its outcome (or its hand-back). A
-handler task plus a supervisor task waiting on it cost a task, a future and a
-callback more per job, about a tenth of a draining worker's CPU (profiled). The
-worker stops a handler by cancelling the run's task while it is in the handler
-(:meth:`~.run_state.Run.abandon`); a handler that ignores that keeps its slot
-until it ends, except at shutdown, which hands its task back after the call
-timeout and leaves it to end on its own.
+handler task plus a supervisor task waiting on it cost a task, a future and a callback
+more per job, about a tenth of a draining worker's CPU (profiled). The worker stops a
+handler by cancelling the run's task while it is in the handler
+(:meth:`~.run_state.Run.abandon`); one that ignores that keeps its slot until it ends,
+except at shutdown, which hands its task back after the call timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from redis_tasks._errors import RedisTasksError
-from redis_tasks._execution import Handler, TaskExecution, TaskFailed
+from redis_tasks._execution import Handler, TaskExecution, TaskFailed, TaskParked
 from redis_tasks._lease import INTERNAL_ERROR, Claim, ClaimOutcome
 from redis_tasks._manager import TaskManager
 from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks._telemetry.traces import TRACES
 from redis_tasks._work_queue import WorkEntry, WorkQueue
 
-from .finish import record_outcome
+from .finish import hand_back, record_outcome
 from .log import frames, log
+from .parking import Parking, parked
 from .run_state import Run, RunOutcome, RunState, Settings, StopReason
 from .slots import Background, SlotLease
 
@@ -65,6 +66,8 @@ class Runs:
         self._claiming = 0  # claims sent and not yet answered
         self._claims_settled = asyncio.Event()
         self._claims_settled.set()
+        #: When waits for input park their tasks (:mod:`.parking`).
+        self.parking = Parking(self.active, settings.concurrency, self.holding_slots)
 
     def __len__(self) -> int:
         return len(self.active)
@@ -140,7 +143,7 @@ class Runs:
         held = self.latest.get(task_id)
         if held is not None and held.execution.fence == claim.fence:
             return  # started after all (a run holds this very lease)
-        self._background.spawn(self._release(task_id, claim.fence, self._settings.ref(task_id)))
+        self._background.spawn(hand_back(self._queue, self._settings, task_id, claim.fence))
 
     def start_reclaimed(self, entry: WorkEntry, slot: SlotLease) -> None:
         """Claim and run a reclaimed entry for ``slot``, a lease of one slot the caller
@@ -210,6 +213,10 @@ class Runs:
             attempt=claim.attempt,
             fence=claim.fence,
             input_poll=settings.input_poll,
+            parks=claim.parks,
+            park=functools.partial(self._queue.park, task_id, fence=claim.fence),
+            park_after=settings.park_after,
+            pressed=self.parking.pressed,
         )
         # From the claim that gave this worker the lease (None: no tracer).
         span = TRACES.run_span(task, entry.partition, claim.attempt, reclaimed, claim.trace_context)
@@ -257,6 +264,7 @@ class Runs:
         if METRICS.enabled and not run.reclaimed:
             # A reclaimed entry waited out a lease as well: that is no pickup.
             METRICS.pickup(run.enqueued_ago())
+        self.parking.took_a_slot()
 
     # -- running ----------------------------------------------------------------------
 
@@ -287,13 +295,13 @@ class Runs:
 
     async def _handle(self, run: Run) -> None:
         """Run the handler, give its slot back, then write its outcome; or, when the
-        worker abandoned it, hand the task back (at shutdown) instead.
+        worker abandoned it, hand the task back (at shutdown) instead; or nothing, when
+        the handler's wait parked its task.
 
         The slot comes back as soon as the handler is done, before its outcome is
-        written: ``concurrency`` bounds handlers, and a write in flight is no
-        handler. The next task starts one round trip sooner, which is what a
-        worker waiting on latency (not CPU) needs; writes in flight stay
-        bounded, since every task needs a claim first.
+        written: ``concurrency`` bounds handlers, and a write in flight is no handler.
+        The next task starts one round trip sooner (latency, not CPU, is what a worker
+        waits on); writes in flight stay bounded, since every task needs a claim first.
         """
         execution = run.execution
         outcome = RunOutcome.FAILED
@@ -304,10 +312,14 @@ class Runs:
             try:
                 value = await self._handler(execution)
                 outcome = RunOutcome.COMPLETED
+            except TaskParked:
+                pass  # see below
             except asyncio.CancelledError:
                 task = asyncio.current_task()
-                if not run.handling:
-                    pass  # the worker stopped it: see below
+                # Parked (an integration's wait may turn the park into a cancellation),
+                # or stopped by the worker: see below.
+                if execution.parked or not run.handling:
+                    pass
                 elif task is not None and task.cancelling():
                     raise  # the run itself is cancelled from outside: nothing is written
                 elif execution.cancelled.is_set():
@@ -337,6 +349,9 @@ class Runs:
                     fence=execution.fence,
                 )
                 error = type(exc).__name__
+        if execution.parked:
+            parked(run)  # given back while it waits for input: its answer queues it again
+            return
         if not run.handling:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -375,25 +390,8 @@ class Runs:
         run.move(RunState.HANDING_BACK)
         if run.stop_reason is StopReason.SHUTDOWN:
             execution = run.execution
-            await self._release(execution.task_id, execution.fence, run.task)
+            await hand_back(self._queue, self._settings, execution.task_id, execution.fence)
         if run.span is not None:
             # Handed back at shutdown is no error; a lease lost is.
             lost = run.stop_reason is StopReason.LEASE
             run.span.end("abandoned", "lease_lost" if lost else None)
-
-    async def _release(self, task_id: str, fence: int, task: str | None) -> None:
-        """Hand ``task_id`` back (``task``: how logs name it) for any worker to run at
-        once; a failure leaves it to its lease."""
-        try:
-            async with asyncio.timeout(self._settings.timeout):
-                await self._queue.release(task_id, fence=fence)
-            log(logging.INFO, "task handed back", "task_released", task=task, fence=fence)
-        except (RedisTasksError, TimeoutError) as exc:
-            # Not handed back: the lease runs out and another worker reclaims it.
-            log(
-                logging.WARNING,
-                "hand back failed",
-                "release_failed",
-                task=task,
-                error=type(exc).__name__,
-            )

@@ -1,7 +1,10 @@
 """How a stopping worker lets its runs go: a grace period, then stop and hand back.
 
-A graceful stop gives running handlers the grace period to end on their own (their
-outcomes are written as usual), then stops the rest: each stopped handler hands
+A graceful stop first parks the tasks whose handlers wait for their client's input
+(a person may answer in minutes: a stop does not wait for one; each is queued
+again by its answer, for any worker), then gives running handlers the grace
+period to end on their own (their outcomes are written as usual), then stops the
+rest: each stopped handler hands
 its task back itself, at once, for another worker to run (``release``: no attempt
 counted). A handler that ignores the stop for longer than one call's deadline has
 its task handed back from here and is left to end on its own; whatever it writes
@@ -26,6 +29,7 @@ async def drain(runs: Runs, grace: float, call_deadline: float) -> None:
     (``call_deadline``: the seconds one backend call may take)."""
     # Claims already sent still become runs; wait for them to register.
     await runs.claims_settled()
+    runs.parking.park_all()
     tasks = [r.runner for r in runs.active if r.runner]
     if tasks:
         log(

@@ -67,6 +67,15 @@ class Worker:
     to N newcomers' tasks start at once when every slot is busy, beyond
     ``concurrency`` (default 0: never more than ``concurrency`` handlers): with
     long tools, a busy worker's slots may free only when they end.
+
+    A handler that waits for its client's input (an elicitation, a sampling
+    request, an ``InputRequiredResult`` round) gives its slot back: after
+    ``park_after`` (default 1 s), or at once while every slot is taken, its task
+    is *parked* (no lease, no handler, no Redis command while it waits), and the
+    answer that completes the round queues it again; its handler then runs again
+    from the top, where answered rounds return at once (see
+    :class:`~redis_tasks.TaskExecution`). ``park_after=None`` keeps waiting
+    handlers in their slots, for handlers that cannot be re-run.
     """
 
     def __init__(
@@ -84,11 +93,14 @@ class Worker:
         input_poll_interval: timedelta = timedelta(seconds=1),
         whole_task_ids: bool | None = None,
         newcomer_slots: int = 0,
+        park_after: timedelta | None = timedelta(seconds=1),
     ) -> None:
         if concurrency < 1 or max_attempts < 1 or read_batch < 1:
             raise ValueError("concurrency, max_attempts and read_batch must be >= 1")
         if newcomer_slots < 0:
             raise ValueError("newcomer_slots must be >= 0")
+        if park_after is not None and park_after < timedelta(0):
+            raise ValueError("park_after must be >= 0 (or None: never park)")
         if lease < timedelta(milliseconds=100):
             raise ValueError("lease must be at least 100 ms")
         self.manager = manager
@@ -109,6 +121,7 @@ class Worker:
             timeout=queue.timeout,
             whole_task_ids=manager.whole_task_ids if whole_task_ids is None else whole_task_ids,
             newcomer_slots=newcomer_slots,
+            park_after=None if park_after is None else park_after.total_seconds(),
         )
         self._slots = Slots(concurrency, overflow=Slots(newcomer_slots))
         self._background = Background()

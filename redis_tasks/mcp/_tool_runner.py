@@ -41,7 +41,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 from pydantic import ValidationError as PydanticValidationError
 
 from redis_tasks._errors import ValidationError
-from redis_tasks._execution import Handler, TaskExecution, TaskFailed
+from redis_tasks._execution import Handler, TaskExecution, TaskFailed, TaskParked
 from redis_tasks._models import INPUT_METHODS, InputRequest, JsonRpcError
 
 from ._escalate import _PHASE
@@ -142,17 +142,23 @@ class _TaskChannel:
                 if self._waiting and not asked.keys() & answers.keys():
                     await self._execution.wait_for_input()
         except BaseException as exc:
-            # Cancellation requested, a lost lease, Redis down: every waiter learns it.
+            # Cancellation requested, a lost lease, Redis down, the task parked: every
+            # waiter learns it (a park as itself: it ends the handler the same way).
+            parked = isinstance(exc, TaskParked)
             for future in self._answers.values():
                 if not future.done():
                     future.set_exception(
-                        exc if isinstance(exc, Exception) else asyncio.CancelledError()
+                        exc if parked or isinstance(exc, Exception) else asyncio.CancelledError()
                     )
-            if not isinstance(exc, Exception):
+            if not parked and not isinstance(exc, Exception):
                 raise
 
     async def ask_round(self, requests: Mapping[str, InputRequest]) -> dict[str, Any]:
-        """One ``InputRequiredResult`` round: every request must be answered."""
+        """One ``InputRequiredResult`` round: every request must be answered. The tool
+        returned (it is built to be called again with the answers), so the task parks
+        at once rather than after the worker's ``park_after`` (unless the answers are
+        recorded already: a re-run replays them)."""
+        self._execution.park_now()
         return await self._execution.request_input(requests)
 
     async def notify(

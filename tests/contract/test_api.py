@@ -44,6 +44,7 @@ EXPORTED = [
     "TaskMatches",
     "TaskNotFoundError",
     "TaskOrigin",
+    "TaskParked",
     "TaskRequestContext",
     "TaskStatus",
     "TaskTerminalError",

@@ -38,11 +38,15 @@ pytestmark = pytest.mark.slow
 
 _APP = "tests/support/fastmcp_app.py"
 _KEY = secrets.token_urlsafe(32)
+_WORKER = ("--lease", "2", "--park-after", "0")
+_PARKED = '"event": "task_parked"'
 
 
 @pytest.fixture(scope="module")
 def stack(redis_server: RedisServer) -> Iterator[McpStack]:
-    """Servers A and B and one worker (lease 2 s), under a prefix of this module's own."""
+    """Servers A and B and one worker (lease 2 s), under a prefix of this module's own.
+    The worker parks a task as soon as its tool waits for input (``--park-after 0``):
+    ``ctx.elicit`` and the guard pattern both go through a park and a resume."""
     with tempfile.TemporaryDirectory(prefix="redis-tasks-fastmcp-") as directory:
         stack = McpStack(
             redis_server.url,
@@ -55,7 +59,7 @@ def stack(redis_server: RedisServer) -> Iterator[McpStack]:
         try:
             stack.start_server("server-a")
             stack.start_server("server-b")
-            stack.start_worker(options=("--lease", "2"))
+            stack.start_worker(options=_WORKER)
             yield stack
         finally:
             stack.stop()
@@ -147,6 +151,7 @@ async def test_logs_and_progress_are_the_status_and_cancel_reaches_the_tool(
 async def test_input_rounds_imperative_and_guarded(
     stack: McpStack, tool: str, answer_key: str, expected: str
 ) -> None:
+    parks = stack.log_text().count(_PARKED)
     task_id = await _create(stack, 0, tool)
     asked = await _until(stack, task_id, _status("input_required"))
     assert list(asked["inputRequests"]) == [answer_key]
@@ -158,13 +163,15 @@ async def test_input_rounds_imperative_and_guarded(
     assert "error" not in reply, reply
     done = await _until(stack, task_id, _status("completed", "failed"))
     assert done["result"]["content"][0]["text"] == expected, done
+    # The wait parked the task; its answer ran the tool again.
+    assert stack.log_text().count(_PARKED) == parks + 1
 
 
 async def test_a_tool_the_workers_app_lacks_fails_its_task_at_once(stack: McpStack) -> None:
     worker = stack.processes[2]
     worker.terminate()
     worker.wait(timeout=30)
-    stack.start_worker(env={"RT_TEST_DROP_TOOL": "vanishing"}, options=("--lease", "2"))
+    stack.start_worker(env={"RT_TEST_DROP_TOOL": "vanishing"}, options=_WORKER)
     task_id = await _create(stack, 0, "vanishing")
     failed = await _until(stack, task_id, _status("failed", "completed"))
     assert failed["status"] == "failed", failed
@@ -178,7 +185,7 @@ async def test_a_worker_killed_mid_tool_loses_no_task(stack: McpStack) -> None:
     running = [p for p in stack.processes if p.poll() is None][-1]  # the newest worker
     running.send_signal(signal.SIGKILL)
     running.wait(timeout=30)
-    stack.start_worker(options=("--lease", "2"))
+    stack.start_worker(options=_WORKER)
     done = await _until(stack, task_id, _status("completed", "failed"), within=60)
     assert done["status"] == "completed", done
     assert done["result"]["structuredContent"] == {"result": f"waited {label}"}

@@ -72,17 +72,22 @@ A, B = 0, 1
 def stack(request: pytest.FixtureRequest) -> Iterator[McpStack]:
     """Servers A and B and a worker on one standalone server, under a prefix of this
     module's own. A stack per server: pytest runs the module's tests on one, in file
-    order, before starting the next."""
+    order, before starting the next. The worker parks a task as soon as its tool
+    waits for input (``--park-after 0``): every elicitation, sampling request, roots
+    request and input round of these tests goes through a park and a resume, the
+    tool run again from the top with its answered rounds replayed."""
     url = server_url(request, request.param)
     with tempfile.TemporaryDirectory(prefix="redis-tasks-mcp-") as directory:
         stack = McpStack(url, f"m{uuid.uuid4().hex[:10]}", Path(directory))
         try:
-            stack.start()
+            stack.start(("--park-after", "0"))
             yield stack
         finally:
             stack.stop()
+        logged = stack.log_text()
         # No process logged a whole task ID in the module's every test (issue 30).
-        assert whole_task_ids(stack.log_text()) == []
+        assert whole_task_ids(logged) == []
+        assert '"event": "task_parked"' in logged
 
 
 def check_task_shape(task: dict[str, Any], result_type: str) -> None:

@@ -153,7 +153,8 @@ TINY_ARGS = ["--tasks", "200", "--rounds", "1", "--pickups", "3", "--workers", "
              "--notifies", "3", "--limit-requests", "300", "--memory-tasks", "200", *MCP_TINY,
              "--fair-tasks", "60", "--fair-concurrency", "4", "--fair-handler-ms", "5",
              "--fair-late", "2", "--fair-tenants", "5", "--fair-tenant-tasks", "4",
-             "--fair-weighted-tasks", "8", "--json", "-", "--quiet"]  # fmt: skip
+             "--fair-weighted-tasks", "8", "--park-tasks", "40", "--park-late", "4",
+             "--park-answered", "10", "--park-idle-s", "0.5", "--json", "-", "--quiet"]  # fmt: skip
 
 
 def test_every_scenario_runs_against_a_cluster_node_s_url(redis_cluster: RedisCluster) -> None:
@@ -170,7 +171,7 @@ def test_every_scenario_runs_against_a_cluster_node_s_url(redis_cluster: RedisCl
     assert ours["drain"]["1"]["rate"] > 0
     assert len(ours["drain"]["1"]["redis_us_per_job_by_primary"]) == 3
     assert ours["pickup"]["samples"] == 3
-    for scenario in ("lifecycle", "find", "notify", "limit", "memory", "fairness"):
+    for scenario in ("lifecycle", "find", "notify", "limit", "memory", "fairness", "parking"):
         assert results[scenario], scenario
     assert ours["memory"]["bytes_per_job"] > 0
     assert results["mcp"]["completed"] == 40
@@ -480,6 +481,7 @@ def test_the_table_and_the_plot(tmp_path: Path) -> None:
 def test_the_scenarios_are_the_documented_ones() -> None:
     assert SCENARIOS == (
         "limit", "drain", "pickup", "lifecycle", "find", "notify", "memory", "mcp", "fairness",
+        "parking",
     )  # fmt: skip
 
 
@@ -574,6 +576,38 @@ def test_fairness_takes_only_the_parts_asked_with_newcomer_slots(
     )  # fmt: skip
     assert refused.returncode == 2
     assert "give some of fair,fifo,tenants,weights" in refused.stderr
+
+
+def test_parked_tasks_leave_the_worker_to_another_tenant(redis_server: RedisServer) -> None:
+    """``bench parking``, small: every asked task parked, none inside the worker, each
+    answered one resumed and completed once, and the worker stopped at once."""
+    url = redis_server.url
+    before = bench_keys(url)
+    done = subprocess.run(
+        [sys.executable, "-m", "redis_tasks", "bench", "parking", "--redis-url", url,
+         "--park-tasks", "60", "--park-concurrency", "4", "--park-late", "5",
+         "--park-answered", "20", "--park-idle-s", "0.5", "--rounds", "1", "--json", "-",
+         "--quiet"],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    parking = results["parking"]
+    assert parking["handlers_inside"] == 0
+    assert (parking["answered"], parking["resumed"], parking["completed"]) == (20, 20, 20)
+    assert parking["resumed_twice"] == parking["completed_twice"] == 0
+    assert parking["stop_codes"] == [0]
+    assert parking["memory_per_parked"] > 0
+    for figure in ("idle_b", "beside_b", "resume", "answer_call", "resume_after_accepted"):
+        row = parking[figure]
+        assert 0 <= row["p50"] <= row["p99"] <= row["max"], figure
+    targets = results["ratios"]["targets"]
+    assert targets["parking_every_answered_task_resumes_and_completes_once"]["met"]
+    assert targets["parking_sigterm_under_2s"]["stop_s"] == parking["stop_s"]
+    assert "answer-to-resume" in table(results)
+    assert bench_keys(url) == before
+    assert url not in done.stdout
+    assert "user:" not in done.stdout  # no partition key, no tenant
 
 
 def test_the_side_channel_script_s_ks_test() -> None:

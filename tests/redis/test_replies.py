@@ -26,7 +26,7 @@ from redis_tasks._redis import replies
 OK = int(ReturnCode.OK)
 ORIGIN = TaskOrigin.from_persisted_state({"endpoint": "e"}).to_persisted_string().encode()
 SECRET = b"secret-payload-7f3a"
-RUN = [OK, 4, 2, ORIGIN, SECRET, b""]
+RUN = [OK, 4, 2, ORIGIN, SECRET, b"", b"3"]
 FIELDS: list[Any] = [b"v"] * len(SNAPSHOT_FIELDS)
 
 # (reader, a reply that fits, the script the reader names)
@@ -86,13 +86,16 @@ def test_a_fitting_reply_reads_as_its_header_says() -> None:
     assert requests == [b"k", SECRET]
     assert replies.flag([OK, 0], "renew") is False
     run = replies.claim([OK, 1, RUN])
-    assert (run.outcome, run.fence, run.attempt, run.payload, run.backlog) == (
+    assert (run.outcome, run.fence, run.attempt, run.payload, run.backlog, run.parks) == (
         ClaimOutcome.RUN,
         4,
         2,
         SECRET,
         True,
+        3,
     )
+    with pytest.raises(InternalError):  # parks is a count
+        replies.claim([OK, 0, [*RUN[:-1], b"-1"]])
     settled = replies.claim_batch([OK, b"1-0", b"", [int(ReturnCode.CANCELLED)]])
     assert settled == [("1-0", None, replies.claim([OK, 0, [int(ReturnCode.CANCELLED)]]))]
     assert settled[0][2].outcome is ClaimOutcome.CANCELLED

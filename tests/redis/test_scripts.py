@@ -177,12 +177,14 @@ def _refused_at_load(tmp_path: Path, file: str, old: str, new: str, complaint: s
 def test_each_script_gets_the_includes_it_names_and_what_they_need() -> None:
     assert lua.scripts["find"].includes == ("common",)
     # claim.lua names common, keys, work and claim; claim needs tenants (which needs
-    # common, keys and work) and terminal: each include comes after those it needs.
+    # common, keys and work) and terminal (which needs waiting): each include comes
+    # after those it needs.
     assert lua.scripts["claim"].includes == (
         "common",
         "keys",
         "work",
         "tenants",
+        "waiting",
         "terminal",
         "claim",
     )
@@ -191,6 +193,7 @@ def test_each_script_gets_the_includes_it_names_and_what_they_need() -> None:
         "keys",
         "work",
         "tenants",
+        "waiting",
         "terminal",
         "claim",
     )
@@ -242,6 +245,7 @@ def test_the_order_includes_are_named_in_does_not_matter(tmp_path: Path) -> None
         "keys",
         "work",
         "tenants",
+        "waiting",
         "terminal",
         "claim",
     )
@@ -407,13 +411,27 @@ def test_a_binding_puts_named_arguments_in_header_order() -> None:
         events="e",
         signals="s",
         grant="g",
+        work="w",
+        stats="st",
         task_id="1.x",
         binding="b",
         event_opts="100",
+        fair=1,
         responses=[b"k1", b"kinds1", b"body1", b"k2", b"kinds2", b"body2"],
     )
-    assert call[1] == ("t", "r", "a", "j", "e", "s", "g")
-    assert call[2] == ("1.x", "b", "100", b"k1", b"kinds1", b"body1", b"k2", b"kinds2", b"body2")
+    assert call[1] == ("t", "r", "a", "j", "e", "s", "g", "w", "st")
+    assert call[2] == (
+        "1.x",
+        "b",
+        "100",
+        1,
+        b"k1",
+        b"kinds1",
+        b"body1",
+        b"k2",
+        b"kinds2",
+        b"body2",
+    )
 
 
 @pytest.mark.parametrize(
@@ -454,7 +472,7 @@ def test_a_binding_that_misplaces_an_argument_is_refused() -> None:
     [
         ("take_answers.lua", "1 fence", "1 fencing"),
         ("take_answers.lua", "1 fence", "1 fence\n    2 extra"),
-        ("update.lua", "4.. responses", "4 responses"),
+        ("update.lua", "5.. responses", "5 responses"),
         ("find.lua", "    3 grant", "    3 grant\n    4 more"),
     ],
 )

@@ -90,11 +90,12 @@ class McpStack:
         wait_listening(port, process)
         return len(self.ports) - 1
 
-    def start(self) -> None:
-        """Start server A, server B and one worker; return once the servers listen."""
+    def start(self, worker_options: Sequence[str] = ()) -> None:
+        """Start server A, server B and one worker (``worker_options``: more of
+        ``redis-tasks worker``'s); return once the servers listen."""
         for name in ("server-a", "server-b"):
             self.start_server(name)
-        self.start_worker()
+        self.start_worker(options=worker_options)
 
     def start_worker(
         self, env: Mapping[str, str] | None = None, options: Sequence[str] = ()

@@ -141,7 +141,7 @@ async def test_a_task_killed_while_waiting_for_input_replays_to_the_recorded_ans
 async def test_input_round_trip_across_processes(
     fleet: Fleet, manager: RedisTaskManager, control: Redis
 ) -> None:
-    fleet.start()
+    fleet.start("--park-after", "60")  # answered in the run that asked (parking: below)
     task_id = await create(manager, mode="ask")
     started = await next_start(control, fleet)
 
@@ -154,6 +154,49 @@ async def test_input_round_trip_across_processes(
     await go(control, fleet, started)
     done = await terminal(manager, task_id)
     assert done.result["answers"] == {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER}
+
+
+async def test_a_parked_task_resumes_on_another_worker_once_through_a_kill_mid_resume(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    """A worker parks its waiting task at once and stops without waiting for anyone;
+    the answers, given through this process, queue it again; another worker resumes
+    it from the top (the answered round returns at once) and is killed mid-resume; a
+    third reclaims it after the lease and completes it, once."""
+    first = fleet.start("--lease", "1", "--park-after", "0")
+    task_id = await create(manager, mode="ask")
+    started = await next_start(control, fleet)
+
+    async def parked() -> bool:
+        seen = await manager.inspect_task(task_id)
+        return seen is not None and seen.entry_state == "parked"
+
+    await wait_until(parked, what="the task parked")
+    first.signal(signal.SIGTERM)
+    assert first.process.wait(timeout=30) == 0  # it held nothing: no grace to wait out
+    second = fleet.start("--lease", "1")
+    await manager.update_task(
+        TaskUpdateContext(ALICE, task_id, {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER})
+    )
+    resumed = await next_start(control, fleet)
+    assert resumed["pid"] == second.process.pid
+    assert resumed["fence"] > started["fence"]
+    assert resumed["attempt"] == 1  # a park is no attempt
+    popped = await control.blpop([f"{fleet.namespace}:answered"], timeout=30)
+    assert popped is not None
+    assert json.loads(popped[1])["fence"] == resumed["fence"]
+    second.signal(signal.SIGKILL)  # mid-resume: past its wait, before its outcome
+    second.process.wait(timeout=30)
+
+    fleet.start("--lease", "1")
+    again = await next_start(control, fleet)
+    assert (again["attempt"], again["fence"] > resumed["fence"]) == (2, True)
+    await go(control, fleet, again)
+    task = await terminal(manager, task_id)
+    assert task.status is TaskStatus.COMPLETED
+    assert task.result["answers"] == {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER}
+    assert task.result["fence"] == again["fence"]
+    assert await recorded(fleet.workers, {task_id}) == {task_ref(task_id): 1}
 
 
 async def test_a_poison_task_that_crashes_its_worker_fails_after_max_attempts(
