@@ -29,7 +29,9 @@
                      eleven per pending entry, '' where the task (or the entry) is
                      gone; `tenant` is the record's tenant digest (`tn`)
     stats            the stats hash, {field, value, ...}
-    waiting          {ZCARD ring, ZCARD parked}: the tenants with tasks waiting
+    waiting          {ZCARD ring, ZCARD parked, parked tasks}: the tenants with
+                     tasks waiting, then the tasks waiting for their client's input
+                     (held by no worker; the partition's `waiting` set, not expired)
     queues           {tenant, queue_length, oldest_created_ms, parked, ...}: four
                      per sampled tenant; oldest_created_ms is the `ca` of the task
                      at the head of its queue ('' when that task is gone), parked
@@ -61,7 +63,8 @@ end
 -- A member names a key after this partition's tag, so even a foreign member
 -- could only name a key of this slot.
 local function tenant_queues()
-  local waiting = {redis.call('ZCARD', ring_key), redis.call('ZCARD', parked_key)}
+  local waiting = {redis.call('ZCARD', ring_key), redis.call('ZCARD', parked_key),
+    redis.call('ZCOUNT', tag .. KEY_WAITING, '(' .. int_text(now_ms()), '+inf')}
   local queues = {}
   local budget = sample
   for i, set_key in ipairs({ring_key, parked_key}) do

@@ -33,7 +33,8 @@ ORDERS: Final = ("open", "queued", "running", "refused")
 class TenantRow:
     """One tenant over the partitions read: its open, running and queued tasks, its
     refused creates by reason (the last day), its plan's terms (``None``: none kept),
-    and whether it waits in a ring or is parked at its cap somewhere."""
+    whether it waits in a ring or is parked at its cap somewhere, and its tasks
+    waiting for their client's input (parked tasks: held by no worker)."""
 
     tenant: str
     open: int = 0
@@ -43,6 +44,7 @@ class TenantRow:
     plan: Mapping[str, object] | None = None
     waiting: bool = False
     parked: bool = False
+    waiting_for_input: int = 0
 
     @property
     def refused_total(self) -> int:
@@ -60,6 +62,7 @@ class TenantRow:
             plan=self.plan or other.plan,
             waiting=self.waiting or other.waiting,
             parked=self.parked or other.parked,
+            waiting_for_input=self.waiting_for_input + other.waiting_for_input,
         )
 
     def to_json(self, names: Mapping[str, str]) -> dict[str, Any]:
@@ -74,6 +77,7 @@ class TenantRow:
             "plan": None if self.plan is None else dict(self.plan),
             "waiting": self.waiting,
             "parked": self.parked,
+            "waiting_for_input": self.waiting_for_input,
         }
 
 
@@ -100,10 +104,10 @@ class TenantReport:
 
     @staticmethod
     def parse(flat: list[Any]) -> list[TenantRow]:
-        """The rows of one partition's ``inspect_tenants`` reply (eight a tenant)."""
+        """The rows of one partition's ``inspect_tenants`` reply (nine a tenant)."""
         out = []
-        for i in range(0, len(flat) - 7, 8):
-            tenant, open_, running, queued, terms, quota, rate, waiting = flat[i : i + 8]
+        for i in range(0, len(flat) - 8, 9):
+            tenant, open_, running, queued, terms, quota, rate, waiting, asking = flat[i : i + 9]
             text = terms.decode() if isinstance(terms, bytes) else str(terms)
             out.append(
                 TenantRow(
@@ -115,6 +119,7 @@ class TenantReport:
                     plan=parse_plan(text) if text else None,
                     waiting=int(waiting) == 1,
                     parked=int(waiting) == 2,
+                    waiting_for_input=int(asking),
                 )
             )
         return out
@@ -153,6 +158,7 @@ class TenantReport:
             "open": sum(r.open for r in rows),
             "running": sum(r.running for r in rows),
             "queued": sum(r.queued for r in rows),
+            "waiting_for_input": sum(r.waiting_for_input for r in rows),
             "refused": {
                 reason: sum(r.refused.get(reason, 0) for r in rows) for reason in REFUSED_FIELDS
             },
@@ -186,7 +192,8 @@ def render_tenants(report: TenantReport, names: Mapping[str, str], *, top: int) 
         f"tenants: {len(rows)} over {report.partitions} partition(s)"
         + ("" if report.complete else " (sampled: more than --sample in some partition)"),
         f"  open {sum(r.open for r in rows)}, running {sum(r.running for r in rows)}, "
-        f"queued {sum(r.queued for r in rows)}; refused in the last day: "
+        f"queued {sum(r.queued for r in rows)}, waiting for input "
+        f"{sum(r.waiting_for_input for r in rows)}; refused in the last day: "
         + ", ".join(f"{reason} {count}" for reason, count in refused.items()),
     ]
 
@@ -197,14 +204,15 @@ def render_tenants(report: TenantReport, names: Mapping[str, str], *, top: int) 
         lines.append("")
         lines.append(title)
         lines.append(
-            f"  {'tenant':<14}{'open':>7}{'running':>9}{'queued':>8}{'refused':>9}  state    plan"
+            f"  {'tenant':<14}{'open':>7}{'running':>9}{'queued':>8}{'input':>7}{'refused':>9}"
+            "  state    plan"
         )
         for key, row in found:
             state = "parked" if row.parked else "waiting" if row.waiting else "-"
             lines.append(
                 f"  {row.tenant:<14}{row.open:>7}{row.running:>9}{row.queued:>8}"
-                f"{row.refused_total:>9}  {state:<8} {_plan_text(row.plan)}"
-                + (f"  [key {key!r}]" if key is not None else "")
+                f"{row.waiting_for_input:>7}{row.refused_total:>9}  {state:<8} "
+                f"{_plan_text(row.plan)}" + (f"  [key {key!r}]" if key is not None else "")
             )
 
     for order in ORDERS:

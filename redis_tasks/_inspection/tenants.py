@@ -74,6 +74,8 @@ class PartitionTenants:
     ring: int = 0
     parked: int = 0
     queues: tuple[TenantQueue, ...] = ()
+    #: Tasks waiting for their client's input, held by no worker (parked tasks).
+    waiting_for_input: int = 0
     deferred: int = 0
     refused: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(REFUSED_FIELDS, 0))
 
@@ -98,6 +100,7 @@ class PartitionTenants:
             queued=max(stats.get(QUEUED_FIELD, 0), 0),
             ring=int(waiting[0]),
             parked=int(waiting[1]),
+            waiting_for_input=int(waiting[2]) if len(waiting) > 2 else 0,
             queues=tuple(queues),
             deferred=stats.get(DEFERRED_FIELD, 0),
             refused={reason: stats.get(name, 0) for reason, name in REFUSED_FIELDS.items()},
@@ -125,6 +128,7 @@ class PartitionTenants:
             "queued": self.queued,
             "waiting": self.waiting,
             "parked": self.parked,
+            "waiting_for_input": self.waiting_for_input,
             "sampled": self.sampled,
             "deferred": self.deferred,
             "refused": dict(self.refused),
@@ -204,6 +208,8 @@ class TenantSummary:
         self.waiting = sum(t.waiting for t in parts)
         #: Of those, the parked ones (at their concurrency cap).
         self.parked = sum(t.parked for t in parts)
+        #: Tasks waiting for their client's input, held by no worker.
+        self.waiting_for_input = sum(t.waiting_for_input for t in parts)
         #: Claims deferred by a cap, creates refused by reason, all partitions.
         self.deferred = sum(t.deferred for t in parts)
         self.refused = {r: sum(t.refused.get(r, 0) for t in parts) for r in REFUSED_FIELDS}
@@ -257,6 +263,7 @@ class TenantSummary:
             "waiting": self.waiting,
             "distinct": self.distinct,
             "parked": self.parked,
+            "waiting_for_input": self.waiting_for_input,
             "sampled": self.sampled,
             "leases_sampled": self.leases_sampled,
             "deferred": self.deferred,

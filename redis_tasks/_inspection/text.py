@@ -169,6 +169,7 @@ def _tenants_line(tenants: TenantSummary) -> str:
         f"tenants    waiting {tenants.waiting:,} (counted per partition;"
         f" {tenants.distinct:,} distinct{' read' if tenants.sampled else ''})"
         f"  parked {tenants.parked:,}  deferred {tenants.deferred:,}"
+        f"  tasks waiting for input {tenants.waiting_for_input:,}"
         f"  refused quota {refused.get('quota', 0):,}  rate {refused.get('rate', 0):,}"
     )
 

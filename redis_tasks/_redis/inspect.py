@@ -191,7 +191,7 @@ async def _tenants_of(
         )
     )
     _, _, complete, flat = shaped(reply, "inspect_tenants", int, int, int, list)
-    return TenantReport.parse(list(flat_records(flat, "inspect_tenants", 8))), complete == 1
+    return TenantReport.parse(list(flat_records(flat, "inspect_tenants", 9))), complete == 1
 
 
 async def inspect_tenants(

@@ -740,9 +740,11 @@ async def test_the_tenants_command_names_a_tenant_only_when_asked(
     text = await asyncio.to_thread(_cli_command, "tenants", *common)
     assert text.returncode == 0, text.stderr
     assert "tenants: 3 over 4 partition(s)" in text.stdout
-    assert "open 6, running 2, queued 4; refused in the last day: quota 1, rate 1" in (text.stdout)
+    totals = "open 6, running 2, queued 4, waiting for input 0; refused in the last day: quota 1"
+    assert f"{totals}, rate 1" in text.stdout
     by_open = text.stdout.split("top 10 by open:\n", 1)[1].splitlines()
-    assert by_open[1].split()[:6] == [named, "4", "1", "3", "1", "parked"]
+    # tenant, open, running, queued, waiting for input, refused, state
+    assert by_open[1].split()[:7] == [named, "4", "1", "3", "0", "1", "parked"]
     assert "w1 open<=4 run<=1 0.1/s burst 6" in by_open[1]
     as_json = json.loads(
         (await asyncio.to_thread(_cli_command, "tenants", *common, "--json")).stdout
@@ -762,3 +764,39 @@ async def test_the_tenants_command_names_a_tenant_only_when_asked(
     refused = await asyncio.to_thread(_cli_command, "tenants", *common, "--top", "0")
     assert refused.returncode == 2
     assert "--top must be 1 to 1000" in refused.stderr
+
+
+async def test_a_parked_task_shows_apart_in_every_view(make_backend: BackendFactory) -> None:
+    """A task waiting for its client's input that no worker holds: ``inspect TASK``
+    says so (and how many times it was parked), the partition's summary and the
+    tenant's row count it apart from the tenants parked at their cap; its answer
+    takes it out of every count."""
+    async with make_backend(partitions=1) as backend:
+        m = backend.manager
+        assert isinstance(m, RedisTaskManager)
+        task_id = (await m.create_task(ALICE, SECRET_ORIGIN)).task_id
+        ((entry, claim),) = await m.work_queue.claim_next(
+            0, consumer="w1", count=1, lease=LEASE, max_attempts=5
+        )
+        assert entry.task_id == task_id
+        await m.request_input(task_id, {"q": ELICIT}, fence=claim.fence)
+        assert await m.work_queue.park(task_id, fence=claim.fence)
+        seen = await m.inspect_task(task_id)
+        assert seen is not None
+        assert (seen.entry_state, seen.parks, seen.lease_owner) == ("parked", 1, None)
+        assert "parked: waiting for input, held by no worker" in "\n".join(render_task(seen))
+        inspection = await m.inspect()
+        assert inspection.tenants.waiting_for_input == 1
+        assert inspection.tenants.parked == 0  # no tenant at its cap
+        text = render_inspection(inspection, prefix="rt", expiring_ms=10_000)
+        assert "tasks waiting for input 1" in "\n".join(text)
+        report = await m.inspect_tenants()
+        assert [r.waiting_for_input for r in report.rows.values()] == [1]
+        assert report.to_json()["waiting_for_input"] == 1
+        assert (await m.work_queue.depth(0)).waiting_for_input == 1
+        await m.update_task(TaskUpdateContext(ALICE, task_id, {"q": ELICIT_ANSWER}))
+        assert (await m.inspect()).tenants.waiting_for_input == 0
+        assert (await m.work_queue.depth(0)).waiting_for_input == 0
+        seen = await m.inspect_task(task_id)
+        assert seen is not None
+        assert seen.entry_state != "parked"

@@ -126,6 +126,7 @@ function render(state) {
   set("tenants-waiting", number(tenants.waiting));
   set("queued", number(tenants.queued));
   set("tenants-parked", number(tenants.parked));
+  set("waiting-for-input", number(tenants.waiting_for_input));
   set("deferred", number(tenants.deferred));
   set("refused-quota", number(tenants.refused.quota));
   set("refused-rate", number(tenants.refused.rate));
