@@ -350,20 +350,24 @@ async def test_an_idle_entry_is_reclaimed_and_the_new_claim_fences_out_the_old(
 
 
 async def test_reclaim_scans_from_its_cursor_count_at_a_time(subject: Subject) -> None:
+    # Half a second of idleness, not SHORT: the last check must come within it of the
+    # first takeover, five round trips on a cluster that a loaded machine stretched
+    # past 200 ms.
+    idle = timedelta(milliseconds=500)
     for _ in range(3):
         await new_task(subject)
     entries = await read_all(subject, "w1")
-    await asyncio.sleep(PAST_SHORT)
+    await asyncio.sleep(idle.total_seconds() + 0.15)
     ids = [e.entry_id for e in entries]
-    cursor, taken = await reclaim(subject, "w2", count=1)
+    cursor, taken = await reclaim(subject, "w2", idle, count=1)
     assert ([e.entry_id for e in taken], cursor) == (ids[:1], ids[1])
-    cursor, taken = await reclaim(subject, "w2", cursor=cursor, count=1)
+    cursor, taken = await reclaim(subject, "w2", idle, cursor=cursor, count=1)
     assert ([e.entry_id for e in taken], cursor) == (ids[1:2], ids[2])
-    cursor, taken = await reclaim(subject, "w2", cursor=cursor, count=1)
+    cursor, taken = await reclaim(subject, "w2", idle, cursor=cursor, count=1)
     assert ([e.entry_id for e in taken], cursor) == (ids[2:], START)
     assert await subject.pending() == dict.fromkeys(ids, "w2")
     # Each was just taken over, so none is idle any more.
-    assert await reclaim(subject, "w3") == (START, [])
+    assert await reclaim(subject, "w3", idle) == (START, [])
 
 
 async def test_reclaim_drops_a_pending_entry_deleted_from_the_stream(subject: Subject) -> None:
