@@ -88,6 +88,7 @@ class TaskExecution:
         "_pressed",
         "_round",
         "_task_id",
+        "_waiters",
         "_waiting_since",
         "attempt",
         "cancelled",
@@ -109,6 +110,7 @@ class TaskExecution:
         park: Callable[[], Awaitable[bool]] | None = None,
         park_after: float | None = None,
         pressed: Callable[[], bool] | None = None,
+        waiters: set[TaskExecution] | None = None,
     ) -> None:
         self._manager = manager
         self._task_id = task_id
@@ -135,8 +137,11 @@ class TaskExecution:
         # never), and since when (monotonic) this run's round has been unanswered.
         self._park = park
         self._park_after = park_after if park is not None else None
-        # Whether the worker wants the slot now (every slot taken): a wait parks at once.
+        # Whether the worker wants the slot now (every slot taken): a wait parks at once;
+        # and the worker's set of waiting executions, which this one joins while its
+        # round is unanswered (so that a start that takes the last slot finds it).
         self._pressed = pressed
+        self._waiters = waiters
         self._waiting_since: float | None = None
         # Set by park_now (the worker stops): a wait parks at once.
         self._park_now = asyncio.Event()
@@ -165,7 +170,7 @@ class TaskExecution:
         """Publish a progress message (status ``working``)."""
         await self._manager.mark_working(self._task_id, status_message, fence=self._fence)
         self._round = None  # working supersedes the outstanding round
-        self._waiting_since = None
+        self._wait_since(None)
 
     async def request_input(
         self,
@@ -206,14 +211,14 @@ class TaskExecution:
         unanswered = requests.keys() - answers.keys()
         if not unanswered:
             self._round = None
-            self._waiting_since = None
+            self._wait_since(None)
         else:
             asked = (frozenset(unanswered), status_message)
             if asked != self._round:
                 self._round = asked
                 METRICS.input_round()
             if self._waiting_since is None:
-                self._waiting_since = time.monotonic()
+                self._wait_since(time.monotonic())
         return answers
 
     async def wait_for_input(self, *, park: bool = True) -> None:
@@ -255,7 +260,17 @@ class TaskExecution:
             raise TaskParked()
         # Not parked: the wait starts over, so a round answered in part is not asked
         # to park again at every poll.
-        self._waiting_since = time.monotonic()
+        self._wait_since(time.monotonic())
+
+    def _wait_since(self, since: float | None) -> None:
+        """This run's round has been unanswered since ``since`` (monotonic; ``None``: it
+        is answered, or superseded): kept, and told to the worker's set of waiters."""
+        self._waiting_since = since
+        if self._waiters is not None:
+            if since is None:
+                self._waiters.discard(self)
+            else:
+                self._waiters.add(self)
 
     @property
     def waiting(self) -> bool:

@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from redis_tasks._execution import TaskExecution
 from redis_tasks._telemetry.metrics import METRICS
 
 from .log import log
@@ -32,21 +33,20 @@ __all__ = ["Parking", "parked"]
 class Parking:
     """When the runs of one worker park their waits (see the module)."""
 
-    def __init__(self, active: set[Run], concurrency: int, holding: Callable[[], int]) -> None:
+    def __init__(self, active: set[Run], pressed: Callable[[], bool]) -> None:
         self._active = active
-        self._concurrency = concurrency
-        self._holding = holding
-
-    def pressed(self) -> bool:
-        """Whether every handler slot is taken: a wait for input parks at once."""
-        return self._holding() >= self._concurrency
+        #: Whether every handler slot is taken (the worker's slots: O(1), asked at
+        #: every start and every wait).
+        self.pressed = pressed
+        #: The executions whose last round is unanswered (they add and remove
+        #: themselves): a drain has none, and a start looks at no run.
+        self.waiting: set[TaskExecution] = set()
 
     def took_a_slot(self) -> None:
         """A run just took a slot: if it was the last, the waiting handlers park now."""
-        if self.pressed():
-            for run in self._active:
-                if run.handling and run.execution.waiting:
-                    run.execution.notify_changed()  # it looks again, and parks
+        if self.waiting and self.pressed():
+            for execution in list(self.waiting):
+                execution.notify_changed()  # it looks again, and parks
 
     def park_all(self) -> None:
         """Park every task whose handler waits for input, now or at its next wait."""

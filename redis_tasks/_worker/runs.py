@@ -25,7 +25,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis_tasks._errors import RedisTasksError
@@ -55,6 +55,7 @@ class Runs:
         handler: Handler,
         settings: Settings,
         background: Background,
+        pressed: Callable[[], bool],
     ) -> None:
         self._manager = manager
         self._queue = queue
@@ -67,7 +68,7 @@ class Runs:
         self._claims_settled = asyncio.Event()
         self._claims_settled.set()
         #: When waits for input park their tasks (:mod:`.parking`).
-        self.parking = Parking(self.active, settings.concurrency, self.holding_slots)
+        self.parking = Parking(self.active, pressed)
 
     def __len__(self) -> int:
         return len(self.active)
@@ -217,6 +218,7 @@ class Runs:
             park=functools.partial(self._queue.park, task_id, fence=claim.fence),
             park_after=settings.park_after,
             pressed=self.parking.pressed,
+            waiters=self.parking.waiting,
         )
         # From the claim that gave this worker the lease (None: no tracer).
         span = TRACES.run_span(task, entry.partition, claim.attempt, reclaimed, claim.trace_context)
@@ -373,6 +375,7 @@ class Runs:
             return
         run.move(RunState.ENDED)
         self.active.discard(run)
+        self.parking.waiting.discard(run.execution)
         task_id = run.execution.task_id
         if self.latest.get(task_id) is run:
             del self.latest[task_id]

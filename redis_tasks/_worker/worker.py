@@ -131,7 +131,10 @@ class Worker:
             timeout=settings.timeout,
             lease=settings.lease_s,
         )
-        self._runs = Runs(manager, queue, handler, settings, self._background)
+        slots = self._slots
+        self._runs = Runs(
+            manager, queue, handler, settings, self._background, lambda: slots.free <= 0
+        )
         self._renewal = Renewal(queue, self._runs, settings, self._background, self._health)
         self._stopping = asyncio.Event()
         self._intake = Intake(
