@@ -143,8 +143,9 @@ class TaskExecution:
         self._pressed = pressed
         self._waiters = waiters
         self._waiting_since: float | None = None
-        # Set by park_now (the worker stops): a wait parks at once.
-        self._park_now = asyncio.Event()
+        # Set by park_now (the worker stops): a wait parks at once. A flag and a wake of
+        # the wait (_changed), not an Event of its own: one more object every task made.
+        self._park_now = False
 
     @property
     def task_id(self) -> str:
@@ -235,9 +236,7 @@ class TaskExecution:
                 return  # answered meanwhile (or cancellation asked): look again
             if park_in is not None:
                 within = min(within, park_in)
-            await _first(
-                self._changed.wait, self.cancelled.wait, self._park_now.wait, within=within
-            )
+            await _first(self._changed.wait, self.cancelled.wait, within=within)
         if self.cancelled.is_set():
             raise asyncio.CancelledError("cancellation was requested")
 
@@ -246,7 +245,7 @@ class TaskExecution:
         ``None`` when it never does (no round outstanding, or no ``park_after``)."""
         if self._park_after is None or self._round is None or self._waiting_since is None:
             return None
-        if self._park_now.is_set() or (self._pressed is not None and self._pressed()):
+        if self._park_now or (self._pressed is not None and self._pressed()):
             return 0.0
         return self._waiting_since + self._park_after - time.monotonic()
 
@@ -280,7 +279,8 @@ class TaskExecution:
     def park_now(self) -> None:
         """Park the task at its next wait for input, or now if it waits (the worker
         stops: a task waiting for a person must not hold its shutdown up)."""
-        self._park_now.set()
+        self._park_now = True
+        self._changed.set()  # a wait in progress looks again, and parks
 
     def notify_changed(self) -> None:
         """The task changed (answers may have arrived): wake :meth:`wait_for_input` now
