@@ -83,6 +83,7 @@ class TaskExecution:
         "_origin",
         "_park",
         "_park_after",
+        "_park_not_before",
         "_park_now",
         "_payload",
         "_pressed",
@@ -146,6 +147,10 @@ class TaskExecution:
         # Set by park_now (the worker stops): a wait parks at once. A flag and a wake of
         # the wait (_changed), not an Event of its own: one more object every task made.
         self._park_now = False
+        # When a park the script refused may be asked again (monotonic): not before an
+        # input poll, or a pressed worker's waits would ask it in a loop until the
+        # cancellation that refused it reached the handler.
+        self._park_not_before = 0.0
 
     @property
     def task_id(self) -> str:
@@ -245,9 +250,11 @@ class TaskExecution:
         ``None`` when it never does (no round outstanding, or no ``park_after``)."""
         if self._park_after is None or self._round is None or self._waiting_since is None:
             return None
+        now = time.monotonic()
+        due = self._waiting_since + self._park_after
         if self._park_now or (self._pressed is not None and self._pressed()):
-            return 0.0
-        return self._waiting_since + self._park_after - time.monotonic()
+            due = now
+        return max(due, self._park_not_before) - now
 
     async def _park_task(self) -> None:
         """Park the task, and raise :class:`TaskParked` once it is; return when the
@@ -257,9 +264,11 @@ class TaskExecution:
             self.parked = True
             METRICS.parked()
             raise TaskParked()
-        # Not parked: the wait starts over, so a round answered in part is not asked
-        # to park again at every poll.
-        self._wait_since(time.monotonic())
+        # Not parked: the wait starts over, and the next park is asked an input poll
+        # later at the soonest (see _park_not_before).
+        now = time.monotonic()
+        self._wait_since(now)
+        self._park_not_before = now + self._input_poll
 
     def _wait_since(self, since: float | None) -> None:
         """This run's round has been unanswered since ``since`` (monotonic; ``None``: it

@@ -82,8 +82,10 @@ class Renewal:
                 lease=settings.lease,
             )
         except (LeaseLostError, TaskNotFoundError, TaskTerminalError) as exc:
-            if not run.renewable:
-                return  # the handler's own outcome was written meanwhile
+            if not run.renewable or execution.parked:
+                # The handler's own outcome was written meanwhile, or its wait parked the
+                # task (the park ended the lease): no lease was lost.
+                return
             METRICS.lease_lost()
             log(
                 logging.WARNING,

@@ -9,12 +9,14 @@ worker that opts out keeps today's behaviour.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from datetime import timedelta
 from typing import Any
 
 from redis_tasks import (
+    InMemoryTaskManager,
     RequestContext,
     TaskExecution,
     TaskRequestContext,
@@ -129,3 +131,44 @@ async def test_a_handler_that_cannot_be_run_again_keeps_its_slot(worker_backend:
             await m.update_task(TaskUpdateContext(ALICE, task_id, {"name": ELICIT_ANSWER}))
             await all_reach(m, ALICE, [task_id], TaskStatus.COMPLETED)
         assert handler.runs == {task_id: 1}
+
+
+async def test_a_refused_park_is_not_asked_again_until_an_input_poll() -> None:
+    """Every slot taken (concurrency 1), so a wait asks to park at once; but the task's
+    cancellation was asked, so the park script refuses, and the handler hears of the
+    cancellation only at its next renewal (no cancel hints). Meanwhile its wait asks
+    again once an input poll, not in a loop."""
+    async with InMemoryTaskManager() as m:
+        queue = m.work_queue
+        parks: list[str] = []
+        park = queue.park
+
+        async def counted(task_id: str, *, fence: int) -> bool:
+            parks.append(task_id)
+            return await park(task_id, fence=fence)
+
+        queue.park = counted  # type: ignore[method-assign]
+        gate = asyncio.Event()
+
+        async def handler(execution: TaskExecution) -> dict[str, Any]:
+            await execution.answered_so_far({"name": ELICIT})
+            await gate.wait()  # the cancellation is asked first
+            while True:
+                await execution.wait_for_input()
+                await execution.answered_so_far({"name": ELICIT})
+
+        options: dict[str, Any] = {
+            "concurrency": 1,
+            "cancel_hints": False,
+            "lease": timedelta(seconds=3),
+            "input_poll_interval": timedelta(milliseconds=400),
+        }
+        async with running(m, handler, **options):
+            task_id = await create(m, ALICE, b"")
+            await all_reach(m, ALICE, [task_id], TaskStatus.INPUT_REQUIRED)
+            await m.request_cancellation(TaskRequestContext(ALICE, task_id))
+            gate.set()
+            await all_reach(m, ALICE, [task_id], TaskStatus.CANCELLED)
+    # The renewal that tells the handler comes a third of a lease (1 s) after the claim:
+    # a handful of asks at 400 ms apart, where a loop made thousands.
+    assert 1 <= len(parks) <= 5
