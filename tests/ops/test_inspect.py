@@ -120,7 +120,9 @@ async def _known_load(backend: Backend) -> None:
     assert queued.oldest_waiting_ms is not None
     assert queued.oldest_waiting_ms >= 0
 
-    async with running(m, handler, concurrency=16, name="inspect-w1"):
+    # Waiting handlers keep their leases here (park_after=None): the load is eight
+    # leases, two of them waiting for input (a parked task is tests below).
+    async with running(m, handler, concurrency=16, name="inspect-w1", park_after=None):
 
         async def settled_in() -> Inspection | None:
             seen = await m.inspect()

@@ -122,9 +122,12 @@ async def test_a_worker_process_serves_metrics_and_health(
     server: list[RedisServer],
     tmp_path: Path,
 ) -> None:
+    # Its asking handler keeps its slot while it waits (--park-after never): the counts
+    # below are of one run a task.
     worker = fleet.start(
-        "--metrics-port", "0", "--health-port", "0", "--timeout", "1", "--lease", "3"
-    )
+        "--metrics-port", "0", "--health-port", "0", "--timeout", "1", "--lease", "3",
+        "--park-after", "never",
+    )  # fmt: skip
     port = await ports(worker)
     metrics_port, health_port = port["/metrics"], port["/healthz"]
 

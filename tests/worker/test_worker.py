@@ -409,7 +409,9 @@ async def test_a_worker_hears_only_the_signals_of_what_it_must_see(
         return {}
 
     try:
-        async with running(m, handler, lease=timedelta(seconds=60)):
+        # The asking handler keeps its slot (park_after=None): a parked task's answer
+        # signals no worker, since none holds it.
+        async with running(m, handler, lease=timedelta(seconds=60), park_after=None):
             plain = [await create(m) for _ in range(20)]
             for task_id in plain:
                 await settled(m, task_id)
