@@ -15,6 +15,7 @@ from ._telemetry.metrics import METRICS
 
 if TYPE_CHECKING:
     from ._manager import TaskManager
+    from ._work_queue import WorkQueue
 
 __all__ = ["Handler", "TaskExecution", "TaskFailed", "TaskParked"]
 
@@ -81,12 +82,12 @@ class TaskExecution:
         "_input_poll",
         "_manager",
         "_origin",
-        "_park",
         "_park_after",
         "_park_not_before",
         "_park_now",
         "_payload",
         "_pressed",
+        "_queue",
         "_round",
         "_task_id",
         "_waiters",
@@ -108,7 +109,7 @@ class TaskExecution:
         fence: int,
         input_poll: float,
         parks: int = 0,
-        park: Callable[[], Awaitable[bool]] | None = None,
+        queue: WorkQueue | None = None,
         park_after: float | None = None,
         pressed: Callable[[], bool] | None = None,
         waiters: set[TaskExecution] | None = None,
@@ -133,11 +134,11 @@ class TaskExecution:
         self.parks = parks
         #: Set once this run parked the task (:class:`TaskParked` was raised).
         self.parked = False
-        # What parks the task (the worker's WorkQueue.park of this lease; whether it
-        # parked), the seconds a wait for input lasts before it is called (None:
+        # The worker's queue, which parks the task under this run's fence (none: never
+        # parked), the seconds a wait for input lasts before it is asked to (None:
         # never), and since when (monotonic) this run's round has been unanswered.
-        self._park = park
-        self._park_after = park_after if park is not None else None
+        self._queue = queue
+        self._park_after = park_after if queue is not None else None
         # Whether the worker wants the slot now (every slot taken): a wait parks at once;
         # and the worker's set of waiting executions, which this one joins while its
         # round is unanswered (so that a start that takes the last slot finds it).
@@ -259,8 +260,8 @@ class TaskExecution:
     async def _park_task(self) -> None:
         """Park the task, and raise :class:`TaskParked` once it is; return when the
         round was answered meanwhile or cancellation was asked (nothing parked)."""
-        assert self._park is not None  # _park_in says when, only with one
-        if await self._park():
+        assert self._queue is not None  # _park_in says when, only with one
+        if await self._queue.park(self._task_id, fence=self._fence):
             self.parked = True
             METRICS.parked()
             raise TaskParked()

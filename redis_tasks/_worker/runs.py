@@ -22,7 +22,6 @@ except at shutdown, which hands its task back after the call timeout.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -215,7 +214,7 @@ class Runs:
             fence=claim.fence,
             input_poll=settings.input_poll,
             parks=claim.parks,
-            park=functools.partial(self._queue.park, task_id, fence=claim.fence),
+            queue=self._queue,
             park_after=settings.park_after,
             pressed=self.parking.pressed,
             waiters=self.parking.waiting,
