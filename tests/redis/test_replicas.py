@@ -6,13 +6,14 @@ The ``WAIT`` commands a primary ran are read from its ``INFO commandstats``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 import pytest
 import redis
 
-from redis_tasks import RedisTaskManager, RequestContext, TaskOrigin
+from redis_tasks import RedisTaskManager, RequestContext, TaskOrigin, TaskRequestContext
 from redis_tasks._redis import replicas
 from redis_tasks._telemetry.metrics import METRICS
 from redis_tasks.testing import RedisServer, start_redis_server, start_replicated_server
@@ -139,3 +140,31 @@ async def test_auto_without_info_says_so_once_and_does_not_wait(
     finally:
         admin.close()
         servers.stop()
+
+
+async def test_a_burst_on_a_bare_primary_asks_it_once_per_recheck(
+    tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every cancellation of the burst (one script call each) finds the bare primary's
+    # recheck due (RECHECK_S 0): they share the INFO in flight rather than each asking
+    # (and holding a connection for it).
+    monkeypatch.setattr(replicas, "RECHECK_S", 0.0)
+    server = start_redis_server(tmp_path)
+    admin = redis.Redis.from_url(server.url)
+
+    def infos() -> int:
+        return int(admin.info("commandstats")["cmdstat_info"]["calls"])
+
+    try:
+        async with RedisTaskManager.from_url(server.url, prefix=prefix) as manager:
+            origin = TaskOrigin.from_persisted_state({"tool": "t"})
+            tasks = await asyncio.gather(*(manager.create_task(_WHO, origin) for _ in range(300)))
+            before = infos()
+            await asyncio.gather(
+                *(manager.request_cancellation(TaskRequestContext(_WHO, t.task_id)) for t in tasks)
+            )
+            asked = infos() - before - 1  # less the one above
+        assert 1 <= asked <= 10  # not one a call (300)
+    finally:
+        admin.close()
+        server.stop()
