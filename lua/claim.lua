@@ -37,9 +37,12 @@
     backlog          1 when tenants' tasks wait in the partition's ring (the
                      worker should claim the next batch rather than block), else 0
     claim            one of:
-    {RC_OK, fence, attempt, origin, payload, trace_context, parks}
+    {RC_OK, fence, attempt, origin, payload, trace_context, parks, recorded}
                      (trace_context: as create stored it, or empty; parks: how
-                     many times the task was parked, as text, "0" for none)
+                     many times the task was parked, as text, "0" for none;
+                     recorded: {key, fingerprint, answer, ...}, the answers a
+                     replaying run's rounds return without a call, empty for a
+                     first run: includes/claim.lua's recorded_answers)
     {RC_NOT_FOUND}   expired or unknown: entry dropped
     {RC_TERMINAL}    already terminal: entry dropped
     {RC_CANCELLED}   cancellation was requested while no worker ran it: ended cancelled

@@ -6,10 +6,11 @@
   outstanding the task returns to working, and a parked task (no worker holds it:
   waiting.lua) is queued again in the same call, at the head of its tenant's
   queue, for a worker to run its handler again (resume_task): exactly once per
-  round, since only the answer that empties the outstanding set resumes it. An
-  update that changes nothing (a
-  retry whose first attempt took the answers) rewrites the status it read, so
-  its WAIT confirms the state it answers about (common's confirm_state).
+  round, since only the answer that empties the outstanding set resumes it. Its
+  answers not yet taken are dropped then: the next run replays every round from
+  the journal. An update that changes nothing (a retry whose first attempt took
+  the answers) rewrites the status it read, so its WAIT confirms the state it
+  answers about (common's confirm_state).
 
   Includes: common, waiting
 
@@ -89,14 +90,22 @@ if #accepted_keys == 0 then
 end
 
 redis.call('HDEL', requests_key, unpack(accepted_keys))
-redis.call('HSET', answers_key, unpack(accepted_pairs))
-redis.call('HSET', journal_key, unpack(accepted_pairs))
+local last = redis.call('EXISTS', requests_key) == 0
 local expire_at = t.ex
-expire_with_task(answers_key, expire_at)
+if last and t.pw then
+  -- The parked task's next run replays every round from the journal, its claim
+  -- handing it the answers (claim.lua's recorded_answers): none is left for
+  -- take_answers to hand out again.
+  redis.call('DEL', answers_key)
+else
+  redis.call('HSET', answers_key, unpack(accepted_pairs))
+  expire_with_task(answers_key, expire_at)
+end
+redis.call('HSET', journal_key, unpack(accepted_pairs))
 expire_with_task(journal_key, expire_at)
 
 local resumed = false
-if redis.call('EXISTS', requests_key) == 0 then
+if last then
   -- The last answer: back to working, and the wait's message no longer applies.
   write_status(task_key, ST_WORKING, nil, t.sm, t.ua)
   if t.pw then

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ._ids import task_ref
 from ._models import InputRequest, JsonRpcError
 from ._origin import TaskOrigin
+from ._replay import RecordedAnswers
 from ._telemetry.metrics import METRICS
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ class TaskExecution:
         "_payload",
         "_pressed",
         "_queue",
+        "_recorded",
         "_round",
         "_task_id",
         "_waiters",
@@ -113,6 +115,7 @@ class TaskExecution:
         park_after: float | None = None,
         pressed: Callable[[], bool] | None = None,
         waiters: set[TaskExecution] | None = None,
+        recorded: tuple[tuple[bytes, bytes, bytes], ...] = (),
     ) -> None:
         self._manager = manager
         self._task_id = task_id
@@ -148,6 +151,9 @@ class TaskExecution:
         # Set by park_now (the worker stops): a wait parks at once. A flag and a wake of
         # the wait (_changed), not an Event of its own: one more object every task made.
         self._park_now = False
+        # The answers this replaying run's claim brought (Claim.recorded): an answered
+        # round returns from them without a call, until a round is left unanswered.
+        self._recorded = RecordedAnswers(recorded, manager.limits) if recorded else None
         # When a park the script refused may be asked again (monotonic): not before an
         # input poll, or a pressed worker's waits would ask it in a loop until the
         # cancellation that refused it reached the handler.
@@ -209,9 +215,11 @@ class TaskExecution:
         no-op that returns every recorded answer, so polling with it loses nothing even
         if a reply is lost."""
         self._changed.clear()
-        answers = await self._manager.request_input(
-            self._task_id, requests, status_message, fence=self._fence
-        )
+        answers = self._recorded.round(requests, status_message) if self._recorded else None
+        if answers is None:
+            answers = await self._manager.request_input(
+                self._task_id, requests, status_message, fence=self._fence
+            )
         # A new round is what the request_input script writes: unanswered keys (or a
         # message) other than those outstanding. This run's last round stands in
         # for the stored one, which the reply does not show.
@@ -220,6 +228,9 @@ class TaskExecution:
             self._round = None
             self._wait_since(None)
         else:
+            # The task waits for input now: a later round is asked of the manager,
+            # whose call may supersede this one (the recorded answers assume working).
+            self._recorded = None
             asked = (frozenset(unanswered), status_message)
             if asked != self._round:
                 self._round = asked

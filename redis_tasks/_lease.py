@@ -49,3 +49,7 @@ class Claim:
     #: How many times the task was parked (given back while it waited for its
     #: client's input) before this claim: more than 0 when this run resumes it.
     parks: int = 0
+    #: For a run that replays its rounds (resumed, or after a lost lease): the
+    #: answers recorded for them, ``(key, request fingerprint, packed answer)``, so an
+    #: answered round returns without a call; empty for a first run.
+    recorded: tuple[tuple[bytes, bytes, bytes], ...] = field(default=(), repr=False)

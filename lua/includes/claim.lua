@@ -70,6 +70,44 @@ end
 -- The long fields a claim returns, joined from their pieces (read_all's `joined`).
 local CLAIM_JOINED = {'or', 'pl', 'tp'}
 
+-- A run that replays (the task was parked, or a lease of it was lost) asks its
+-- rounds again from the top; the answers recorded for them come with its claim, so
+-- each answered round returns without a call (request_input, one round trip a
+-- resumed run): {key, fingerprint, answer, ...} for every journaled key, none while
+-- the task is not working (a round outstanding: the worker asks, and that call may
+-- supersede it) and none for a key whose answer waits untaken (the worker's call
+-- takes it, so take_answers does not hand it out again). Empty for a first run.
+local NO_ANSWERS = {}
+local function recorded_answers(keys, t)
+  local resumed = t.np and t.np ~= '0'
+  if not (resumed or t.at) or t.st ~= ST_WORKING then
+    return NO_ANSWERS
+  end
+  local _, issued_key, answers_key, journal_key = input_keys(keys)
+  local journal = redis.call('HGETALL', journal_key)
+  if #journal == 0 then
+    return NO_ANSWERS
+  end
+  local names = {}
+  for i = 1, #journal, 2 do
+    names[#names + 1] = journal[i]
+  end
+  local prints = redis.call('HMGET', issued_key, unpack(names))
+  local untaken = {}
+  if redis.call('EXISTS', answers_key) == 1 then
+    untaken = redis.call('HMGET', answers_key, unpack(names))
+  end
+  local recorded = {}
+  for n, name in ipairs(names) do
+    if prints[n] and not untaken[n] then
+      recorded[#recorded + 1] = name
+      recorded[#recorded + 1] = prints[n]
+      recorded[#recorded + 1] = journal[2 * n]
+    end
+  end
+  return recorded
+end
+
 -- A claim that will not run the task because it is gone, ended, or leased: the
 -- reply, or nil when none of these holds. The entry is dropped where the task will
 -- never run; one dispatched in this script to a task a stale holder leased is
@@ -95,7 +133,7 @@ local function unclaimable(keys, t, entry_id, call)
       -- No attempt is recorded when the lease came from a renewal before any
       -- claim; a nil here would cut the reply short (Lua tables end at a nil).
       return {RC_OK, tonumber(t.fn) or 0, tonumber(t.at) or 0, t['or'], t.pl or '', t.tp or '',
-        t.np or '0'}
+        t.np or '0', recorded_answers(keys, t)}
     end
     if not t.wk then
       -- Dispatched in this script (work.lua's add_work left `wk` to the claim), yet
@@ -148,8 +186,8 @@ end
 -- The lease this claim takes: the fence, attempt, owner and deadline written (and
 -- `wk` for an entry dispatched in this script), the run set's place for a capped
 -- tenant, the pickup counted for a first claim. The reply.
-local function take_lease(task_key, task_id, t, entry_id, attempt, run_key, call)
-  local now = call.now
+local function take_lease(keys, task_id, t, entry_id, attempt, run_key, call)
+  local task_key, now = keys.task, call.now
   local floor = now * 1024 + tiebreak_of(call.consumer)
   local fence = math.max(t.fn == '0' and 1 or (tonumber(t.fn) or 0) + 1, floor)
   -- The call's deadline and fence floor as text, made once: a batch's claims share
@@ -187,7 +225,8 @@ local function take_lease(task_key, task_id, t, entry_id, attempt, run_key, call
     end
     call.pickups[bucket] = (call.pickups[bucket] or 0) + 1
   end
-  return {RC_OK, fence, attempt, t['or'], t.pl or '', t.tp or '', t.np or '0'}
+  return {RC_OK, fence, attempt, t['or'], t.pl or '', t.tp or '', t.np or '0',
+    recorded_answers(keys, t)}
 end
 
 -- The claim of one work entry, shared by claim (an entry the worker read or
@@ -224,5 +263,5 @@ local function claim_entry(keys, task_id, entry_id, call)
       {entry_id, t.wk ~= entry_id and t.wk or nil}, call.now)
     return {RC_DEFERRED}
   end
-  return take_lease(task_key, task_id, t, entry_id, attempt, run_key, call)
+  return take_lease(keys, task_id, t, entry_id, attempt, run_key, call)
 end

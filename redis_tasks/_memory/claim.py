@@ -40,6 +40,7 @@ __all__ = ["claim_entry"]
 
 _CANCELLED = b"cancelled"
 _FAILED = b"failed"
+_WORKING = b"working"
 
 
 def claim_entry(
@@ -76,7 +77,8 @@ def claim_entry(
             fields.get(FIELD_LEASE_OWNER) == consumer.encode()
             and fields.get(FIELD_WORK_ENTRY) == entry_id.encode()
         ):
-            return _run(record, int(fields[FIELD_FENCE]), int(fields.get(FIELD_ATTEMPTS, b"0")))
+            attempt = int(fields.get(FIELD_ATTEMPTS, b"0"))
+            return _run(record, int(fields[FIELD_FENCE]), attempt, replays=True)
         # Dispatched in this operation yet leased (a stale holder renewed): the entry
         # is its work now, as in claim_entry.
         fields.setdefault(FIELD_WORK_ENTRY, entry_id.encode())
@@ -119,6 +121,8 @@ def claim_entry(
     for byte in consumer.encode():
         tiebreak = (tiebreak * 31 + byte) % 1024
     fence = max(int(fields[FIELD_FENCE]) + 1, now * 1024 + tiebreak)
+    # Claimed before (its attempts recorded) or parked: this run replays its rounds.
+    replays = FIELD_ATTEMPTS in fields or FIELD_PARKS in fields
     fields[FIELD_FENCE] = str(fence).encode()
     fields[FIELD_ATTEMPTS] = str(attempt).encode()
     fields[FIELD_LEASE_OWNER] = consumer.encode()
@@ -126,7 +130,7 @@ def claim_entry(
     fields.setdefault(FIELD_WORK_ENTRY, entry_id.encode())
     if cap is not None and tenant is not None:
         tenants.hold_slot(tenant.decode(), task_id, now + lease_ms, now)
-    return _run(record, fence, attempt)
+    return _run(record, fence, attempt, replays=replays)
 
 
 def _mark(entry_id: str, consumer: str) -> bytes:
@@ -157,8 +161,9 @@ def _defer(
     tenants.queued += 1
 
 
-def _run(record: Record, fence: int, attempt: int) -> Claim:
-    """The claim that runs the task: its fence, attempt, origin, payload and trace."""
+def _run(record: Record, fence: int, attempt: int, *, replays: bool) -> Claim:
+    """The claim that runs the task: its fence, attempt, origin, payload and trace,
+    and for a run that ``replays`` its rounds the answers recorded for them."""
     fields = record.fields
     origin = decode_origin(fields[FIELD_ORIGIN])
     return Claim(
@@ -169,4 +174,17 @@ def _run(record: Record, fence: int, attempt: int) -> Claim:
         fields.get(FIELD_PAYLOAD, b""),
         fields.get(FIELD_TRACE_CONTEXT, b""),
         parks=int(fields.get(FIELD_PARKS, b"0")),
+        recorded=_recorded(record) if replays else (),
+    )
+
+
+def _recorded(record: Record) -> tuple[tuple[bytes, bytes, bytes], ...]:
+    """Mirror of ``recorded_answers``: while the task is working, every journaled
+    answer not waiting untaken, with its request's fingerprint."""
+    if record.fields[FIELD_STATUS] != _WORKING:
+        return ()
+    return tuple(
+        (key, fingerprint, answer)
+        for key, answer in record.journal.items()
+        if (fingerprint := record.issued.get(key)) is not None and key not in record.answers
     )

@@ -83,7 +83,8 @@ def accept_answers(
 ) -> None:
     """Mirror of ``update.lua`` past its authorization: the answers to outstanding
     requests of their kind accepted; the last one returns the task to working, and
-    resumes it when parked (:func:`resume`); its worker, if one holds it, signalled."""
+    resumes it when parked (:func:`resume`, its answers not yet taken dropped: the next
+    run replays them from the journal); its worker, if one holds it, signalled."""
     if record.fields[FIELD_STATUS] != _INPUT_REQUIRED:
         return
     accepted = [
@@ -100,6 +101,9 @@ def accept_answers(
         record.journal[answer.key] = answer.body
     records.touch(record, records.now())
     parked = FIELD_PARKED in record.fields
+    if parked and not record.requests:
+        # The next run replays every round from the journal: nothing is left to take.
+        record.answers.clear()
     if not record.requests:
         record.fields[FIELD_STATUS] = _WORKING
         record.fields.pop(FIELD_MESSAGE, None)

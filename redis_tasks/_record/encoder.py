@@ -15,7 +15,7 @@ from redis_tasks._limits import Limits
 from redis_tasks._models import InputRequest, JsonRpcError, RequestContext, response_kinds
 from redis_tasks._origin import TaskOrigin
 
-__all__ = ["EncodedAnswer", "EncodedRequest", "Encoder"]
+__all__ = ["EncodedAnswer", "EncodedRequest", "Encoder", "request_fingerprint"]
 
 _MS: Final = timedelta(milliseconds=1)
 
@@ -167,15 +167,9 @@ class Encoder:
             if not isinstance(request, InputRequest):
                 raise ValidationError("each input request must be an InputRequest")
             body = self._pack(request.params, self.limits.max_input_request_bytes, "input request")
-            # The fingerprint covers the canonical request so that re-issuing an
-            # equal request is recognised however its params were ordered.
-            fingerprint = hashlib.blake2b(
-                request.method.encode() + b"\0" + _canonical_params(request),
-                digest_size=16,
-            ).hexdigest()
             encoded.append(
                 EncodedRequest(
-                    self._input_key(key), fingerprint.encode(), request.kind.encode() + body
+                    self._input_key(key), request_fingerprint(request), request.kind.encode() + body
                 )
             )
         return encoded
@@ -195,5 +189,13 @@ class Encoder:
         return encoded
 
 
-def _canonical_params(request: InputRequest) -> bytes:
-    return canonical(request.params).encode("utf-8")
+def request_fingerprint(request: InputRequest) -> bytes:
+    """What an issued input key records of its request (hex of a 16-byte BLAKE2b): the
+    canonical request, so re-issuing an equal one is recognised however its params
+    were ordered, and a key reused for another is refused."""
+    canonical_params = canonical(request.params).encode("utf-8")
+    return (
+        hashlib.blake2b(request.method.encode() + b"\0" + canonical_params, digest_size=16)
+        .hexdigest()
+        .encode()
+    )

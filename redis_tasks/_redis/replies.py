@@ -144,7 +144,7 @@ def flag(reply: Any, script: str) -> bool:
 
 def _one_claim(reply: Any, script: str, backlog: bool = False) -> Claim:
     """One claim's reply (``lua/includes/claim.lua``): a settled code alone, or
-    ``{RC_OK, fence, attempt, origin, payload, trace_context, parks}``."""
+    ``{RC_OK, fence, attempt, origin, payload, trace_context, parks, recorded}``."""
     if not isinstance(reply, list) or not reply or not isinstance(reply[0], int):
         raise _unfit(script)
     code = reply[0]
@@ -152,10 +152,14 @@ def _one_claim(reply: Any, script: str, backlog: bool = False) -> Claim:
         if len(reply) != 1:
             raise _unfit(script)
         return Claim(_SETTLED[code], backlog=backlog)
-    _, fence, attempt, origin, payload, trace, parks = shaped(
-        _ok(reply, script), script, int, int, int, _TEXT, _TEXT, _TEXT, _TEXT
+    _, fence, attempt, origin, payload, trace, parks, recorded = shaped(
+        _ok(reply, script), script, int, int, int, _TEXT, _TEXT, _TEXT, _TEXT, list
     )
-    if not parks.isdigit():
+    if (
+        not parks.isdigit()
+        or len(recorded) % 3
+        or not all(isinstance(value, bytes) for value in recorded)
+    ):
         raise _unfit(script)
     return Claim(
         ClaimOutcome.RUN,
@@ -166,6 +170,9 @@ def _one_claim(reply: Any, script: str, backlog: bool = False) -> Claim:
         trace,
         backlog=backlog,
         parks=int(parks),
+        recorded=tuple(
+            (recorded[i], recorded[i + 1], recorded[i + 2]) for i in range(0, len(recorded), 3)
+        ),
     )
 
 

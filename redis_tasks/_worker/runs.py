@@ -214,6 +214,7 @@ class Runs:
             fence=claim.fence,
             input_poll=settings.input_poll,
             parks=claim.parks,
+            recorded=claim.recorded,
             queue=self._queue,
             park_after=settings.park_after,
             pressed=self.parking.pressed,

@@ -16,16 +16,18 @@ import pytest
 
 from redis_tasks import (
     ClaimOutcome,
+    InputKeyReusedError,
     Limits,
     Task,
     TaskRequestContext,
+    TaskExecution,
     TaskStatus,
     TaskUpdateContext,
 )
 from redis_tasks._errors import LeaseLostError
 from redis_tasks._work_queue import WorkerBackend
 from tests.contract.test_tenants import FLOOD, LONG, Build, create, make, next_one, served
-from tests.support.helpers import ELICIT, ELICIT_ANSWER, ROOTS, ROOTS_ANSWER
+from tests.support.helpers import ELICIT, ELICIT_ANSWER, ORIGIN, ROOTS, ROOTS_ANSWER
 
 __all__ = ["make"]  # the backends' fixture, shared with test_tenants
 
@@ -140,6 +142,42 @@ async def test_a_parked_task_answered_in_part_stays_parked_and_one_answer_resume
             task_id, {"name": ELICIT, "dirs": ROOTS}, fence=got[1].fence
         )
         assert answers == {"name": ELICIT_ANSWER, "dirs": ROOTS_ANSWER}
+
+
+async def test_a_resumed_runs_claim_brings_its_answers_and_its_rounds_replay_from_them(
+    make: Build,
+) -> None:
+    async with make() as b:
+        m = b.manager
+        task_id, fence = await claimed_waiting(m, {"name": ELICIT})
+        assert await m.work_queue.park(task_id, fence=fence)
+        await answer(m, task_id, {"name": ELICIT_ANSWER})
+        got = await next_one(m)
+        assert got is not None
+        claim = got[1]
+        ((key, fingerprint, _),) = claim.recorded
+        assert (key, len(fingerprint)) == (b"name", 32)
+        # Nothing is left to take: the run gets its answers by replaying its rounds.
+        assert await m.take_input_responses(task_id, fence=claim.fence) == {}
+        run = TaskExecution(
+            m,
+            task_id,
+            origin=ORIGIN,
+            payload=b"",
+            attempt=claim.attempt,
+            fence=claim.fence,
+            input_poll=60.0,
+            parks=claim.parks,
+            recorded=claim.recorded,
+        )
+        assert await run.request_input({"name": ELICIT}) == {"name": ELICIT_ANSWER}
+        # The same key for another request is refused as the manager refuses it.
+        with pytest.raises(InputKeyReusedError):
+            await run.request_input({"name": ROOTS})
+        # A round not answered goes to the manager: the task waits for it.
+        assert await run.answered_so_far({"dirs": ROOTS}) == {}
+        assert (await find(m, task_id)).status is TaskStatus.INPUT_REQUIRED
+        await m.complete_task(task_id, {}, fence=claim.fence)
 
 
 async def test_a_cancellation_ends_a_parked_task_at_once(make: Build) -> None:
