@@ -19,8 +19,8 @@ from redis_tasks import (
     InputKeyReusedError,
     Limits,
     Task,
-    TaskRequestContext,
     TaskExecution,
+    TaskRequestContext,
     TaskStatus,
     TaskUpdateContext,
 )
