@@ -33,7 +33,7 @@ from redis_tasks import (
     TaskTerminalError,
     TaskUpdateContext,
 )
-from redis_tasks._record import FIELD_LEASE_DEADLINE
+from redis_tasks._record import FIELD_FENCE, FIELD_LEASE_DEADLINE
 
 from .ops import Op
 
@@ -157,6 +157,11 @@ class TaskModel:
         if op.kind == "request_input":
             requests = {key: asked(key) for key in op.args["keys"]}
             return ["ok", await m.request_input(task_id, requests)]
+        if op.kind == "park":
+            # The recorded worker parked under its own fence: the model's, whatever it is.
+            fence = int(self._manager._tasks[task_id].fields[FIELD_FENCE])
+            parked = await m.work_queue.park(task_id, fence=fence)
+            return "parked" if parked else "not_parked"
         if op.kind == "complete":
             await m.complete_task(task_id, op.args["result"])
             return "ok"

@@ -25,6 +25,7 @@ KINDS: Final = (
     "cancel",
     "claim",
     "request_input",
+    "park",
     "complete",
     "fail",
 )
@@ -40,7 +41,8 @@ class Op:
     found) or the snapshot ``{"status", "message", "result", "error", "asking"}``;
     ``claim`` ``"run"``, ``"cancelled"`` (a cancellation asked before anyone ran it ends
     the task), ``"terminal"`` or ``"not_found"``; every other kind ``"ok"``,
-    ``"not_found"`` or ``"terminal"`` (``request_input``: ``["ok", answers]``). Times
+    ``"not_found"`` or ``"terminal"`` (``request_input``: ``["ok", answers]``; ``park``:
+    ``"parked"`` or ``"not_parked"``). Times
     are seconds on one clock.
     """
 

@@ -3,7 +3,9 @@ operation logged with when it was invoked, when it returned and what it returned
 
 Clients create a task, then read it until it ends (answering its input requests, and
 now and then asking to cancel it). Workers read the work queue, claim, sometimes ask
-for input, then complete or fail, every write fenced by their lease. An operation
+for input (and park the task while it waits, half the time: the answer resumes it,
+and its next run asks the round again), then complete or fail, every write fenced by
+their lease. An operation
 that raised :class:`~redis_tasks.BackendError` (a timeout, a lost connection, a
 write the replicas did not confirm) has an unknown outcome; the contract's own
 errors (not found, terminal) are answers. A worker's write refused for a lost lease
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -29,6 +32,7 @@ from redis_tasks import (
     ClaimOutcome,
     JsonRpcError,
     LeaseLostError,
+    TaskExecution,
     TaskNotFoundError,
     TaskRequestContext,
     TaskTerminalError,
@@ -161,9 +165,11 @@ async def run_workers(
     until: Until,
     rng: random.Random,
     lease: timedelta = timedelta(seconds=5),
+    park_share: float = 0.5,
 ) -> None:
     """``workers`` coroutines reading every partition in turn, claiming what they read,
-    asking for input now and then, and writing an outcome, each write fenced."""
+    asking for input now and then (and parking the task, ``park_share`` of those left
+    waiting), and writing an outcome, each write fenced."""
     queue = manager.work_queue
     await queue.ensure_groups(range(manager.partitions))
 
@@ -197,15 +203,40 @@ async def run_workers(
         if claim is None or claim.outcome is not ClaimOutcome.RUN:
             return
         fence = claim.fence
-        if rng.random() < 0.3:
-            keys = [f"k{rng.randrange(3)}"]
-            await recorder.call(
+        # A resumed run (its task was parked) asks its round again, as a handler run
+        # from the top does, through the execution a worker hands its handler: the
+        # answer comes from the claim's recorded answers, without a call.
+        if claim.parks or rng.random() < 0.3:
+            keys = [f"k{zlib.crc32(task_id.encode()) % 3}"]
+            run = TaskExecution(
+                manager,
+                task_id,
+                origin=ORIGIN,
+                payload=b"",
+                attempt=claim.attempt,
+                fence=fence,
+                input_poll=1.0,
+                parks=claim.parks,
+                recorded=claim.recorded,
+            )
+            answers = await recorder.call(
                 task_id,
                 "request_input",
-                manager.request_input(task_id, {k: asked(k) for k in keys}, fence=fence),
+                run.answered_so_far({k: asked(k) for k in keys}),
                 args={"keys": keys},
                 seen=lambda answers: ["ok", answers],
             )
+            if answers == {} and rng.random() < park_share:
+                # The wait parks the task: the client's answer resumes it, and a
+                # worker (this one, or another) claims it again.
+                parked = await recorder.call(
+                    task_id,
+                    "park",
+                    queue.park(task_id, fence=fence),
+                    seen=lambda done: "parked" if done else "not_parked",
+                )
+                if parked:
+                    return
             await asyncio.sleep(rng.uniform(0.01, 0.05))  # long enough to be answered
         if rng.random() < 0.8:
             result = {"content": [], "isError": False}

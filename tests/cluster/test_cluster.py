@@ -26,9 +26,11 @@ from redis_tasks import (
 )
 from redis_tasks._redis.keys import KeySpace
 from redis_tasks.testing import RedisCluster, RedisServer, wait_failover
+from tests.contract.test_parking import answer, claimed_waiting
+from tests.contract.test_tenants import FLOOD, next_one
 from tests.support import burst
 from tests.support.fleet import Fleet, all_completed_once
-from tests.support.helpers import ALICE, ORIGIN, wait_until
+from tests.support.helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, wait_until
 from tests.support.mcp_stack import McpStack
 
 
@@ -231,6 +233,42 @@ async def test_a_primary_killed_mid_run_loses_no_task_with_wait_replicas(
             assert worker.process.poll() is None  # carried on without a restart
     finally:
         fleet.stop_all()
+
+
+@pytest.mark.slow
+async def test_a_parked_tasks_answer_survives_a_failover_and_resumes_it_once(
+    private_cluster: RedisCluster, prefix: str
+) -> None:
+    """The answer that resumes a parked task is confirmed by a replica (the default
+    waits where one is); the primary dies before any worker claims the task: the
+    promoted replica has it queued, and one claim runs it, with its answer."""
+    async with RedisTaskManager.from_url(
+        private_cluster.url, prefix=prefix, partitions=1, timeout=5.0
+    ) as m:
+        task_id, fence = await claimed_waiting(m, {"name": ELICIT})
+        assert await m.work_queue.park(task_id, fence=fence)
+        await answer(m, task_id, {"name": ELICIT_ANSWER})
+        partition = int(task_id.split(".")[0])
+        port, replica = owner(private_cluster, m.keyspace.slot(partition))
+        assert replica is not None
+        victim = next(s for s in private_cluster.primaries if s.port == port)
+        victim.process.kill()  # SIGKILL: the answer's only copy is the replica's
+        await asyncio.to_thread(wait_failover, private_cluster, victim)
+
+        async def resumed() -> Any:
+            try:
+                return await next_one(m)
+            except RedisTasksError:
+                return None  # the cluster still settling
+
+        entry, claim = await wait_until(resumed, within=60, what="the resumed claim")
+        assert (entry.task_id, claim.parks, claim.attempt) == (task_id, 1, 1)
+        assert [key for key, _, _ in claim.recorded] == [b"name"]
+        await m.complete_task(task_id, {"ok": True}, fence=claim.fence)
+        assert await next_one(m) is None  # resumed once
+        task = await m.find_task(TaskRequestContext(FLOOD, task_id))
+        assert task is not None
+        assert task.status is TaskStatus.COMPLETED
 
 
 @pytest.mark.slow

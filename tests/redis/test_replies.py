@@ -26,7 +26,7 @@ from redis_tasks._redis import replies
 OK = int(ReturnCode.OK)
 ORIGIN = TaskOrigin.from_persisted_state({"endpoint": "e"}).to_persisted_string().encode()
 SECRET = b"secret-payload-7f3a"
-RUN = [OK, 4, 2, ORIGIN, SECRET, b"", b"3"]
+RUN = [OK, 4, 2, ORIGIN, SECRET, b"", b"3", [b"k", b"f" * 32, SECRET]]
 FIELDS: list[Any] = [b"v"] * len(SNAPSHOT_FIELDS)
 
 # (reader, a reply that fits, the script the reader names)
@@ -94,8 +94,13 @@ def test_a_fitting_reply_reads_as_its_header_says() -> None:
         True,
         3,
     )
+    assert run.recorded == ((b"k", b"f" * 32, SECRET),)
+    assert "secret" not in repr(run)
     with pytest.raises(InternalError):  # parks is a count
-        replies.claim([OK, 0, [*RUN[:-1], b"-1"]])
+        replies.claim([OK, 0, [*RUN[:-2], b"-1", RUN[-1]]])
+    for recorded in ([b"k", b"f" * 32], [b"k", b"f" * 32, 7]):  # triples of bytes
+        with pytest.raises(InternalError):
+            replies.claim([OK, 0, [*RUN[:-1], recorded]])
     settled = replies.claim_batch([OK, b"1-0", b"", [int(ReturnCode.CANCELLED)]])
     assert settled == [("1-0", None, replies.claim([OK, 0, [int(ReturnCode.CANCELLED)]]))]
     assert settled[0][2].outcome is ClaimOutcome.CANCELLED
