@@ -61,6 +61,8 @@ class Run:
     #: Replication bytes a promoted replica had not received, per lagging failover.
     missed_bytes: list[int] = field(default_factory=list)
     operations: int = 0
+    #: Operations by kind, and by what they saw (``park``: parked or not).
+    kinds: Counter[str] = field(default_factory=Counter)
     unknown: int = 0
     tasks: int = 0
     anomalies: list[Anomaly] = field(default_factory=list)
@@ -82,6 +84,7 @@ class Run:
             ),
             "tasks": self.tasks,
             "operations": self.operations,
+            "by_kind": dict(sorted(self.kinds.items())),
             "unknown": self.unknown,
             "anomalies": dict(kinds),
             "per_thousand": round(1000 * len(self.anomalies) / max(self.operations, 1), 3),
@@ -326,6 +329,9 @@ async def record_with_faults(
     tasks = histories(entries)
     run.tasks = len(tasks)
     run.operations = sum(len(ops) for ops in tasks.values())
+    run.kinds = Counter(
+        op.kind if op.kind != "park" else f"park {op.value}" for ops in tasks.values() for op in ops
+    )
     run.unknown = sum(1 for ops in tasks.values() for op in ops if not op.known)
     run.anomalies = await check(tasks)
     run.breaches = check_promises(tasks)
