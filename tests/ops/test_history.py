@@ -220,7 +220,16 @@ async def test_a_recorded_load_on_redis_has_no_anomaly(standalone_backend: Backe
     tasks = histories(recorder.entries)
     kinds = Counter(op.kind for ops in tasks.values() for op in ops)
     assert len(tasks) > 20, kinds
-    assert {"create", "find", "claim", "request_input", "update", "complete", "fail"} <= set(kinds)
+    assert {
+        "create",
+        "find",
+        "claim",
+        "request_input",
+        "park",
+        "update",
+        "complete",
+        "fail",
+    } <= set(kinds), kinds
     anomalies = await check(tasks)
     assert anomalies == [], "\n".join(a.describe() for a in anomalies)
 
