@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
@@ -169,7 +169,7 @@ class TaskManagerBase(ABC):
         request: RequestContext,
         origin: TaskOrigin,
         *,
-        payload: bytes = b"",
+        payload: bytes | Callable[[str], bytes] = b"",
         ttl: timedelta | None = None,
         poll_interval: timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -192,11 +192,15 @@ class TaskManagerBase(ABC):
         Raises :class:`QuotaExceededError` when a tenant's quota or rate refuses
         the task, :class:`CapacityError` when there is no room (Redis out of
         memory), and :class:`ValidationError` or :class:`LimitExceededError` for a
-        bad tenant, weight or plan; nothing is stored then.
+        bad tenant, weight or plan; nothing is stored then. ``payload`` may be a
+        callable: it is given the new task's ID, before anything is stored, and returns
+        the payload (for one bound to its task, such as a seal whose associated data
+        names it).
         """
         encoder = self._encoder
         endpoint, binding = encoder.binding(request)
-        origin_bytes, payload_bytes = encoder.origin(origin), encoder.payload(payload)
+        origin_bytes = encoder.origin(origin)
+        payload_bytes = b"" if callable(payload) else encoder.payload(payload)
         ttl_ms, poll_ms = encoder.ttl_ms(ttl), encoder.poll_ms(poll_interval)
         metadata_bytes = encoder.metadata(metadata)
         limits = encoder.limits
@@ -208,6 +212,9 @@ class TaskManagerBase(ABC):
         task_id = new_task_id(
             partitions, home_partition(admitted.tenant, partitions) if admitted.home else None
         )
+        if callable(payload):
+            # Made for this task's ID (a seal bound to its task): checked as any payload.
+            payload_bytes = encoder.payload(payload(task_id))
         # After validation: a call that stores nothing makes no span either.
         span = TRACES.create_span(task_ref(task_id, whole=self._whole_task_ids))
         new = NewTask(

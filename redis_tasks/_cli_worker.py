@@ -367,7 +367,11 @@ def _fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler]:
         raise HandlerError(
             "the app's TasksExtension was given a manager: name its Redis with --redis-url"
         )
-    return app, tool_handler(app, snapshot_key=extension.snapshot_key)
+    return app, tool_handler(
+        app,
+        snapshot_key=extension.snapshot_key,
+        accept_unbound=extension.accept_unbound_snapshots,
+    )
 
 
 async def _serve_app(

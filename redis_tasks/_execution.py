@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._ids import task_ref
-from ._models import InputRequest, JsonRpcError
+from ._models import InputRequest, JsonRpcError, RequestContext, TaskRequestContext
 from ._origin import TaskOrigin
 from ._replay import RecordedAnswers
 from ._telemetry.metrics import METRICS
@@ -178,6 +178,13 @@ class TaskExecution:
     def fence(self) -> int:
         """The lease's fencing token; larger for every later claim of this task."""
         return self._fence
+
+    async def bound_to(self, request: RequestContext) -> bool:
+        """Whether the task is bound to ``request`` (its endpoint and partition key), as
+        ``tasks/get`` decides it: a worker that restores a caller kept with the task
+        checks that the caller is the task's own before acting as it."""
+        task = await self._manager.find_task(TaskRequestContext(request, self._task_id))
+        return task is not None
 
     async def report(self, status_message: str | None) -> None:
         """Publish a progress message (status ``working``)."""

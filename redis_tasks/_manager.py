@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self, runtime_checkable
@@ -88,7 +88,7 @@ class TaskManager(Protocol):
         request: RequestContext,
         origin: TaskOrigin,
         *,
-        payload: bytes = b"",
+        payload: bytes | Callable[[str], bytes] = b"",
         ttl: timedelta | None = None,
         poll_interval: timedelta | None = None,
         metadata: Mapping[str, Any] | None = None,
@@ -104,7 +104,9 @@ class TaskManager(Protocol):
         fair dispatch and the limits of its plan (``plan``, else the manager's
         policy's for ``tenant``, else the default); a refusal raises
         :class:`QuotaExceededError` (a tenant's quota or rate) or
-        :class:`CapacityError` (no room) and stores nothing.
+        :class:`CapacityError` (no room) and stores nothing. ``payload`` may be a
+        callable: it is given the new task's ID and returns the payload (for one bound
+        to its task, such as a seal whose associated data names it).
         """
         ...
 

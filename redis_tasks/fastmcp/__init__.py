@@ -15,12 +15,13 @@ processes: ``redis-tasks worker --fastmcp app.py:mcp``. Any server process answe
 for any task.
 """
 
-from ._extension import SNAPSHOT_KEY_ENV, TasksExtension
+from ._extension import ACCEPT_UNBOUND_ENV, SNAPSHOT_KEY_ENV, TasksExtension
 from ._fastmcp import FASTMCP_RANGE, FastMCPMismatchError
 from ._snapshot import CallerSnapshot, SnapshotError, SnapshotKey
 from ._worker import tool_handler
 
 __all__ = [
+    "ACCEPT_UNBOUND_ENV",
     "FASTMCP_RANGE",
     "SNAPSHOT_KEY_ENV",
     "CallerSnapshot",

@@ -27,6 +27,8 @@ from fastmcp.utilities.tasks import TASKS_EXTENSION_ID
 from mcp_types import CallToolRequestParams
 from pydantic import BaseModel, ConfigDict
 
+from redis_tasks._models import RequestContext
+from redis_tasks._origin import TaskOrigin
 from redis_tasks._redis.manager import RedisTaskManager
 from redis_tasks.mcp import TasksExtension as SdkTasksExtension
 from redis_tasks.mcp import TaskSupport
@@ -42,10 +44,12 @@ if TYPE_CHECKING:
 
     from redis_tasks.mcp import Authorizer
 
-__all__ = ["PREFIX_ENV", "SNAPSHOT_KEY_ENV", "TasksExtension"]
+__all__ = ["ACCEPT_UNBOUND_ENV", "PREFIX_ENV", "SNAPSHOT_KEY_ENV", "TasksExtension"]
 
 #: Where servers and workers find the snapshot key when none is given.
 SNAPSHOT_KEY_ENV = "REDIS_TASKS_SNAPSHOT_KEY"
+#: ``1``: workers also take callers kept before a key was set (see ``accept_unbound``).
+ACCEPT_UNBOUND_ENV = "REDIS_TASKS_ACCEPT_UNBOUND_SNAPSHOTS"
 #: Where the key prefix is read from when none is given (else ``rt``).
 PREFIX_ENV = "REDIS_TASKS_PREFIX"
 
@@ -75,7 +79,11 @@ class TasksExtension(ServerExtension):
     binding). ``input_first`` names ``required`` tools that gather input inline before
     the rest becomes a task (:func:`redis_tasks.mcp.run_as_task`). The caller's access
     token and headers go with the task for the worker, sealed with ``snapshot_key``
-    (default ``$REDIS_TASKS_SNAPSHOT_KEY``; without one they are kept in clear).
+    (default ``$REDIS_TASKS_SNAPSHOT_KEY``; without one they are kept in clear) and
+    bound to the task and its caller; under a key its workers refuse a caller that is
+    not (``accept_unbound_snapshots``, default ``$REDIS_TASKS_ACCEPT_UNBOUND_SNAPSHOTS``
+    or off: take those kept before the key was set, while the tasks made before it
+    last; see :mod:`redis_tasks.fastmcp._snapshot`).
     Raises :class:`~redis_tasks.fastmcp.FastMCPMismatchError` on a FastMCP this was
     not written for.
     """
@@ -99,6 +107,7 @@ class TasksExtension(ServerExtension):
         input_first: Iterable[str] = (),
         input_first_timeout: timedelta = timedelta(seconds=10),
         snapshot_key: str | bytes | SnapshotKey | None = None,
+        accept_unbound_snapshots: bool | None = None,
     ) -> None:
         require_fastmcp()
         super().__init__()
@@ -123,6 +132,9 @@ class TasksExtension(ServerExtension):
             if snapshot_key is None or isinstance(snapshot_key, SnapshotKey)
             else SnapshotKey(snapshot_key)
         )
+        if accept_unbound_snapshots is None:
+            accept_unbound_snapshots = os.environ.get(ACCEPT_UNBOUND_ENV, "") == "1"
+        self._accept_unbound = bool(accept_unbound_snapshots)
         self._tasks = SdkTasksExtension(
             manager,
             authorizer=authorizer,
@@ -155,6 +167,11 @@ class TasksExtension(ServerExtension):
     def snapshot_key(self) -> SnapshotKey | None:
         """The key callers' snapshots are sealed with, if any."""
         return self._key
+
+    @property
+    def accept_unbound_snapshots(self) -> bool:
+        """Whether its workers also take callers not sealed for their task (the move to a key)."""
+        return self._accept_unbound
 
     def methods(self) -> list[MethodBinding]:
         """``tasks/get``, ``tasks/update`` and ``tasks/cancel``: the SDK extension's own."""
@@ -211,10 +228,16 @@ class TasksExtension(ServerExtension):
 
     def _snapshot(
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any]
-    ) -> bytes:
-        """The caller of this request, as the task's payload (see :mod:`._snapshot`)."""
-        snapshot = CallerSnapshot(get_access_token(), get_http_headers(include_all=True))
-        return snapshot.encode(self._key)
+    ) -> Callable[[str, RequestContext, TaskOrigin], bytes]:
+        """The caller of this request, as the task's payload (see :mod:`._snapshot`):
+        sealed, when a key is set, for the task the manager is about to make."""
+        token, headers = get_access_token(), get_http_headers(include_all=True)
+        key = self._key
+
+        def payload(task_id: str, caller: RequestContext, origin: TaskOrigin) -> bytes:
+            return CallerSnapshot(token, headers, caller).encode(key, task_id, origin)
+
+        return payload
 
     def __repr__(self) -> str:
         return f"TasksExtension(prefix={self._manager.prefix!r})"

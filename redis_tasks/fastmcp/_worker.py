@@ -46,6 +46,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from redis_tasks._errors import ValidationError
 from redis_tasks._execution import Handler, TaskExecution, TaskFailed
+from redis_tasks._ids import task_ref
 from redis_tasks._models import JsonRpcError
 from redis_tasks.mcp._escalate import _PHASE
 from redis_tasks.mcp._tool_call import ToolCall
@@ -173,23 +174,52 @@ class _ToolRun:
         raise RuntimeError(f"the tool asked for input more than {MAX_INPUT_ROUNDS} times")
 
 
-def tool_handler(app: FastMCP, *, snapshot_key: SnapshotKey | None = None) -> Handler:
+def tool_handler(
+    app: FastMCP, *, snapshot_key: SnapshotKey | None = None, accept_unbound: bool = False
+) -> Handler:
     """A :class:`~redis_tasks.Worker` handler that runs ``app``'s task tools.
 
     Give it the app the servers serve (its ``TasksExtension`` made the tasks);
-    ``snapshot_key`` is the servers' (:class:`SnapshotKey`). ``redis-tasks worker
-    --fastmcp app.py:mcp`` builds it for you, with the app's lifespan entered.
+    ``snapshot_key`` is the servers' (:class:`SnapshotKey`), ``accept_unbound`` their
+    migration switch (see :mod:`._snapshot`). ``redis-tasks worker --fastmcp app.py:mcp``
+    builds it for you, with the app's lifespan entered.
+
+    A task whose caller cannot be restored, or whose sealed caller is not the one its
+    record is bound to, fails (``-32603``) and never runs as anyone: the log line names
+    the task by reference and the reason (``missing_key``, ``wrong_key``, ``not_bound``,
+    ``unbound``, ``unreadable``), never the content.
     """
     require_fastmcp()
 
     async def run_tool(execution: TaskExecution) -> dict[str, Any]:
         try:
-            snapshot = CallerSnapshot.decode(execution.payload, snapshot_key)
+            snapshot = CallerSnapshot.decode(
+                execution.payload,
+                snapshot_key,
+                execution.task_id,
+                execution.origin,
+                accept_unbound=accept_unbound,
+            )
+            if (
+                snapshot_key is not None
+                and snapshot.caller is not None
+                and not await execution.bound_to(snapshot.caller)
+            ):
+                raise SnapshotError(
+                    "the task is not bound to the caller its snapshot names", "not_bound"
+                )
             run = _ToolRun(app, execution, snapshot)
         except (ValidationError, SnapshotError) as exc:
-            # Never run as nobody: a caller that cannot be restored fails the task.
+            # Never run as nobody, nor as someone else: the task fails.
+            reason = exc.reason if isinstance(exc, SnapshotError) else "unreadable"
             logger.error(
-                "task cannot run: %s", type(exc).__name__, extra={"event": "task_unreadable"}
+                "task cannot run: its caller snapshot is refused (%s)",
+                reason,
+                extra={
+                    "event": "task_unreadable",
+                    "task": task_ref(execution.task_id),
+                    "reason": reason,
+                },
             )
             raise TaskFailed(JsonRpcError(code=-32603, message="Internal error")) from exc
         return await run_cancellable(execution, run.run(), run.channel.cancel_requested.set)

@@ -20,12 +20,14 @@ from mcp_types import CallToolRequestParams
 
 from redis_tasks._limits import Limits
 from redis_tasks._models import RequestContext
+from redis_tasks._origin import TaskOrigin
 from redis_tasks._plans import TenantPlan
 
 from ._auth import Authorizer
 from ._wire import internal_error
 
 __all__ = [
+    "BoundPayload",
     "PayloadFactory",
     "PlanFactory",
     "TenantFactory",
@@ -37,8 +39,14 @@ __all__ = [
 
 logger = logging.getLogger("redis_tasks.mcp")
 
-#: Builds the task's work payload from the call (default: empty).
-PayloadFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], bytes]
+#: Makes a payload bound to its task: given the new task's ID, the caller's binding (the
+#: request context the task is bound to) and the task's origin, before anything is stored.
+BoundPayload = Callable[[str, RequestContext, TaskOrigin], bytes]
+#: Builds the task's work payload from the call (default: empty): the bytes, or a
+#: :data:`BoundPayload` for a payload that names its task and caller (a sealed snapshot).
+PayloadFactory = Callable[
+    [CallToolRequestParams, ServerRequestContext[Any, Any]], bytes | BoundPayload
+]
 #: Names the tenant the call's task counts against (``None``: its binding, the default).
 TenantFactory = Callable[[CallToolRequestParams, ServerRequestContext[Any, Any]], str | None]
 #: Gives the weight of the call's tenant (its share of the workers while tenants compete;

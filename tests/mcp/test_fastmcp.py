@@ -10,18 +10,22 @@ worker lacks, a worker killed mid-tool, and a FastMCP outside the range.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
+from redis_tasks import RequestContext, TaskOrigin
+from redis_tasks._ids import task_ref
+from redis_tasks._redis.keys import KeySpace
 from redis_tasks.fastmcp import (
     CallerSnapshot,
     FastMCPMismatchError,
@@ -191,6 +195,81 @@ async def test_a_worker_killed_mid_tool_loses_no_task(stack: McpStack) -> None:
     assert done["result"]["structuredContent"] == {"result": f"waited {label}"}
 
 
+async def _parked(stack: McpStack, tool: str, token: str) -> str:
+    """A task of ``token``'s caller, parked at its tool's first question."""
+    parks = stack.log_text().count(_PARKED)
+    reply = await stack.rpc(0, "tools/call", {"name": tool, "arguments": {}}, token=token)
+    task_id: str = reply["result"]["taskId"]
+
+    async def parked() -> bool:
+        return stack.log_text().count(_PARKED) > parks
+
+    await wait_until(parked, what="the task parked")
+    return task_id
+
+
+def _forge(stack: McpStack, task_id: str, payload: Mapping[Any, Any]) -> None:
+    """Put ``payload`` (a record's payload fields) in place of ``task_id``'s own."""
+    keys = KeySpace(stack.prefix).of_task(task_id)
+    assert keys is not None
+    client = redis.Redis.from_url(stack.url)
+    try:
+        fields: list[bytes] = client.hkeys(keys.task)  # type: ignore[assignment]
+        own = [f for f in fields if f.startswith(b"pl")]
+        if own:
+            client.hdel(keys.task, *own)
+        client.hset(keys.task, mapping=payload)
+    finally:
+        client.close()
+
+
+def _payload_of(stack: McpStack, task_id: str) -> dict[bytes, bytes]:
+    keys = KeySpace(stack.prefix).of_task(task_id)
+    assert keys is not None
+    client = redis.Redis.from_url(stack.url)
+    try:
+        fields: dict[bytes, bytes] = client.hgetall(keys.task)  # type: ignore[assignment]
+        return {f: v for f, v in fields.items() if f.startswith(b"pl")}
+    finally:
+        client.close()
+
+
+async def test_a_caller_moved_or_forged_in_redis_fails_its_task_naming_why(
+    stack: McpStack,
+) -> None:
+    """What a writer of Redis tried (issue 51): alice's sealed caller copied into bob's
+    task, and a plain caller with an invented token written into a task. Each task
+    fails at its resume, runs as nobody, and the log names it and why."""
+    alice = await _parked(stack, "ask", "tok-alice")
+    bob = await _parked(stack, "ask", "tok-bob")
+    _forge(stack, bob, _payload_of(stack, alice))
+    invented = {"token": {"token": "x", "client_id": "admin-client", "scopes": ["admin"]},
+                "headers": {}, "caller": {"endpoint": "/mcp", "partitionKey": "alice"}}  # fmt: skip
+    _forge(stack, alice, {b"pl": b"P" + json.dumps(invented).encode()})
+    answer = {"action": "accept", "content": {"name": "Ada"}}
+    for task_id, token in ((bob, "tok-bob"), (alice, "tok-alice")):
+        update = {"taskId": task_id, "inputResponses": {"elicit-1": answer}}
+        assert "error" not in await stack.rpc(1, "tasks/update", update, token=token)
+
+    async def failed() -> bool:
+        replies = [
+            await stack.rpc(0, "tasks/get", {"taskId": t}, token=k)
+            for t, k in ((bob, "tok-bob"), (alice, "tok-alice"))
+        ]
+        return all(r["result"]["status"] == "failed" for r in replies)
+
+    await wait_until(failed, within=30, what="both forged tasks to fail")
+    refused = [
+        json.loads(line)
+        for line in stack.log_text().splitlines()
+        if '"event": "task_unreadable"' in line
+    ]
+    reasons = {line["task"]: line["reason"] for line in refused}
+    assert reasons[task_ref(bob)] == "not_bound"
+    assert reasons[task_ref(alice)] == "unbound"
+    assert "admin-client" not in stack.log_text()
+
+
 def test_a_fastmcp_outside_the_range_refuses_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -224,20 +303,46 @@ def test_a_worker_is_told_in_one_line_what_is_wrong_with_its_app(tmp_path: Path)
         assert "\n" not in str(raised.value), spec
 
 
-def test_snapshots_are_sealed_and_refused_without_their_key() -> None:
+def _reason(payload: bytes, key: SnapshotKey | None, task_id: str, origin: TaskOrigin) -> str:
+    with pytest.raises(SnapshotError) as refused:
+        CallerSnapshot.decode(payload, key, task_id, origin)
+    assert "tok-" not in str(refused.value)
+    return refused.value.reason
+
+
+def test_snapshots_are_sealed_for_their_task_and_refused_anywhere_else() -> None:
     from fastmcp.server.auth import AccessToken
 
-    token = AccessToken(token="tok-x", client_id="c", scopes=["a"], claims={"sub": "s"})
-    snapshot = CallerSnapshot(token, {"authorization": "Bearer tok-x"})
+    alice = AccessToken(token="tok-alice", client_id="alice-client", scopes=["a"])
+    caller = RequestContext("/mcp", "alice")
+    snapshot = CallerSnapshot(alice, {"authorization": "Bearer tok-alice"}, caller)
     key = SnapshotKey(_KEY)
-    sealed = snapshot.encode(key)
-    assert b"tok-x" not in sealed
-    assert CallerSnapshot.decode(sealed, key) == snapshot
-    assert CallerSnapshot.decode(snapshot.encode(None), key) == snapshot  # before a key
-    for wrong in (None, SnapshotKey(secrets.token_urlsafe(32))):
-        with pytest.raises(SnapshotError):
-            CallerSnapshot.decode(sealed, wrong)
-    assert "tok-x" not in repr(snapshot)
+    origin = TaskOrigin.from_persisted_state({"tool": "whoami", "arguments": {}})
+    sealed = snapshot.encode(key, "3.alice-task", origin)
+    assert b"alice" not in sealed  # neither the token nor the caller, in clear
+    assert CallerSnapshot.decode(sealed, key, "3.alice-task", origin) == snapshot
+    # Forgery 1: alice's sealed caller copied into bob's task.
+    assert _reason(sealed, key, "5.bob-task", origin) == "not_bound"
+    # Forgery 2: alice's task rewritten to run another tool (or other arguments).
+    other = TaskOrigin.from_persisted_state({"tool": "delete_all", "arguments": {}})
+    assert _reason(sealed, key, "3.alice-task", other) == "not_bound"
+    # Forgery 3: a plain caller written under a key, with an invented token.
+    root = AccessToken(token="tok-root", client_id="admin-client", scopes=["admin"])
+    plain = CallerSnapshot(root, {}, caller).encode(None, "3.alice-task", origin)
+    assert _reason(plain, key, "3.alice-task", origin) == "unbound"
+    # ... taken only while moving to a key, when asked to.
+    taken = CallerSnapshot.decode(plain, key, "3.alice-task", origin, accept_unbound=True)
+    assert taken.token == root
+    # A worker without the key, or with another, is told which.
+    assert _reason(sealed, None, "3.alice-task", origin) == "missing_key"
+    another = SnapshotKey(secrets.token_urlsafe(32))
+    assert _reason(sealed, another, "3.alice-task", origin) == "wrong_key"
+    assert another.key_id != key.key_id
+    # Tampering with the ciphertext is refused as not bound (same key ID).
+    tampered = sealed[:-1] + bytes([sealed[-1] ^ 1])
+    assert _reason(tampered, key, "3.alice-task", origin) == "not_bound"
+    assert _reason(b"X???", key, "3.alice-task", origin) == "unreadable"
+    assert "alice" not in repr(snapshot)
     assert _KEY not in repr(key)
     with pytest.raises(ValueError, match="16 characters"):
         SnapshotKey("short")
@@ -257,6 +362,7 @@ def test_all_is_pinned_sorted_and_documented() -> None:
     import redis_tasks.fastmcp
 
     exported = [
+        "ACCEPT_UNBOUND_ENV",
         "FASTMCP_RANGE",
         "SNAPSHOT_KEY_ENV",
         "CallerSnapshot",
