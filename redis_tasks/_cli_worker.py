@@ -354,6 +354,7 @@ def _fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler]:
     try:
         from .fastmcp import tool_handler
         from .fastmcp._loading import load_app
+        from .fastmcp._snapshot import warn_without_key
     except ImportError as exc:
         raise HandlerError(
             f"--fastmcp needs FastMCP: pip install 'redis-mcp-tasks[fastmcp]' ({exc})"
@@ -367,6 +368,8 @@ def _fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler]:
         raise HandlerError(
             "the app's TasksExtension was given a manager: name its Redis with --redis-url"
         )
+    if extension.snapshot_key is None:
+        warn_without_key("this worker")
     return app, tool_handler(
         app,
         snapshot_key=extension.snapshot_key,

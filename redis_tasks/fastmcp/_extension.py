@@ -35,7 +35,7 @@ from redis_tasks.mcp import TaskSupport
 from redis_tasks.mcp._hooks import PlanFactory, TenantFactory, WeightFactory
 
 from ._fastmcp import is_client_call, require_fastmcp, sdk_context, valid_arguments
-from ._snapshot import CallerSnapshot, SnapshotKey
+from ._snapshot import CallerSnapshot, SnapshotKey, warn_without_key
 
 if TYPE_CHECKING:
     from fastmcp.server.context import Context
@@ -186,6 +186,8 @@ class TasksExtension(ServerExtension):
 
     @asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
+        if self._key is None:
+            warn_without_key("this server")
         async with self._manager:
             yield
 

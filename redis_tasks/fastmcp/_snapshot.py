@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,7 +51,9 @@ from fastmcp.server.auth import AccessToken
 from redis_tasks._models import RequestContext
 from redis_tasks._origin import TaskOrigin
 
-__all__ = ["CallerSnapshot", "SnapshotError", "SnapshotKey"]
+__all__ = ["CallerSnapshot", "SnapshotError", "SnapshotKey", "warn_without_key"]
+
+logger = logging.getLogger("redis_tasks.fastmcp")
 
 _PLAIN: Final = b"P"
 _SEALED_UNBOUND: Final = b"S"
@@ -213,3 +216,21 @@ class CallerSnapshot:
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             raise SnapshotError("the caller snapshot does not parse", "unreadable") from None
+
+
+def warn_without_key(who: str) -> None:
+    """Say once, at a server's or worker's start, that callers are kept in clear.
+
+    Without a key a caller's bearer token is in Redis in clear, twice per open task (the
+    token and the ``authorization`` header): any reader of Redis (a backup, a replica,
+    ``MONITOR``) can act as that caller until the token expires. Not refused by default:
+    a first run on a laptop needs no secret, and a deployment that keeps no token (no
+    auth) has nothing to seal; a production checklist names the key.
+    """
+    logger.warning(
+        "%s has no snapshot key: callers' access tokens and headers are kept in Redis in "
+        "clear with their tasks; set $REDIS_TASKS_SNAPSHOT_KEY (or snapshot_key=) on every "
+        "server and worker",
+        who,
+        extra={"event": "snapshot_key_missing"},
+    )

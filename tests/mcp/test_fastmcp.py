@@ -11,6 +11,7 @@ worker lacks, a worker killed mid-tool, and a FastMCP outside the range.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import signal
@@ -268,6 +269,32 @@ async def test_a_caller_moved_or_forged_in_redis_fails_its_task_naming_why(
     assert reasons[task_ref(bob)] == "not_bound"
     assert reasons[task_ref(alice)] == "unbound"
     assert "admin-client" not in stack.log_text()
+
+
+async def test_a_server_or_worker_without_a_key_says_so_once_at_start(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from redis_tasks._cli_worker import _fastmcp_app
+
+    def said() -> int:
+        return sum(getattr(r, "event", None) == "snapshot_key_missing" for r in caplog.records)
+
+    monkeypatch.delenv("REDIS_TASKS_SNAPSHOT_KEY", raising=False)
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    monkeypatch.setenv("RT_TEST_REDIS_URL", redis_server.url)
+    with caplog.at_level(logging.WARNING, logger="redis_tasks.fastmcp"):
+        async with TasksExtension(prefix=f"k{uuid.uuid4().hex[:8]}").lifespan():
+            assert said() == 1
+        args = argparse.Namespace(fastmcp=f"{_APP}:mcp", redis_url=None)
+        _fastmcp_app(args)  # the worker's start, as `redis-tasks worker --fastmcp` makes it
+        assert said() == 2
+        monkeypatch.setenv("REDIS_TASKS_SNAPSHOT_KEY", _KEY)
+        async with TasksExtension(prefix=f"k{uuid.uuid4().hex[:8]}").lifespan():
+            pass
+        _fastmcp_app(args)
+    assert said() == 2  # with a key: nothing said
 
 
 def test_a_fastmcp_outside_the_range_refuses_in_one_line(
