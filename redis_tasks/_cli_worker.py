@@ -11,10 +11,10 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ._cli_common import (
     add_redis_options,
@@ -33,11 +33,17 @@ from ._worker.health import HealthReport
 from ._worker.worker import Worker
 
 if TYPE_CHECKING:
+    from ._redis.manager import RedisTaskManager
     from ._telemetry.prometheus import PrometheusExport
 
 __all__ = ["HandlerError", "add_worker_command", "load_handler", "run_worker"]
 
 logger = logging.getLogger("redis_tasks.worker")
+
+
+#: What a worker checks once connected, before it claims anything: raises ``ValueError``
+#: (one line) when it must not run.
+StartCheck: TypeAlias = "Callable[[RedisTaskManager], Awaitable[None]]"
 
 
 class HandlerError(ValueError):
@@ -204,7 +210,10 @@ def _dump_tasks() -> None:
 
 
 async def _serve(
-    args: argparse.Namespace, handler: Handler, export: PrometheusExport | None
+    args: argparse.Namespace,
+    handler: Handler,
+    export: PrometheusExport | None,
+    start_check: StartCheck | None = None,
 ) -> int:
     worker: Worker | None = None
 
@@ -230,7 +239,7 @@ async def _serve(
         )
         return 1
     try:
-        return await _serve_worker(args, handler, started)
+        return await _serve_worker(args, handler, started, start_check)
     finally:
         # After the worker stopped: a probe sees 503 "stopping" until the very end.
         await endpoints.close()
@@ -239,7 +248,10 @@ async def _serve(
 
 
 async def _serve_worker(
-    args: argparse.Namespace, handler: Handler, started: Callable[[Worker], None]
+    args: argparse.Namespace,
+    handler: Handler,
+    started: Callable[[Worker], None],
+    start_check: StartCheck | None = None,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -276,7 +288,13 @@ async def _serve_worker(
         try:
             # Redis may be down or failing over while a worker starts: wait for it.
             await manager.__aenter__()
+            if start_check is not None:
+                await start_check(manager)
             await candidate.__aenter__()
+        except ValueError as exc:  # the start check refused: nothing to retry
+            await manager.__aexit__(None, None, None)
+            logger.error("could not start: %s", exc, extra={"event": "startup_refused"})
+            return 2
         except BackendError as exc:
             await manager.__aexit__(None, None, None)
             if loop.time() + delay > deadline:
@@ -323,7 +341,7 @@ def run_worker(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.fastmcp is not None:
-            app, handler = _fastmcp_app(args)
+            app, handler, start_check = _fastmcp_app(args)
         else:
             handler = load_handler(args.handler)
     except (HandlerError, ValueError) as exc:
@@ -344,15 +362,17 @@ def run_worker(args: argparse.Namespace) -> int:
             print(f"redis-tasks worker: {exc}", file=sys.stderr)
             return 2
     if app is not None:
-        return run(_serve_app(app, args, handler, export), loop)
+        return run(_serve_app(app, args, handler, export, start_check), loop)
     return run(_serve(args, handler, export), loop)
 
 
-def _fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler]:
-    """The FastMCP app ``--fastmcp`` names and its handler; ``args`` take its extension's
-    Redis settings. Raises ``ValueError`` (one line) when it cannot be served."""
+def _fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler, StartCheck]:
+    """The FastMCP app ``--fastmcp`` names, its handler, and the worker's start check
+    (its snapshot key against the servers'); ``args`` take its extension's Redis
+    settings. Raises ``ValueError`` (one line) when it cannot be served."""
     try:
         from .fastmcp import tool_handler
+        from .fastmcp._key_check import check_worker_key
         from .fastmcp._loading import load_app
         from .fastmcp._snapshot import warn_without_key
     except ImportError as exc:
@@ -368,24 +388,30 @@ def _fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler]:
         raise HandlerError(
             "the app's TasksExtension was given a manager: name its Redis with --redis-url"
         )
-    if extension.snapshot_key is None:
+    extension.worker_mode()
+    key, accept_unbound = extension.snapshot_key, extension.accept_unbound_snapshots
+    if key is None:
         warn_without_key("this worker")
-    return app, tool_handler(
-        app,
-        snapshot_key=extension.snapshot_key,
-        accept_unbound=extension.accept_unbound_snapshots,
-    )
+
+    async def start_check(manager: RedisTaskManager) -> None:
+        await check_worker_key(manager, key, accept_unbound=accept_unbound)
+
+    return app, tool_handler(app, snapshot_key=key, accept_unbound=accept_unbound), start_check
 
 
 async def _serve_app(
-    app: Any, args: argparse.Namespace, handler: Handler, export: PrometheusExport | None
+    app: Any,
+    args: argparse.Namespace,
+    handler: Handler,
+    export: PrometheusExport | None,
+    start_check: StartCheck | None = None,
 ) -> int:
     """:func:`_serve` inside the FastMCP app's lifespan (its tools' resources)."""
     from .fastmcp._fastmcp import app_lifespan
 
     try:
         async with app_lifespan(app):
-            return await _serve(args, handler, export)
+            return await _serve(args, handler, export, start_check)
     except BackendError as exc:
         logger.error(
             "could not start: Redis unavailable",

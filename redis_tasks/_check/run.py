@@ -21,6 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from redis_tasks._redis.client import ConnectionSettings
+from redis_tasks._redis.keys import KeySpace
 from redis_tasks._redis.scripts import scripts
 
 from . import server as judge
@@ -113,8 +114,51 @@ async def check(
     version = judge.version_of(facts[0].info)[2] if facts else None
     findings += await _access(settings, url, prefix, [*primaries, *others], cluster, version)
     findings += await _scripts(settings, primaries, url)
+    refused = {c for f in findings if f.topic == "acl" for c in f.data.get("commands_refused", ())}
+    if "get" not in refused:  # a refused GET would land in the operator's ACL log
+        findings += await _snapshot_key(settings, primaries, prefix)
     findings += await _latency(settings, primaries, pings, progress, url)
     return report
+
+
+async def _snapshot_key(
+    settings: ConnectionSettings, primaries: list[str], prefix: str
+) -> list[Finding]:
+    """Whether the prefix's FastMCP servers seal their callers (the key ID they record:
+    :mod:`redis_tasks.fastmcp._key_check`); nothing where none has recorded one. Asked of
+    every primary: the one serving the key's slot answers (the others redirect)."""
+    name = KeySpace(prefix).snapshot_key_id
+
+    async def read(connection: AbstractConnection) -> object:
+        async with asyncio.timeout(settings.timeout):
+            await connection.send_command("GET", name)
+            return await connection.read_response()
+
+    outcomes = await asyncio.gather(
+        *(_on_connection(_connect(settings, n)(), settings.timeout, read) for n in primaries),
+        return_exceptions=True,
+    )
+    recorded = next((o for o in outcomes if isinstance(o, bytes)), None)
+    if recorded is None:
+        return []
+    if recorded == b"none":
+        return [
+            Finding(
+                "warn",
+                "snapshot key",
+                "this prefix's FastMCP servers keep callers' access tokens and headers in "
+                "Redis in clear (no snapshot key)",
+                "set the same $REDIS_TASKS_SNAPSHOT_KEY on every server and worker",
+            )
+        ]
+    return [
+        Finding(
+            "ok",
+            "snapshot key",
+            "this prefix's FastMCP servers seal callers with a snapshot key",
+            data={"key_id": recorded.decode(errors="replace")},
+        )
+    ]
 
 
 def _user(url: str) -> str:

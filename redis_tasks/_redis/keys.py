@@ -30,6 +30,9 @@ single slot::
     {rt:7.42}:waiting          sorted set: the partition's parked tasks (waiting for their
                                client's input, held by no worker), by expiry
     {rt:7.42}:wt:<tenant>      sorted set: a tenant's parked tasks, by expiry
+    {rt:fastmcp}:key-id        string, no expiry: the ID of the snapshot key the prefix's
+                               FastMCP servers seal callers with, or "none"
+                               (:mod:`redis_tasks.fastmcp._key_check`)
 
 ``<tenant>`` is the tenant's digest (:mod:`redis_tasks._tenancy`), never its key.
 
@@ -244,6 +247,11 @@ class KeySpace:
             raise ValueError("prefix must be 1-64 characters of A-Z a-z 0-9 _ . -")
         self.prefix = prefix
         self._tags: dict[int, str] = {}
+
+    @property
+    def snapshot_key_id(self) -> str:
+        """Where the prefix's FastMCP servers record the ID of their snapshot key."""
+        return f"{{{self.prefix}:fastmcp}}:key-id"
 
     def tag(self, partition: int) -> str:
         """The hash tag of ``partition`` (see the module docstring)."""

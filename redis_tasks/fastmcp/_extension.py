@@ -35,6 +35,7 @@ from redis_tasks.mcp import TaskSupport
 from redis_tasks.mcp._hooks import PlanFactory, TenantFactory, WeightFactory
 
 from ._fastmcp import is_client_call, require_fastmcp, sdk_context, valid_arguments
+from ._key_check import record_server_key
 from ._snapshot import CallerSnapshot, SnapshotKey, warn_without_key
 
 if TYPE_CHECKING:
@@ -135,6 +136,8 @@ class TasksExtension(ServerExtension):
         if accept_unbound_snapshots is None:
             accept_unbound_snapshots = os.environ.get(ACCEPT_UNBOUND_ENV, "") == "1"
         self._accept_unbound = bool(accept_unbound_snapshots)
+        # Set in a worker's process (worker_mode): the app's lifespan there is no server's.
+        self._in_worker = False
         self._tasks = SdkTasksExtension(
             manager,
             authorizer=authorizer,
@@ -168,6 +171,12 @@ class TasksExtension(ServerExtension):
         """The key callers' snapshots are sealed with, if any."""
         return self._key
 
+    def worker_mode(self) -> None:
+        """Mark this extension as a worker's (``redis-tasks worker --fastmcp`` does): its
+        lifespan then neither records the servers' snapshot key nor warns as a server;
+        the worker checks its key against the servers' instead."""
+        self._in_worker = True
+
     @property
     def accept_unbound_snapshots(self) -> bool:
         """Whether its workers also take callers not sealed for their task (the move to a key)."""
@@ -186,9 +195,12 @@ class TasksExtension(ServerExtension):
 
     @asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
-        if self._key is None:
+        serving = not self._in_worker
+        if serving and self._key is None:
             warn_without_key("this server")
         async with self._manager:
+            if serving:
+                await record_server_key(self._manager, self._key)
             yield
 
     async def intercept_tool_call(

@@ -297,6 +297,53 @@ async def test_a_server_or_worker_without_a_key_says_so_once_at_start(
     assert said() == 2  # with a key: nothing said
 
 
+def test_a_worker_without_the_servers_key_refuses_to_start_naming_why(stack: McpStack) -> None:
+    for name, key, words in (
+        ("worker-wrong-key", secrets.token_urlsafe(32), "wrong snapshot key"),
+        ("worker-no-key", "", "missing snapshot key"),
+    ):
+        process = stack.start_worker({"REDIS_TASKS_SNAPSHOT_KEY": key}, _WORKER, name)
+        assert process.wait(timeout=60) == 2
+        log = (stack.directory / f"{name}.log").read_text()
+        assert words in log
+        assert '"event": "startup_refused"' in log
+
+
+async def test_servers_record_their_keys_id_and_a_worker_checks_its_own_against_it(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis_tasks.fastmcp._key_check import SnapshotKeyMismatchError, check_worker_key
+
+    monkeypatch.delenv("REDIS_TASKS_SNAPSHOT_KEY", raising=False)  # the module stack's
+
+    key, other = SnapshotKey(_KEY), SnapshotKey(secrets.token_urlsafe(32))
+    prefix = f"k{uuid.uuid4().hex[:8]}"
+    server = TasksExtension(redis_server.url, prefix=prefix, snapshot_key=_KEY)
+    manager = server.manager
+    with caplog.at_level(logging.WARNING, logger="redis_tasks.fastmcp"):
+        async with manager:  # before any server: nothing to check against, said
+            await check_worker_key(manager, key)
+            assert any(
+                getattr(r, "event", None) == "snapshot_key_unchecked" for r in caplog.records
+            )
+        async with server.lifespan():
+            await check_worker_key(manager, key)
+            with pytest.raises(SnapshotKeyMismatchError, match="wrong snapshot key"):
+                await check_worker_key(manager, other)
+            with pytest.raises(SnapshotKeyMismatchError, match="missing snapshot key"):
+                await check_worker_key(manager, None)
+            stored = await manager.client.get(manager.keyspace.snapshot_key_id)
+            assert stored == key.key_id.hex().encode()  # the ID, never the key
+        # A server without a key: a worker with one would refuse every task, unless it
+        # takes callers kept in clear while moving to a key.
+        async with TasksExtension(redis_server.url, prefix=prefix).lifespan():
+            with pytest.raises(SnapshotKeyMismatchError, match="without one"):
+                await check_worker_key(manager, key)
+            async with manager:
+                await check_worker_key(manager, key, accept_unbound=True)
+                await check_worker_key(manager, None)
+
+
 def test_a_fastmcp_outside_the_range_refuses_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

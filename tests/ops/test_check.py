@@ -356,3 +356,20 @@ def test_an_unreachable_server_or_a_bad_argument_is_one_line(
         assert err.startswith("redis-tasks check: ")
         assert secret not in err
     assert "cannot reach 127.0.0.1:" in cli(*cases[0]).stderr
+
+
+async def test_a_prefix_whose_fastmcp_servers_keep_callers_in_clear_is_told(
+    redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis_tasks.fastmcp import SnapshotKey, TasksExtension
+
+    monkeypatch.delenv("REDIS_TASKS_SNAPSHOT_KEY", raising=False)
+    assert topic(await checked(redis_server.url, prefix), "snapshot key") == []  # no server yet
+    async with TasksExtension(redis_server.url, prefix=prefix).lifespan():
+        (said,) = topic(await checked(redis_server.url, prefix), "snapshot key")
+    assert said.startswith("warn   snapshot key: this prefix's FastMCP servers keep callers")
+    key = SnapshotKey("a-secret-of-enough-characters")
+    async with TasksExtension(redis_server.url, prefix=prefix, snapshot_key=key).lifespan():
+        report = await checked(redis_server.url, prefix)
+    (found,) = [f for f in report.findings if f.topic == "snapshot key"]
+    assert (found.level, found.data) == ("ok", {"key_id": key.key_id.hex()})

@@ -98,12 +98,15 @@ class McpStack:
         self.start_worker(options=worker_options)
 
     def start_worker(
-        self, env: Mapping[str, str] | None = None, options: Sequence[str] = ()
+        self,
+        env: Mapping[str, str] | None = None,
+        options: Sequence[str] = (),
+        name: str = "worker",
     ) -> subprocess.Popen[bytes]:
         """Start one worker process (``env``: the app's ``RT_TEST_*`` options; ``options``:
-        more of ``redis-tasks worker``'s)."""
+        more of ``redis-tasks worker``'s; ``name``: its log's, ``<name>.log``)."""
         return self._spawn(
-            "worker",
+            name,
             [
                 "-m",
                 "redis_tasks",
