@@ -91,6 +91,18 @@ async def _until(stack: McpStack, task_id: str, done: Any, *, within: float = 30
     return await wait_until(reached, within=within, what=f"task {task_id[:8]} to move on")
 
 
+async def _until_as(stack: McpStack, task_id: str, token: str) -> dict[str, Any]:
+    """Poll ``tasks/get`` as ``token``'s caller until the task completed."""
+
+    async def completed() -> dict[str, Any] | None:
+        task: dict[str, Any] = (await stack.rpc(0, "tasks/get", {"taskId": task_id}, token))[
+            "result"
+        ]
+        return task if task["status"] == "completed" else None
+
+    return await wait_until(completed, within=30, what=f"task {task_id[:8]} to complete")
+
+
 def _status(*statuses: str) -> Any:
     return lambda task: task["status"] in statuses
 
@@ -106,7 +118,12 @@ async def test_a_task_runs_as_its_caller_and_only_its_caller_sees_it(stack: McpS
         "client": "alice-client",
         "subject": "alice",
         "header": "from-alice",
+        "expires_at": None,
     }
+    # A token's expiry travels with its task: the tool sees it (and decides; see README).
+    reply = await stack.rpc(0, "tools/call", {"name": "whoami", "arguments": {}}, "tok-carol")
+    carol = await _until_as(stack, reply["result"]["taskId"], "tok-carol")
+    assert carol["result"]["structuredContent"]["expires_at"] == 4_102_444_800
     # Another principal, on either server: "not found", as for an ID never issued.
     for server in (0, 1):
         reply = await stack.rpc(server, "tasks/get", {"taskId": task_id}, token="tok-bob")

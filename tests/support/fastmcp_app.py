@@ -31,9 +31,16 @@ from redis_tasks.fastmcp import TasksExtension
 __all__ = ["TOKENS", "app", "mcp"]
 
 #: Bearer token -> the principal it authenticates (client ID and subject).
-TOKENS = {
+TOKENS: dict[str, dict[str, Any]] = {
     "tok-alice": {"client_id": "alice-client", "sub": "alice", "scopes": []},
     "tok-bob": {"client_id": "bob-client", "sub": "bob", "scopes": []},
+    # A token that expires (at the start of 2100): its expiry travels with the task.
+    "tok-carol": {
+        "client_id": "carol-client",
+        "sub": "carol",
+        "scopes": [],
+        "expires_at": 4_102_444_800,
+    },
 }
 _PREFIX = os.environ.get("RT_TEST_PREFIX", "fastmcp-test")
 
@@ -59,12 +66,14 @@ def _mark_cancelled(label: str) -> None:
 
 @mcp.tool(task=_TASK)
 async def whoami() -> dict[str, Any]:
-    """Who called: the access token's client and subject, and one of the request's headers."""
+    """Who called: the access token's client, subject and expiry, and one of the request's
+    headers."""
     token = get_access_token()
     return {
         "client": token.client_id if token is not None else None,
         "subject": token.claims.get("sub") if token is not None else None,
         "header": get_http_headers().get("x-caller"),
+        "expires_at": token.expires_at if token is not None else None,
     }
 
 
