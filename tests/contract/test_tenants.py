@@ -882,15 +882,18 @@ async def _hinted(worker: Worker, task_id: str) -> bool:
 
 
 def _with_stats_of(before: Any, after: Any) -> Any:
-    """``after``, with each stats hash and tenant refusal count as ``before`` had
-    them: a refusal counts itself (for the partition and the tenant, best effort),
-    and stores nothing else."""
+    """``after``, with each stats hash, tenant refusal count and ``seen`` set (when each
+    tenant was last refused) as ``before`` had them: a refusal counts itself (for the
+    partition and the tenant, best effort), and stores nothing else."""
     if not isinstance(before, dict):
         return after
-    merged = {key: value for key, value in after.items() if ":refused:" not in str(key)}
-    for key, value in before.items():
-        if str(key).endswith(":stats") or ":refused:" in str(key):
-            merged[key] = value
+
+    def counts(key: object) -> bool:
+        name = str(key)
+        return name.endswith((":stats", ":seen")) or ":refused:" in name
+
+    merged = {key: value for key, value in after.items() if not counts(key)}
+    merged.update((key, value) for key, value in before.items() if counts(key))
     return merged
 
 

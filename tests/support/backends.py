@@ -132,12 +132,7 @@ class Backend:
         for key in await self.all_keys():
             kind_raw = await self.client.type(key)
             kind = kind_raw.decode() if isinstance(kind_raw, bytes) else kind_raw
-            if kind == "hash":
-                state[key] = await self.client.hgetall(key)
-            elif kind == "stream":
-                state[key] = await self.client.xrange(key)
-            else:
-                state[key] = kind
+            state[key] = await value_of(self.client, key, kind)
         return state
 
     async def immortal_keys(self) -> list[str]:
@@ -185,3 +180,21 @@ async def real_backend(kind: str, url: str, prefix: str) -> AsyncIterator[Backen
     async with manager:
         yield subject
         assert await subject.immortal_keys() == []
+
+
+async def value_of(client: Any, key: Any, kind: str) -> Any:
+    """What ``key`` (of type ``kind``) holds, whatever its type: a leak into any of them
+    shows, and any change between two dumps."""
+    if kind == "hash":
+        return await client.hgetall(key)
+    if kind == "stream":
+        return await client.xrange(key)
+    if kind == "string":
+        return await client.get(key)
+    if kind == "list":
+        return await client.lrange(key, 0, -1)
+    if kind == "set":
+        return sorted(await client.smembers(key))
+    if kind == "zset":
+        return await client.zrange(key, 0, -1, withscores=True)
+    raise AssertionError(f"a key of an unexpected type: {kind}")
