@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 from redis.asyncio.connection import parse_url
 
@@ -18,6 +18,8 @@ from ._redis.inspect import MAX_SAMPLE
 from ._redis.manager import RedisTaskManager
 
 __all__ = [
+    "HandlerError",
+    "StartCheck",
     "add_redis_options",
     "add_sample_option",
     "add_tenant_key_option",
@@ -30,6 +32,15 @@ __all__ = [
     "url_problem",
     "wait_replicas_arg",
 ]
+
+
+#: What a worker checks once connected, before it claims anything: raises ``ValueError``
+#: (one line) when it must not run.
+StartCheck: TypeAlias = Callable[[RedisTaskManager], Awaitable[None]]
+
+
+class HandlerError(ValueError):
+    """The handler named on the command line cannot be used (one line: which and why)."""
 
 
 def add_redis_options(parser: argparse.ArgumentParser) -> None:

@@ -11,12 +11,14 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from ._cli_common import (
+    HandlerError,
+    StartCheck,
     add_redis_options,
     check_redis_options,
     manager_from,
@@ -33,21 +35,11 @@ from ._worker.health import HealthReport
 from ._worker.worker import Worker
 
 if TYPE_CHECKING:
-    from ._redis.manager import RedisTaskManager
     from ._telemetry.prometheus import PrometheusExport
 
 __all__ = ["HandlerError", "add_worker_command", "load_handler", "run_worker"]
 
 logger = logging.getLogger("redis_tasks.worker")
-
-
-#: What a worker checks once connected, before it claims anything: raises ``ValueError``
-#: (one line) when it must not run.
-StartCheck: TypeAlias = "Callable[[RedisTaskManager], Awaitable[None]]"
-
-
-class HandlerError(ValueError):
-    """The handler named on the command line cannot be used (one line: which and why)."""
 
 
 def load_handler(spec: str) -> Handler:
@@ -341,7 +333,9 @@ def run_worker(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.fastmcp is not None:
-            app, handler, start_check = _fastmcp_app(args)
+            from ._cli_fastmcp import fastmcp_app
+
+            app, handler, start_check = fastmcp_app(args)
         else:
             handler = load_handler(args.handler)
     except (HandlerError, ValueError) as exc:
@@ -364,39 +358,6 @@ def run_worker(args: argparse.Namespace) -> int:
     if app is not None:
         return run(_serve_app(app, args, handler, export, start_check), loop)
     return run(_serve(args, handler, export), loop)
-
-
-def _fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler, StartCheck]:
-    """The FastMCP app ``--fastmcp`` names, its handler, and the worker's start check
-    (its snapshot key against the servers'); ``args`` take its extension's Redis
-    settings. Raises ``ValueError`` (one line) when it cannot be served."""
-    try:
-        from .fastmcp import tool_handler
-        from .fastmcp._key_check import check_worker_key
-        from .fastmcp._loading import load_app
-        from .fastmcp._snapshot import warn_without_key
-    except ImportError as exc:
-        raise HandlerError(
-            f"--fastmcp needs FastMCP: pip install 'redis-mcp-tasks[fastmcp]' ({exc})"
-        ) from None
-    app, extension = load_app(args.fastmcp)
-    settings = extension.manager_settings
-    if settings is not None:
-        args.prefix, args.partitions, args.timeout = settings
-        args.redis_url = args.redis_url or extension.url
-    if not args.redis_url:
-        raise HandlerError(
-            "the app's TasksExtension was given a manager: name its Redis with --redis-url"
-        )
-    extension.worker_mode()
-    key, accept_unbound = extension.snapshot_key, extension.accept_unbound_snapshots
-    if key is None:
-        warn_without_key("this worker")
-
-    async def start_check(manager: RedisTaskManager) -> None:
-        await check_worker_key(manager, key, accept_unbound=accept_unbound)
-
-    return app, tool_handler(app, snapshot_key=key, accept_unbound=accept_unbound), start_check
 
 
 async def _serve_app(

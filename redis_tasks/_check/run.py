@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from functools import partial
-from typing import Final, TypeVar
+from typing import Final
 
 from redis.asyncio.connection import AbstractConnection, parse_url
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
@@ -27,6 +27,8 @@ from redis_tasks._redis.scripts import scripts
 from . import server as judge
 from .access import acl_findings
 from .acl import Denial, ProbeKeys, by_dryrun, by_probe, needed
+from .connection import connect_to, get_anywhere, on_connection
+from .fastmcp import snapshot_key
 from .nodes import Facts, cluster_findings, cluster_nodes, facts_of, parse_nodes
 from .report import Finding, Level, Report, redact, scrub
 
@@ -36,7 +38,6 @@ __all__ = ["PINGS", "Progress", "Unreachable", "check"]
 PINGS: Final = 300
 #: Told how many pings of how many are done (for a progress line).
 Progress = Callable[[int, int], None]
-T = TypeVar("T")
 # Round trips from which the latency is a warning (milliseconds, p50 and p99).
 _SLOW_P50, _SLOW_P99 = 5.0, 50.0
 _UNREACHABLE: Final = (RedisConnectionError, RedisTimeoutError, TimeoutError, OSError)
@@ -116,49 +117,10 @@ async def check(
     findings += await _scripts(settings, primaries, url)
     refused = {c for f in findings if f.topic == "acl" for c in f.data.get("commands_refused", ())}
     if "get" not in refused:  # a refused GET would land in the operator's ACL log
-        findings += await _snapshot_key(settings, primaries, prefix)
+        key_id = await get_anywhere(settings, primaries, KeySpace(prefix).snapshot_key_id)
+        findings += snapshot_key(key_id if isinstance(key_id, bytes) else None)
     findings += await _latency(settings, primaries, pings, progress, url)
     return report
-
-
-async def _snapshot_key(
-    settings: ConnectionSettings, primaries: list[str], prefix: str
-) -> list[Finding]:
-    """Whether the prefix's FastMCP servers seal their callers (the key ID they record:
-    :mod:`redis_tasks.fastmcp._key_check`); nothing where none has recorded one. Asked of
-    every primary: the one serving the key's slot answers (the others redirect)."""
-    name = KeySpace(prefix).snapshot_key_id
-
-    async def read(connection: AbstractConnection) -> object:
-        async with asyncio.timeout(settings.timeout):
-            await connection.send_command("GET", name)
-            return await connection.read_response()
-
-    outcomes = await asyncio.gather(
-        *(_on_connection(_connect(settings, n)(), settings.timeout, read) for n in primaries),
-        return_exceptions=True,
-    )
-    recorded = next((o for o in outcomes if isinstance(o, bytes)), None)
-    if recorded is None:
-        return []
-    if recorded == b"none":
-        return [
-            Finding(
-                "warn",
-                "snapshot key",
-                "this prefix's FastMCP servers keep callers' access tokens and headers in "
-                "Redis in clear (no snapshot key)",
-                "set the same $REDIS_TASKS_SNAPSHOT_KEY on every server and worker",
-            )
-        ]
-    return [
-        Finding(
-            "ok",
-            "snapshot key",
-            "this prefix's FastMCP servers seal callers with a snapshot key",
-            data={"key_id": recorded.decode(errors="replace")},
-        )
-    ]
 
 
 def _user(url: str) -> str:
@@ -197,7 +159,7 @@ async def _silent(settings: ConnectionSettings, nodes: list[str]) -> list[str]:
             await connection.read_response()
 
     outcomes = await asyncio.gather(
-        *(_on_connection(_connect(settings, n)(), settings.timeout, answers) for n in nodes),
+        *(on_connection(connect_to(settings, n)(), settings.timeout, answers) for n in nodes),
         return_exceptions=True,
     )
     return [
@@ -247,11 +209,6 @@ async def _facts(
     return facts
 
 
-def _connect(settings: ConnectionSettings, node: str) -> Callable[[], AbstractConnection]:
-    host, _, port = node.rpartition(":")
-    return lambda: settings.single(host, int(port))
-
-
 async def _access(
     settings: ConnectionSettings,
     url: str,
@@ -267,9 +224,9 @@ async def _access(
     denials: list[Denial] = []
     problems: list[Finding] = []
     for node in nodes:
-        connect = _connect(settings, node)
+        connect = connect_to(settings, node)
         try:
-            found = await _on_connection(
+            found = await on_connection(
                 connect(),
                 settings.timeout,
                 partial(
@@ -296,20 +253,6 @@ async def _access(
     )
 
 
-async def _on_connection(
-    connection: AbstractConnection,
-    seconds: float,
-    use: Callable[[AbstractConnection], Awaitable[T]],
-) -> T:
-    """``use(connection)`` once it is connected (within ``seconds``); then disconnect."""
-    try:
-        async with asyncio.timeout(seconds):
-            await connection.connect()  # type: ignore[no-untyped-call]
-        return await use(connection)
-    finally:
-        await connection.disconnect()
-
-
 async def _scripts(settings: ConnectionSettings, primaries: list[str], url: str) -> list[Finding]:
     """``SCRIPT LOAD`` of every library script on every primary."""
     failures: list[str] = []
@@ -333,7 +276,7 @@ async def _scripts(settings: ConnectionSettings, primaries: list[str], url: str)
 
     for node in primaries:
         try:
-            await _on_connection(_connect(settings, node)(), settings.timeout, partial(load, node))
+            await on_connection(connect_to(settings, node)(), settings.timeout, partial(load, node))
         except _UNREACHABLE as exc:
             failures.append(f"{node}: {scrub(str(exc), url) or type(exc).__name__}")
     where = "every primary" if len(primaries) > 1 else "the server"
@@ -396,7 +339,7 @@ async def _latency(
     try:
         await asyncio.gather(
             *(
-                _on_connection(_connect(settings, n)(), settings.timeout, partial(ping, n))
+                on_connection(connect_to(settings, n)(), settings.timeout, partial(ping, n))
                 for n in primaries
             )
         )

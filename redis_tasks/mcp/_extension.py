@@ -34,7 +34,6 @@ from redis_tasks._ids import task_ref
 from redis_tasks._limits import Limits
 from redis_tasks._manager import TaskManager
 from redis_tasks._models import RequestContext, TaskRequestContext, TaskUpdateContext
-from redis_tasks._origin import TaskOrigin
 from redis_tasks._plans import TenantPlan
 from redis_tasks._telemetry.traces import TRACES
 
@@ -43,13 +42,13 @@ from ._boundary import guard
 from ._escalate import run_inline
 from ._fast_path import install_fast_path
 from ._hooks import (
-    BoundPayload,
     PayloadFactory,
     PlanFactory,
     TenantFactory,
     WeightFactory,
     authorize,
     check_weight,
+    payload_of,
     tenant_of,
 )
 from ._sdk import find_tool, require_tool_lookup
@@ -295,8 +294,7 @@ class TasksExtension(Extension):
             request_state=params.request_state if gathered is not None else None,
         )
         origin = call.to_origin(self._limits)
-        made = self._payload(params, ctx) if self._payload is not None else b""
-        payload = made if not callable(made) else _for_task(made, request, origin)
+        payload = payload_of(self._payload, params, ctx, request, origin)
         tenant, weight, plan = self._tenant_of(params, ctx)
         task = await guard(
             lambda: self._manager.create_task(
@@ -400,14 +398,3 @@ class TasksExtension(Extension):
 
     def __repr__(self) -> str:
         return f"TasksExtension(tools={sorted(self._tools)!r})"
-
-
-def _for_task(
-    made: BoundPayload, request: RequestContext, origin: TaskOrigin
-) -> Callable[[str], bytes]:
-    """``made`` as the manager calls a payload: with the new task's ID alone."""
-
-    def payload(task_id: str) -> bytes:
-        return made(task_id, request, origin)
-
-    return payload

@@ -34,6 +34,7 @@ __all__ = [
     "WeightFactory",
     "authorize",
     "check_weight",
+    "payload_of",
     "tenant_of",
 ]
 
@@ -115,3 +116,23 @@ def tenant_of(
         logger.error("plan hook returned %s, not a TenantPlan or None", type(chosen).__name__)
         raise internal_error()
     return named, weight, chosen
+
+
+def payload_of(
+    factory: PayloadFactory | None,
+    params: CallToolRequestParams,
+    ctx: ServerRequestContext[Any, Any],
+    request: RequestContext,
+    origin: TaskOrigin,
+) -> bytes | Callable[[str], bytes]:
+    """What the manager's create takes as the call's payload: empty without a factory,
+    the factory's bytes, or its :data:`BoundPayload` given the call's binding and origin
+    (the manager gives it the new task's ID)."""
+    made = factory(params, ctx) if factory is not None else b""
+    if not callable(made):
+        return made
+
+    def payload(task_id: str) -> bytes:
+        return made(task_id, request, origin)
+
+    return payload

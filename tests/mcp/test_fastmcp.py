@@ -293,7 +293,7 @@ async def test_a_server_or_worker_without_a_key_says_so_once_at_start(
 ) -> None:
     import argparse
 
-    from redis_tasks._cli_worker import _fastmcp_app
+    from redis_tasks._cli_fastmcp import fastmcp_app
 
     def said() -> int:
         return sum(getattr(r, "event", None) == "snapshot_key_missing" for r in caplog.records)
@@ -305,12 +305,12 @@ async def test_a_server_or_worker_without_a_key_says_so_once_at_start(
         async with TasksExtension(prefix=f"k{uuid.uuid4().hex[:8]}").lifespan():
             assert said() == 1
         args = argparse.Namespace(fastmcp=f"{_APP}:mcp", redis_url=None)
-        _fastmcp_app(args)  # the worker's start, as `redis-tasks worker --fastmcp` makes it
+        fastmcp_app(args)  # the worker's start, as `redis-tasks worker --fastmcp` makes it
         assert said() == 2
         monkeypatch.setenv("REDIS_TASKS_SNAPSHOT_KEY", _KEY)
         async with TasksExtension(prefix=f"k{uuid.uuid4().hex[:8]}").lifespan():
             pass
-        _fastmcp_app(args)
+        fastmcp_app(args)
     assert said() == 2  # with a key: nothing said
 
 

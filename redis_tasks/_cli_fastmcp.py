@@ -1,0 +1,46 @@
+"""The ``--fastmcp`` side of ``redis-tasks worker``: the app it names, its handler, and
+the worker's start check (its snapshot key against the servers')."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ._cli_common import HandlerError, StartCheck
+from ._execution import Handler
+from ._redis.manager import RedisTaskManager
+
+__all__ = ["fastmcp_app"]
+
+
+def fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler, StartCheck]:
+    """The FastMCP app ``--fastmcp`` names, its handler, and the worker's start check
+    (its snapshot key against the servers'); ``args`` take its extension's Redis
+    settings. Raises ``ValueError`` (one line) when it cannot be served."""
+    try:
+        from .fastmcp import tool_handler
+        from .fastmcp._key_check import check_worker_key
+        from .fastmcp._loading import load_app
+        from .fastmcp._snapshot import warn_without_key
+    except ImportError as exc:
+        raise HandlerError(
+            f"--fastmcp needs FastMCP: pip install 'redis-mcp-tasks[fastmcp]' ({exc})"
+        ) from None
+    app, extension = load_app(args.fastmcp)
+    settings = extension.manager_settings
+    if settings is not None:
+        args.prefix, args.partitions, args.timeout = settings
+        args.redis_url = args.redis_url or extension.url
+    if not args.redis_url:
+        raise HandlerError(
+            "the app's TasksExtension was given a manager: name its Redis with --redis-url"
+        )
+    extension.worker_mode()
+    key, accept_unbound = extension.snapshot_key, extension.accept_unbound_snapshots
+    if key is None:
+        warn_without_key("this worker")
+
+    async def start_check(manager: RedisTaskManager) -> None:
+        await check_worker_key(manager, key, accept_unbound=accept_unbound)
+
+    return app, tool_handler(app, snapshot_key=key, accept_unbound=accept_unbound), start_check
