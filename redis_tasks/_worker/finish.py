@@ -136,6 +136,10 @@ async def record_outcome(
             # (a hand-back enqueues it anew), with the same clock-skew caveat.
             if METRICS.enabled:
                 METRICS.create_to_terminal(run.enqueued_ago())
+            if outcome is RunOutcome.FAILED and isinstance(value, JsonRpcError):
+                # Why it failed, without what it said: the code, never the message,
+                # which may carry what the handler saw.
+                fields["code"] = value.code
             log(logging.INFO, _DONE[outcome], f"task_{outcome.value}", **fields)
             return outcome, None
         return outcome, event

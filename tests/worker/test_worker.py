@@ -140,17 +140,24 @@ async def test_handler_results_complete_tasks_even_with_is_error(worker_backend:
     assert all(fence > 0 for _, _, fence, _ in seen)
 
 
-async def test_task_failed_ends_the_task_with_its_error(worker_backend: Backend) -> None:
+async def test_task_failed_ends_the_task_with_its_error(
+    worker_backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
     m = worker_backend.manager
 
     async def handler(execution: TaskExecution) -> dict[str, Any]:
         raise TaskFailed(JsonRpcError(code=-32001, message="quota exceeded", data={"n": 1}))
 
     task_id = await create(m)
-    async with running(m, handler):
-        task = await settled(m, task_id)
+    with caplog.at_level(logging.INFO, logger="redis_tasks.worker"):
+        async with running(m, handler):
+            task = await settled(m, task_id)
     assert task.status is TaskStatus.FAILED
     assert task.error == JsonRpcError(code=-32001, message="quota exceeded", data={"n": 1})
+    # Its log line says why by code, never by message (a message may carry secrets).
+    (failed,) = [r for r in caplog.records if getattr(r, "event", None) == "task_fail"]
+    assert failed.code == -32001  # type: ignore[attr-defined]
+    assert "quota exceeded" not in f"{failed.getMessage()} {vars(failed)}"
 
 
 async def test_other_exceptions_fail_with_a_generic_error_and_log_no_secret(
