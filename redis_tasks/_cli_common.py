@@ -11,6 +11,7 @@ from typing import Any, TypeAlias
 
 from redis.asyncio.connection import parse_url
 
+from ._check.report import redact, scrub
 from ._errors import BackendError, InternalError
 from ._ids import MAX_PARTITIONS
 from ._loop import run
@@ -29,6 +30,7 @@ __all__ = [
     "park_after_arg",
     "run_reading",
     "tenant_key_problem",
+    "unavailable",
     "url_problem",
     "wait_replicas_arg",
 ]
@@ -41,6 +43,18 @@ StartCheck: TypeAlias = Callable[[RedisTaskManager], Awaitable[None]]
 
 class HandlerError(ValueError):
     """The handler named on the command line cannot be used (one line: which and why)."""
+
+
+def unavailable(exc: BaseException, url: str | None) -> str:
+    """Where Redis was not reached and why, for a start that failed: the URL without its
+    credentials and the deepest cause's text with the password blotted out (``Error 111
+    connecting to localhost:6542. Connection refused.``), as ``check`` says it."""
+    cause: BaseException = exc
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    said = scrub(str(cause), url or "") or type(cause).__name__
+    where = f" at {redact(url)}" if url else ""
+    return f"Redis unavailable{where}: {said}"
 
 
 def add_redis_options(parser: argparse.ArgumentParser) -> None:

@@ -24,6 +24,7 @@ from ._cli_common import (
     manager_from,
     only_partitions,
     park_after_arg,
+    unavailable,
     wait_replicas_arg,
 )
 from ._errors import BackendError
@@ -289,14 +290,17 @@ async def _serve_worker(
             return 2
         except BackendError as exc:
             await manager.__aexit__(None, None, None)
+            why = unavailable(exc, args.redis_url)
             if loop.time() + delay > deadline:
                 logger.error(
-                    "could not start: Redis unavailable",
+                    "could not start: %s",
+                    why,
                     extra={"event": "startup_failed", "error": type(exc).__name__},
                 )
                 return 1
             logger.warning(
-                "Redis unavailable at startup; retrying",
+                "%s; retrying at startup",
+                why,
                 extra={"event": "startup_retry", "error": type(exc).__name__, "retry_in": delay},
             )
             with contextlib.suppress(TimeoutError):
@@ -375,7 +379,8 @@ async def _serve_app(
             return await _serve(args, handler, export, start_check)
     except BackendError as exc:
         logger.error(
-            "could not start: Redis unavailable",
+            "could not start: %s",
+            unavailable(exc, args.redis_url),
             extra={"event": "startup_failed", "error": type(exc).__name__},
         )
         return 1

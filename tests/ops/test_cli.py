@@ -3,6 +3,8 @@ answered in one line with exit status 2, never a traceback."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from redis_tasks.__main__ import main
@@ -56,3 +58,19 @@ def test_a_mistake_is_one_line_and_exit_2(
     assert err.count("\n") == 1, err
     assert err.startswith(f"redis-tasks {argv[0]}: ")
     assert "Traceback" not in err
+
+
+def test_a_worker_that_cannot_reach_redis_says_where_and_why(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The address (without its password) and the cause, as ``check`` says them, in the
+    retry lines and the last one (issue 52: "Redis unavailable" said neither)."""
+    url = "redis://user:pw-s3cret@127.0.0.1:1/0"
+    argv = ["worker", "tests.support.handlers:handler", "--redis-url", url]
+    assert main([*argv, "--startup-timeout", "0.5", "--log-level", "warning"]) == 1
+    err = capsys.readouterr().err
+    said = [json.loads(line)["msg"] for line in err.splitlines() if line.startswith("{")]
+    assert said[-1].startswith("could not start: Redis unavailable at redis://127.0.0.1:1/0: ")
+    assert "Connection refused" in said[-1], said[-1]
+    assert any(line.endswith("; retrying at startup") for line in said), said
+    assert "s3cret" not in err
