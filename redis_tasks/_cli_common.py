@@ -45,6 +45,21 @@ class HandlerError(ValueError):
     """The handler named on the command line cannot be used (one line: which and why)."""
 
 
+class _Given(argparse.Action):
+    """Stores the value and notes that it was given (``<dest>_given``): a default is
+    not a choice, and an app's own setting may then win without contradicting one."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_given", True)
+
+
 def unavailable(exc: BaseException, url: str | None) -> str:
     """Where Redis was not reached and why, for a start that failed: the URL without its
     credentials and the deepest cause's text with the password blotted out (``Error 111
@@ -64,7 +79,12 @@ def add_redis_options(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("REDIS_URL"),
         help="Redis to use, any node of a cluster (default: $REDIS_URL)",
     )
-    parser.add_argument("--prefix", default="rt", help="key prefix (default: rt)")
+    parser.add_argument(
+        "--prefix",
+        default="rt",
+        action=_Given,
+        help="key prefix: one application's queue (default: rt)",
+    )
     parser.add_argument(
         "--partitions", type=int, default=16, help="partitions of the prefix (default: 16)"
     )

@@ -4,6 +4,7 @@ the worker's start check (its snapshot key against the servers')."""
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from ._cli_common import HandlerError, StartCheck
@@ -26,9 +27,18 @@ def fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler, StartCheck]:
         raise HandlerError(
             f"--fastmcp needs FastMCP: pip install 'redis-mcp-tasks[fastmcp]' ({exc})"
         ) from None
+    if args.redis_url:
+        # --redis-url is the Redis the app's TasksExtension() reads, as $REDIS_URL is.
+        os.environ["REDIS_URL"] = args.redis_url
     app, extension = load_app(args.fastmcp)
     settings = extension.manager_settings
     if settings is not None:
+        prefix = settings[0]
+        if getattr(args, "prefix_given", False) and args.prefix != prefix:
+            raise HandlerError(
+                f"--prefix {args.prefix} is not the app's prefix ({prefix}, its "
+                "TasksExtension's): a worker serves its app's queue; drop --prefix"
+            )
         args.prefix, args.partitions, args.timeout = settings
         args.redis_url = args.redis_url or extension.url
     if not args.redis_url:

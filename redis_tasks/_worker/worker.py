@@ -221,6 +221,9 @@ class Worker:
             "worker started",
             "worker_started",
             worker=self.name,
+            # Which application's queue it serves (a prefix is one app's; a worker
+            # left on another's claims its tasks): the in-memory manager has none.
+            prefix=getattr(self.manager, "prefix", None),
             partitions=len(self.partitions),
             concurrency=self.concurrency,
         )

@@ -10,6 +10,7 @@ worker lacks, a worker killed mid-tool, and a FastMCP outside the range.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ import pytest
 import redis
 
 from redis_tasks import RequestContext, TaskOrigin
+from redis_tasks._cli_common import HandlerError
 from redis_tasks._ids import task_ref
 from redis_tasks._redis.keys import KeySpace
 from redis_tasks.fastmcp import (
@@ -392,6 +394,34 @@ def test_a_worker_is_told_in_one_line_what_is_wrong_with_its_app(tmp_path: Path)
             load_app(spec)
         assert expected in str(raised.value), spec
         assert "\n" not in str(raised.value), spec
+
+
+def test_the_workers_redis_url_is_the_apps_and_a_contrary_prefix_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--redis-url`` serves an app whose ``TasksExtension()`` reads ``$REDIS_URL`` (it
+    failed without ``$REDIS_URL``), and a ``--prefix`` other than the app's is refused in
+    one line, not silently replaced (issue 52)."""
+    from redis_tasks._cli_fastmcp import fastmcp_app
+
+    app = tmp_path / "env_app.py"
+    app.write_text(
+        "from fastmcp import FastMCP\n"
+        "from redis_tasks.fastmcp import TasksExtension\n"
+        "mcp = FastMCP('env')\n"
+        "mcp.add_extension(TasksExtension(prefix='reports'))\n"
+    )
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.setenv("REDIS_TASKS_SNAPSHOT_KEY", _KEY)
+    url = "redis://127.0.0.1:1/0"  # never reached: the app is only loaded
+    args = argparse.Namespace(fastmcp=f"{app}:mcp", redis_url=url, prefix="rt")
+    fastmcp_app(args)
+    assert (args.redis_url, args.prefix) == (url, "reports")
+    contrary = argparse.Namespace(
+        fastmcp=f"{app}:mcp", redis_url=url, prefix="other", prefix_given=True
+    )
+    with pytest.raises(HandlerError, match="--prefix other is not the app's prefix"):
+        fastmcp_app(contrary)
 
 
 def _reason(payload: bytes, key: SnapshotKey | None, task_id: str, origin: TaskOrigin) -> str:
