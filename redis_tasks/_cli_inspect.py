@@ -43,6 +43,7 @@ from ._inspection import Inspection, Rates, TaskInspection
 from ._inspection.tenants import named_tenants
 from ._inspection.text import render_inspection, render_task
 from ._redis.manager import RedisTaskManager
+from ._redis.setup import hush_start_warnings
 
 __all__ = ["add_inspect_command", "run_inspect"]
 
@@ -215,4 +216,5 @@ async def _inspect(args: argparse.Namespace, out: TextIO) -> int:
 
 def run_inspect(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``redis-tasks inspect`` for the parsed ``args``."""
+    hush_start_warnings()  # it only reads: the warnings are for who stores tasks
     return run_reading("inspect", _problem(args), lambda: _inspect(args, out or sys.stdout))

@@ -29,6 +29,7 @@ from ._cli_common import (
 )
 from ._inspection.tenant_report import render_tenants
 from ._inspection.tenants import named_tenants
+from ._redis.setup import hush_start_warnings
 
 __all__ = ["add_tenants_command", "run_tenants"]
 
@@ -75,4 +76,5 @@ async def _tenants(args: argparse.Namespace, out: TextIO) -> int:
 
 def run_tenants(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run ``redis-tasks tenants`` for the parsed ``args``."""
+    hush_start_warnings()  # it only reads: the warnings are for who stores tasks
     return run_reading("tenants", _problem(args), lambda: _tenants(args, out or sys.stdout))

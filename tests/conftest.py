@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from redis.asyncio import RedisCluster as ClusterClient
 
 from redis_tasks import Worker, testing
+from redis_tasks._redis import setup
 from redis_tasks.testing import (
     RedisCluster,
     RedisServer,
@@ -176,6 +177,14 @@ def slots_come_back(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         slots = worker._slots
         found = {"out": slots.out, "given_twice": slots.given_twice, "overdrawn": slots.overdrawn}
         assert found == {"out": 0, "given_twice": 0, "overdrawn": 0}, f"{worker.name}'s slots"
+
+
+@pytest.fixture(autouse=True)
+def start_warnings_said_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test is a process of its own for the start warnings, which a process says
+    once per primary (``redis_tasks._redis.setup``): a test that looks for one sees it."""
+    monkeypatch.setattr(setup, "_said", set())
+    monkeypatch.setattr(setup, "_hushed", False)
 
 
 @pytest.fixture(params=BACKENDS)

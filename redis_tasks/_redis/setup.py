@@ -17,9 +17,32 @@ from redis_tasks._errors import BackendError
 from .client import CLIENT_ERRORS
 from .topology import Topology
 
-__all__ = ["may_publish", "warn_if_evicting", "warn_if_not_persisting"]
+__all__ = ["hush_start_warnings", "may_publish", "warn_if_evicting", "warn_if_not_persisting"]
 
 logger = logging.getLogger("redis_tasks")
+
+# What this process said already, as (event, primary): a process that enters several
+# managers (a FastMCP worker: its app's and its own) says each once, not once a manager.
+_said: set[tuple[str, str]] = set()
+# Set by a process that only reads (``inspect``, ``tenants``): the warnings are for
+# those that store tasks, and ``check`` reports them.
+_hushed = False
+
+
+def hush_start_warnings() -> None:
+    """This process only reads: its managers do not warn of eviction or persistence (the
+    processes that store tasks do, and ``redis-tasks check`` reports both)."""
+    global _hushed
+    _hushed = True
+
+
+def _fresh(event: str, nodes: list[str]) -> list[str]:
+    """The ``nodes`` not yet warned of for ``event`` in this process (now noted)."""
+    if _hushed:
+        return []
+    fresh = [n for n in nodes if (event, n) not in _said]
+    _said.update((event, n) for n in fresh)
+    return fresh
 
 
 async def warn_if_evicting(topology: Topology) -> None:
@@ -35,8 +58,12 @@ async def warn_if_evicting(topology: Topology) -> None:
             )
     except (*CLIENT_ERRORS, TimeoutError):
         return
-    policies = {_config_value(config, "maxmemory-policy") for config in configs}
-    evicting = sorted(p for p in policies - {"noeviction"} if p is not None)
+    named = [
+        (node.name, _config_value(config, "maxmemory-policy"))
+        for node, config in zip(topology.primaries(), configs, strict=True)
+    ]
+    nodes = _fresh("eviction_policy", [n for n, p in named if p not in (None, "noeviction")])
+    evicting = sorted({p for n, p in named if n in nodes and p is not None})
     if evicting:
         logger.warning(
             "Redis maxmemory-policy is %s, not noeviction: under memory pressure Redis "
@@ -70,6 +97,7 @@ async def warn_if_not_persisting(topology: Topology) -> None:
         save = _config_value(configs[len(primaries) + i], "save")
         if aof == "no" and save is not None and not save.strip():
             bare.append(node.name)
+    bare = _fresh("no_persistence", bare)
     if bare:
         logger.warning(
             "Redis keeps no tasks on disk (no AOF, no RDB snapshots) on %s: a restart there "

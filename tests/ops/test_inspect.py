@@ -349,6 +349,10 @@ async def test_the_command_line(redis_server: RedisServer, prefix: str) -> None:
     common = ("--redis-url", url, "--prefix", prefix)
     text = await asyncio.to_thread(_cli, *common)
     assert text.returncode == 0, text.stderr
+    # It only reads: the persistence warning (the test servers keep nothing on disk)
+    # is for the processes that store tasks, and check reports it.
+    assert "no_persistence" not in text.stderr
+    assert "keeps no tasks on disk" not in text.stderr
     assert "backlog 3" in text.stdout
     assert "standalone" in text.stdout
     assert "partition  node" in text.stdout

@@ -57,6 +57,10 @@ async def test_auto_never_waits_on_a_primary_without_a_replica(
         async with RedisTaskManager.from_url(redis_server.url, prefix=prefix) as manager:
             for _ in range(20):
                 await _create(manager)
+        # A process that enters another manager (a FastMCP worker enters its app's and
+        # its own) does not say it again.
+        async with RedisTaskManager.from_url(redis_server.url, prefix=prefix):
+            pass
     assert _waits(redis_server.url) == before
     assert not _events(caplog, "replicas_missing")
     # The test servers keep nothing on disk: said once, at start.
