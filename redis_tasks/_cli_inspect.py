@@ -112,9 +112,23 @@ def _print_task(task: TaskInspection, args: argparse.Namespace, out: TextIO) -> 
         print("\n".join(render_task(task, names)), file=out)
 
 
+def _no_partition(partition: int, manager: RedisTaskManager) -> int:
+    """A reference to a partition the prefix does not have: said, exit 2 (a mistake, not
+    a task that ended)."""
+    print(
+        f"redis-tasks inspect: no partition {partition}: this prefix has "
+        f"{manager.partitions} (0-{manager.partitions - 1}); check --prefix and --partitions",
+        file=sys.stderr,
+    )
+    return 2
+
+
 async def _show_task(manager: RedisTaskManager, args: argparse.Namespace, out: TextIO) -> int:
-    if parse_task_id(args.task_id) is None:
+    partition = parse_task_id(args.task_id)
+    if partition is None:
         return await _show_matches(manager, args, out)
+    if partition >= manager.partitions:
+        return _no_partition(partition, manager)
     task = await manager.inspect_task(args.task_id)
     if task is None:
         print("redis-tasks inspect: no such task (unknown or expired)", file=sys.stderr)
@@ -143,6 +157,8 @@ async def _show_matches(manager: RedisTaskManager, args: argparse.Namespace, out
             file=sys.stderr,
         )
         return 2
+    if matches.partition >= manager.partitions:
+        return _no_partition(matches.partition, manager)
     tasks = [t for t in [await manager.inspect_task(i) for i in matches.task_ids] if t is not None]
     if not args.json:
         print(f"{len(tasks)} live task(s) match, in partition {matches.partition}", file=out)

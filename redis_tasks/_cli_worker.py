@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
-import inspect
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -27,6 +24,7 @@ from ._cli_common import (
     unavailable,
     wait_replicas_arg,
 )
+from ._cli_handler import load_handler
 from ._errors import BackendError
 from ._execution import Handler
 from ._logs import configure_logging
@@ -38,50 +36,20 @@ from ._worker.worker import Worker
 if TYPE_CHECKING:
     from ._telemetry.prometheus import PrometheusExport
 
-__all__ = ["HandlerError", "add_worker_command", "load_handler", "run_worker"]
+__all__ = ["HandlerError", "add_worker_command", "run_worker"]
 
 logger = logging.getLogger("redis_tasks.worker")
-
-
-def load_handler(spec: str) -> Handler:
-    """Import ``module.path:function``; the function is the task handler.
-
-    Raises :class:`HandlerError` with one line saying which part failed and why: not
-    ``MODULE:FUNCTION``, a module that cannot be imported (its exception's type and
-    first line: a missing module, or an error in its own code), a name the module does
-    not have, or something that is not an async function.
-    """
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute:
-        raise HandlerError(
-            f"the handler must be MODULE:FUNCTION (e.g. myapp.tasks:handler), got {spec!r}"
-        )
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # like `python -m`, find modules in the current dir
-    try:
-        target: Any = importlib.import_module(module_name)
-    except Exception as exc:  # its own code may raise anything while it is imported
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        raise HandlerError(
-            f"cannot import module {module_name!r}: {type(exc).__name__}: {first}".rstrip(": ")
-        ) from None
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise HandlerError(f"module {module_name!r} has no {attribute!r}")
-        target = getattr(target, part)
-    call = getattr(target, "__call__", None)  # noqa: B004 - an async __call__ counts too
-    if not (inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(call)):
-        raise HandlerError(
-            f"{spec} is not an async function: a handler is `async def handler(execution)`"
-        )
-    handler: Handler = target
-    return handler
 
 
 def add_worker_command(commands: Any) -> None:
     """Register the ``worker`` sub-command and its options."""
     worker = commands.add_parser("worker", help="run tasks with a handler until stopped")
-    worker.add_argument("handler", nargs="?", default=None, help="the handler, as MODULE:FUNCTION")
+    worker.add_argument(
+        "handler",
+        nargs="?",
+        default=None,
+        help="the handler, as MODULE:FUNCTION (a module on the path, dotted) or FILE.py:FUNCTION",
+    )
     worker.add_argument(
         "--fastmcp",
         metavar="APP",
@@ -91,7 +59,12 @@ def add_worker_command(commands: Any) -> None:
         "Redis, prefix and partitions (--redis-url overrides the URL) and its lifespan",
     )
     add_redis_options(worker)
-    worker.add_argument("--concurrency", type=int, default=32)
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        default=32,
+        help="handlers running at once (default: %(default)s)",
+    )
     worker.add_argument(
         "--newcomer-slots",
         type=int,
@@ -107,8 +80,19 @@ def add_worker_command(commands: Any) -> None:
         "(its slot, lease and handler given back until the answer; at once while every slot "
         "is taken); never: waiting handlers keep their slots (default: 1)",
     )
-    worker.add_argument("--lease", type=float, default=30.0, help="lease in seconds")
-    worker.add_argument("--max-attempts", type=int, default=5)
+    worker.add_argument(
+        "--lease",
+        type=float,
+        default=30.0,
+        help="seconds a claim holds its task without renewal; a crashed worker's tasks run "
+        "again after it (default: %(default)s)",
+    )
+    worker.add_argument(
+        "--max-attempts",
+        type=int,
+        default=5,
+        help="claims of one task before it fails as poison (default: %(default)s)",
+    )
     worker.add_argument(
         "--grace",
         type=float,
@@ -136,7 +120,11 @@ def add_worker_command(commands: Any) -> None:
         help="event loop: uvloop when installed (auto, the default; or $REDIS_TASKS_LOOP), "
         "uvloop, or asyncio",
     )
-    worker.add_argument("--log-level", default="info")
+    worker.add_argument(
+        "--log-level",
+        default="info",
+        help="debug, info, warning or error (default: %(default)s); JSON lines on stderr",
+    )
     worker.add_argument(
         "--whole-task-ids",
         action="store_true",

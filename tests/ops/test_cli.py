@@ -4,6 +4,7 @@ answered in one line with exit status 2, never a traceback."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +40,8 @@ def test_help_is_plain_words(command: list[str], capsys: pytest.CaptureFixture[s
         (["worker", "os:sep"], "os:sep is not an async function"),
         (["worker", "json:loads"], "json:loads is not an async function"),
         (["worker", "nocolon"], "must be MODULE:FUNCTION"),
+        (["worker", "nosuch/tasks.py:handler"], "no such file: nosuch/tasks.py"),
+        (["worker", "/etc/hostname.py:handler"], "no such file"),
         (["worker", "tests.support.handlers:handler", "--redis-url", "notaurl"], "not a Redis URL"),
         (["inspect", "--redis-url", "notaurl"], "not a Redis URL"),
         (["dashboard", "--redis-url", "notaurl"], "not a Redis URL"),
@@ -74,3 +77,16 @@ def test_a_worker_that_cannot_reach_redis_says_where_and_why(
     assert "Connection refused" in said[-1], said[-1]
     assert any(line.endswith("; retrying at startup") for line in said), said
     assert "s3cret" not in err
+
+
+def test_a_handler_may_be_named_by_its_file(tmp_path: Path) -> None:
+    """As ``--fastmcp`` takes ``app.py:mcp``: a file under the current directory is the
+    module its path names; one elsewhere is refused in one line (issue 52)."""
+    from redis_tasks._cli_handler import load_handler
+    from tests.support import handlers
+
+    assert load_handler("tests/support/handlers.py:handler") is handlers.handler
+    outside = tmp_path / "tasks.py"
+    outside.write_text("async def handler(execution):\n    return {}\n")
+    with pytest.raises(ValueError, match="not under the current directory"):
+        load_handler(f"{outside}:handler")

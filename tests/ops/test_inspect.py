@@ -455,6 +455,11 @@ async def test_the_command_line_takes_a_reference(redis_server: RedisServer, pre
     bad = await asyncio.to_thread(_cli, *common, "task-7")
     assert bad.returncode == 2
     assert "not a task ID or reference" in bad.stderr
+    # A partition the prefix does not have is a mistake, said (it matched "0 tasks").
+    for beyond in ("99.nope", f"99.{ids[0].split('.')[1]}"):
+        out_of_range = await asyncio.to_thread(_cli, *common, beyond)
+        assert out_of_range.returncode == 2, beyond
+        assert "no partition 99: this prefix has 1 (0-0)" in out_of_range.stderr
     for output in (one, several, none, bad):
         assert SECRET not in output.stdout + output.stderr
     # The README's user has no +scan (SCAN lists every key name on the server).
