@@ -7,7 +7,8 @@
   settled here instead: expired or already terminal (entry dropped), cancelled
   by a client while no worker was running it (ends cancelled), or delivered more
   than max_attempts times (ends failed: a poison task cannot loop forever).
-  A first claim that runs the task adds one to its pickup bucket in the stats.
+  A first claim that runs the task adds one to its pickup bucket in the stats (its
+  first ever: a task handed back or parked is claimed again without a pickup).
   A task of a capped tenant at its cap is deferred: back to the head of its
   tenant's queue (RC_DEFERRED). The tenant keys it touches then (queue, run set,
   ring, parked set, tenants hash) are named here from the task key's tag and the

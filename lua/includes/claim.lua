@@ -210,9 +210,12 @@ local function take_lease(keys, task_id, t, entry_id, attempt, run_key, call)
     redis.call('ZADD', run_key, texts.deadline, task_id)
     expire_with_last(run_key)
   end
-  if attempt == 1 then
-    -- A batch's tasks mostly share their creation's millisecond (they were created
-    -- together): its bucket is found once (pickup_bucket parses `ca`).
+  if not t.at then
+    -- Its first claim ever: one whose attempt was given back (handed back by a stopping
+    -- worker, or parked) keeps `at` and is no pickup (timed from its create, one
+    -- hand-back read as a pickup of a minute). A batch's tasks mostly share their
+    -- creation's millisecond (they were created together): its bucket is found once
+    -- (pickup_bucket parses `ca`).
     local buckets = call.buckets
     if not buckets then
       buckets = {}

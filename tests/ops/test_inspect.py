@@ -324,7 +324,15 @@ async def test_a_claim_counts_its_pickup_in_the_bucket_the_server_clock_gives(
     (bucket,) = [i for i, n in enumerate(seen.pickup.counts) if n]
     assert seen.pickup.counts[bucket] == 1
     assert bucket == pickup_bucket(3_500) == pickup_bucket(3_600)  # the 5 s bucket
-    await m.complete_task(task.task_id, {"content": [], "isError": False}, fence=claim.fence)
+    # Handed back (a stopping worker) and claimed again: still one pickup, not a second
+    # one timed from the create (issue 52: one hand-back read as a pickup of a minute).
+    await m.work_queue.release(task.task_id, fence=claim.fence)
+    ((_, again),) = await m.work_queue.claim_next(
+        partition, consumer="c2", count=1, lease=LEASE, max_attempts=5
+    )
+    assert again.attempt == 1  # a hand-back is no attempt
+    assert sum((await m.inspect([partition])).partitions[0].pickup.counts) == 1
+    await m.complete_task(task.task_id, {"content": [], "isError": False}, fence=again.fence)
 
 
 def _cli_command(*args: str) -> subprocess.CompletedProcess[str]:
