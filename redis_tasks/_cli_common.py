@@ -123,15 +123,28 @@ def add_tenant_key_option(parser: argparse.ArgumentParser) -> None:
         metavar="KEY",
         help="show this tenant key (create_task's tenant=) beside its digest; repeatable",
     )
+    parser.add_argument(
+        "--binding",
+        action="append",
+        default=[],
+        metavar="ENDPOINT[=PARTITION_KEY]",
+        help="show the tenant of the tasks created under this binding (a task created "
+        "without a tenant key counts against its client's endpoint and partition key), "
+        "e.g. /mcp=user:alice; repeatable",
+    )
 
 
 def tenant_key_problem(args: argparse.Namespace) -> str | None:
-    """What is wrong with ``--tenant-key`` (never the key itself), or ``None``."""
-    for key in args.tenant_key:
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            return "--tenant-key must be valid UTF-8"
+    """What is wrong with ``--tenant-key`` or ``--binding`` (never the key itself), or
+    ``None``."""
+    for option, values in (("--tenant-key", args.tenant_key), ("--binding", args.binding)):
+        for value in values:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"{option} must be valid UTF-8"
+    if any(not b.partition("=")[0] for b in args.binding):
+        return "--binding needs an endpoint: ENDPOINT[=PARTITION_KEY], e.g. /mcp=user:alice"
     return None
 
 

@@ -103,7 +103,7 @@ def _problem(args: argparse.Namespace) -> str | None:
 
 
 def _print_task(task: TaskInspection, args: argparse.Namespace, out: TextIO) -> None:
-    names = named_tenants(args.tenant_key)
+    names = named_tenants(args.tenant_key, args.binding)
     if args.json:
         found = task.to_json()
         found["tenant_key"] = names.get(task.tenant or "")
@@ -181,7 +181,7 @@ def _print(
     previous: Inspection | None,
     out: TextIO,
 ) -> None:
-    names = named_tenants(args.tenant_key)
+    names = named_tenants(args.tenant_key, args.binding)
     if args.json:
         document = inspection.to_json(names=names)
         print(json.dumps(document, sort_keys=True), file=out, flush=True)

@@ -60,7 +60,7 @@ def _problem(args: argparse.Namespace) -> str | None:
 
 
 async def _tenants(args: argparse.Namespace, out: TextIO) -> int:
-    names = named_tenants(args.tenant_key)
+    names = named_tenants(args.tenant_key, args.binding)
     async with manager_from(args) as manager:
         chosen = only_partitions(args)
         report = await manager.inspect_tenants(chosen, sample=args.sample)

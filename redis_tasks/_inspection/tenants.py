@@ -41,11 +41,17 @@ TOP_TENANTS: Final = 10
 _RUNNING: Final = (TaskStatus.WORKING.value, TaskStatus.INPUT_REQUIRED.value)
 
 
-def named_tenants(keys: Iterable[str]) -> dict[str, str]:
-    """The digest of each tenant key an operator names, to the key (``names`` for the
-    renderers). A named tenant's digest depends on the key alone, not on the endpoint
-    or binding of its tasks."""
-    return {tenant_digest(b"", b"", key.encode("utf-8")): key for key in keys}
+def named_tenants(keys: Iterable[str], bindings: Iterable[str] = ()) -> dict[str, str]:
+    """The digest of each tenant an operator names, to its name (``names`` for the
+    renderers): a tenant key (its digest depends on the key alone, not on the endpoint
+    or binding of its tasks), or a binding ``ENDPOINT[=PARTITION_KEY]``, the tenant of
+    the tasks created under it without a key (no ``=``: the anonymous partition)."""
+    names = {tenant_digest(b"", b"", key.encode("utf-8")): key for key in keys}
+    for binding in bindings:
+        endpoint, given, key = binding.partition("=")
+        encoded = b"=" + key.encode("utf-8") if given else b"-"
+        names[tenant_digest(endpoint.encode("utf-8"), encoded, None)] = binding
+    return names
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from redis_tasks import (
     Limits,
     QuotaExceededError,
     RedisTaskManager,
+    RequestContext,
     TaskExecution,
     TaskFailed,
     TaskOrigin,
@@ -783,6 +784,31 @@ async def test_the_tenants_command_names_a_tenant_only_when_asked(
     refused = await asyncio.to_thread(_cli_command, "tenants", *common, "--top", "0")
     assert refused.returncode == 2
     assert "--top must be 1 to 1000" in refused.stderr
+
+
+async def test_the_tenants_command_finds_a_binding_s_tenant(
+    redis_server: RedisServer, prefix: str
+) -> None:
+    """Tasks created without a tenant key count against their binding: ``--binding
+    ENDPOINT=PARTITION_KEY`` names that tenant's row (``--tenant-key alice`` showed an
+    empty one, issue 52)."""
+    quota = Limits(max_open_tasks_per_tenant=10)  # a quota: open tasks are counted
+    async with RedisTaskManager.from_url(
+        redis_server.url, prefix=prefix, partitions=1, limits=quota
+    ) as m:
+        for _ in range(2):
+            await m.create_task(ALICE, SECRET_ORIGIN)
+        await m.create_task(RequestContext("/mcp"), SECRET_ORIGIN)  # the anonymous partition
+    common = ("--redis-url", redis_server.url, "--prefix", prefix, "--partitions", "1")
+    text = await asyncio.to_thread(
+        _cli_command, "tenants", *common, "--binding", "/mcp=alice", "--binding", "/mcp", "--json"
+    )
+    assert text.returncode == 0, text.stderr
+    rows = {t["key"]: t["open"] for t in json.loads(text.stdout)["top"]["open"]}
+    assert rows == {"/mcp=alice": 2, "/mcp": 1}
+    bad = await asyncio.to_thread(_cli_command, "tenants", *common, "--binding", "=alice")
+    assert bad.returncode == 2
+    assert "--binding needs an endpoint" in bad.stderr
 
 
 async def test_a_parked_task_shows_apart_in_every_view(make_backend: BackendFactory) -> None:
