@@ -33,6 +33,7 @@ from ._cli_common import (
 from ._dashboard.auth import TOKEN_ENV, token_problem
 from ._logs import configure_logging
 from ._loop import run
+from ._version import install_hint
 
 __all__ = ["add_dashboard_command", "run_dashboard"]
 
@@ -182,8 +183,7 @@ def run_dashboard(args: argparse.Namespace) -> int:
         import uvicorn  # noqa: F401
     except ImportError:
         print(
-            "redis-tasks dashboard: needs Starlette and uvicorn (pip install "
-            "'redis-mcp-tasks[dashboard]')",
+            f"redis-tasks dashboard: needs Starlette and uvicorn: {install_hint('dashboard')}",
             file=sys.stderr,
         )
         return 2

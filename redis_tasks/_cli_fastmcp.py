@@ -10,6 +10,7 @@ from typing import Any
 from ._cli_common import HandlerError, StartCheck
 from ._execution import Handler
 from ._redis.manager import RedisTaskManager
+from ._version import install_hint
 
 __all__ = ["fastmcp_app"]
 
@@ -24,9 +25,7 @@ def fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler, StartCheck]:
         from .fastmcp._loading import load_app
         from .fastmcp._snapshot import warn_without_key
     except ImportError as exc:
-        raise HandlerError(
-            f"--fastmcp needs FastMCP: pip install 'redis-mcp-tasks[fastmcp]' ({exc})"
-        ) from None
+        raise HandlerError(f"--fastmcp needs FastMCP: {install_hint('fastmcp')} ({exc})") from None
     if args.redis_url:
         # --redis-url is the Redis the app's TasksExtension() reads, as $REDIS_URL is.
         os.environ["REDIS_URL"] = args.redis_url

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ._version import install_hint
+
 __all__ = ["embedded_redis"]
 
 
@@ -28,7 +30,7 @@ def embedded_redis() -> Iterator[str]:
         from fakeredis import TcpFakeServer
     except ImportError:
         raise SystemExit(
-            "the embedded Redis needs the 'embedded' extra: pip install 'redis-mcp-tasks[embedded]'"
+            f"the embedded Redis needs the 'embedded' extra: {install_hint('embedded')}"
             " (or set REDIS_URL)"
         ) from None
     # Port 0: the kernel picks a free port as it binds, so no other process can take it first.

@@ -11,8 +11,17 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["DISTRIBUTION", "__version__"]
+__all__ = ["DISTRIBUTION", "__version__", "install_hint"]
 
 __version__ = "0.2.0"
 #: What ``pip install`` takes: ``pip install 'redis-mcp-tasks[mcp]'``.
 DISTRIBUTION: Final = "redis-mcp-tasks"
+
+
+def install_hint(extra: str) -> str:
+    """How to install ``extra``: by name, and, as the distribution is not on the package
+    index yet, from a checkout (a ``pip install`` by name finds nothing there today)."""
+    return (
+        f"pip install '{DISTRIBUTION}[{extra}]' (not on the package index yet: from a "
+        f"checkout, pip install -e '.[{extra}]')"
+    )

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._redis.manager import RedisTaskManager
+from ._version import install_hint
 from .testing import embedded_redis, free_port, wait_listening
 
 __all__ = ["EXPECTED", "main", "run_demo"]
@@ -191,9 +192,7 @@ async def _story(
 
         from .mcp import TasksClient, cancel_task, get_task, update_task
     except ImportError:
-        raise SystemExit(
-            "the demo needs the 'mcp' extra: pip install 'redis-mcp-tasks[mcp]'"
-        ) from None
+        raise SystemExit(f"the demo needs the 'mcp' extra: {install_hint('mcp')}") from None
 
     ports, processes = _start_fleet(url, prefix, log_dir)
     finals: dict[str, str] = {}

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import IO, Any, Final
 
 from redis_tasks._redis.manager import RedisTaskManager
+from redis_tasks._version import install_hint
 
 from ._adapter import delete_prefix
 from ._mcp_figures import figures, mcp_lines
@@ -130,9 +131,7 @@ async def mcp_scenario(
     if peer is None:
         for module in ("mcp", "uvicorn"):
             if not _importable(module):
-                raise AdapterError(
-                    f"the mcp scenario needs {module}: pip install 'redis-mcp-tasks[mcp]'"
-                )
+                raise AdapterError(f"the mcp scenario needs {module}: {install_hint('mcp')}")
     prefix = names.queue()
     system = mcp_system(url, prefix, settings, peer)
     n = settings.tasks

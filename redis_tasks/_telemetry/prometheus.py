@@ -10,6 +10,8 @@ import importlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from redis_tasks._version import install_hint
+
 from .instruments import INSTRUMENTS
 from .metrics import METRICS
 
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["INSTALL_HINT", "PrometheusExport", "require_extra"]
 
-INSTALL_HINT: Final = "metrics need the otel extra: pip install 'redis-mcp-tasks[otel]'"
+INSTALL_HINT: Final = f"metrics need the otel extra: {install_hint('otel')}"
 
 
 def require_extra() -> None:
