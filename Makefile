@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
 
-.PHONY: demo test lint typecheck unit redis-server chromium valgrind clean bench bench-peers bench-fastmcp conformance
+.PHONY: demo test lint typecheck unit redis-server chromium valgrind clean bench bench-peers bench-fastmcp conformance docs docs-serve
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,16 @@ lint: $(VENV)/.installed-dev
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy
+
+## docs: the documentation site into site/ (--strict: no broken link, no missing reference), its CLI page regenerated first
+docs: $(VENV)/.installed-dev
+	$(BIN)/python docs/cli_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## docs-serve: the site at http://127.0.0.1:8000, rebuilt as pages change
+docs-serve: $(VENV)/.installed-dev
+	$(BIN)/python docs/cli_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 ## test: lint, mypy --strict and the whole suite against a real redis-server (fastmcp-tasks' venv too: a test runs the MCP scenario's comparator; Chromium for the dashboard's page; valgrind for the bench's instruction counts)
 test: redis-server chromium valgrind lint typecheck bench-fastmcp conformance
