@@ -16,6 +16,8 @@ import asyncio
 import json
 import logging
 import re
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -61,6 +63,8 @@ from redis_tasks.testing import RedisServer
 from tests.support.backends import EXTRA_SERVERS, server_url
 from tests.support.helpers import wait_until, whole_task_ids
 from tests.support.mcp_stack import SECRET, McpStack, until_status
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -203,14 +207,28 @@ async def test_an_input_first_tool_asks_inline_then_becomes_a_task(stack: McpSta
 
 
 async def test_transparent_client_resolves_the_task(stack: McpStack) -> None:
-    async def answer(key: str, request: dict[str, Any]) -> dict[str, Any]:
-        if request["method"] == "elicitation/create":
-            return {"action": "accept", "content": {"name": "Ada"}}
-        return {"roots": []}
-
-    async with stack.client(B, extensions=[TasksClient(answer, max_poll=0.05)]) as b:
-        result = await b.call_tool("greet", {"greeting": "Hello"})
-    assert result.content[0].text == "Hello, Ada! (0 roots)"  # type: ignore[union-attr]
+    """The README's client example (``examples/sdk_client.py``), run as it is in a
+    process of its own: ``TasksClient`` polls the task and answers its elicitation and
+    roots request through the example's callback."""
+    ran = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "examples/sdk_client.py",
+            stack.endpoint(B),
+            "alice",
+            "greet",
+            json.dumps({"greeting": "Hello"}),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    result = json.loads(ran.stdout)
+    assert result["content"][0]["text"] == "Hello, Ada! (0 roots)"
 
 
 async def test_another_principal_gets_the_unknown_task_body(stack: McpStack) -> None:
