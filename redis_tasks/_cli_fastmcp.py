@@ -4,6 +4,7 @@ the worker's start check (its snapshot key against the servers')."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from typing import Any
 
@@ -30,6 +31,7 @@ def fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler, StartCheck]:
         # --redis-url is the Redis the app's TasksExtension() reads, as $REDIS_URL is.
         os.environ["REDIS_URL"] = args.redis_url
     app, extension = load_app(args.fastmcp)
+    _fastmcp_logs_as_json()
     settings = extension.manager_settings
     if settings is not None:
         prefix = settings[0]
@@ -53,3 +55,31 @@ def fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler, StartCheck]:
         await check_worker_key(manager, key, accept_unbound=accept_unbound)
 
     return app, tool_handler(app, snapshot_key=key, accept_unbound=accept_unbound), start_check
+
+
+class _TaskHint(logging.Filter):
+    """Drops FastMCP's "Consider using task=True" from a timed-out tool's line: in a worker
+    the tool is a task already, and the rest of the line (which tool, how long) stands."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and _HINT in record.msg:
+            record.msg = record.msg.split(_HINT, 1)[0].rstrip()
+        return True
+
+
+#: Where FastMCP's hint starts in its timeout line.
+_HINT = "Consider using task=True"
+
+
+def _fastmcp_logs_as_json() -> None:
+    """FastMCP's own log lines (its console handlers) as the worker's JSON lines on stderr,
+    the handler ``configure_logging`` gave ``redis_tasks``: one format to read and parse."""
+    ours = logging.getLogger("redis_tasks").handlers
+    if not ours:
+        return  # not run from the command line: the application's logging stands
+    fastmcp_logger = logging.getLogger("fastmcp")
+    fastmcp_logger.handlers[:] = [*ours]
+    fastmcp_logger.propagate = False
+    for handler in fastmcp_logger.handlers:
+        if not any(isinstance(f, _TaskHint) for f in handler.filters):
+            handler.addFilter(_TaskHint())

@@ -424,6 +424,34 @@ def test_the_workers_redis_url_is_the_apps_and_a_contrary_prefix_is_refused(
         fastmcp_app(contrary)
 
 
+def test_a_workers_fastmcp_lines_are_its_json_lines_without_the_task_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FastMCP's console lines were mixed into the worker's JSON ones, with "Consider using
+    task=True" on a tool that is a task (issue 52): both gone, the line's fact kept."""
+    from redis_tasks._cli_fastmcp import fastmcp_app
+    from redis_tasks._logs import configure_logging
+
+    monkeypatch.setenv("RT_TEST_REDIS_URL", "redis://127.0.0.1:1/0")  # loaded, not reached
+    monkeypatch.setenv("REDIS_TASKS_SNAPSHOT_KEY", _KEY)
+    loggers = [logging.getLogger(name) for name in ("redis_tasks", "fastmcp")]
+    saved = [(lg.handlers[:], lg.propagate, lg.level) for lg in loggers]
+    try:
+        configure_logging("info")  # as redis-tasks worker does first
+        fastmcp_app(argparse.Namespace(fastmcp=f"{_APP}:mcp", redis_url=None, prefix="rt"))
+        logging.getLogger("fastmcp.tools.function_tool").warning(
+            "Tool 'report' timed out after 5s. Consider using task=True for long-running "
+            "operations. See https://gofastmcp.com/servers/tasks"
+        )
+    finally:
+        for lg, (handlers, propagate, level) in zip(loggers, saved, strict=True):
+            lg.handlers[:], lg.propagate = handlers, propagate
+            lg.setLevel(level)
+    (line,) = [json.loads(x) for x in capsys.readouterr().err.splitlines() if "timed out" in x]
+    assert line["msg"] == "Tool 'report' timed out after 5s."
+    assert line["logger"] == "fastmcp.tools.function_tool"
+
+
 def _reason(payload: bytes, key: SnapshotKey | None, task_id: str, origin: TaskOrigin) -> str:
     with pytest.raises(SnapshotError) as refused:
         CallerSnapshot.decode(payload, key, task_id, origin)
