@@ -78,6 +78,9 @@ local CLAIM_JOINED = {'or', 'pl', 'tp'}
 -- supersede it) and none for a key whose answer waits untaken (the worker's call
 -- takes it, so take_answers does not hand it out again). Empty for a first run.
 local NO_ANSWERS = {}
+-- Past this many recorded answers the rounds go to their calls, round by round, as
+-- before: HMGET's arguments are unpacked onto Lua's stack, which has a bound.
+local MAX_RECORDED = 512
 local function recorded_answers(keys, t)
   local resumed = t.np and t.np ~= '0'
   if not (resumed or t.at) or t.st ~= ST_WORKING then
@@ -85,7 +88,7 @@ local function recorded_answers(keys, t)
   end
   local _, issued_key, answers_key, journal_key = input_keys(keys)
   local journal = redis.call('HGETALL', journal_key)
-  if #journal == 0 then
+  if #journal == 0 or #journal > 2 * MAX_RECORDED then
     return NO_ANSWERS
   end
   local names = {}
