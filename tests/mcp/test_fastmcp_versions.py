@@ -1,7 +1,7 @@
 """Every FastMCP minor the ``fastmcp`` extra allows is tested: this run's FastMCP (the
 newest, which a fresh install resolves) runs the whole suite, and the oldest allowed
 (``make fastmcp-oldest``'s virtualenv) runs the FastMCP tests and the official
-conformance suite through FastMCP, in a pytest of its own here."""
+conformance suite through FastMCP (against one server), in a pytest of its own here."""
 
 from __future__ import annotations
 
@@ -43,7 +43,9 @@ def test_the_oldest_fastmcp_allowed_passes_the_fastmcp_tests_and_the_conformance
             "tests/mcp/test_fastmcp.py",
             "tests/mcp/test_conformance.py",
             "-k",
-            "fastmcp",
+            # One topology: what differs between FastMCP minors is the app's side of one
+            # server; two servers behind a proxy test our processes, on the newest.
+            "fastmcp and not round",
         ],
         cwd=ROOT,
         capture_output=True,
