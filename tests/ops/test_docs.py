@@ -37,3 +37,17 @@ def test_the_command_line_page_is_the_parser_s() -> None:
         check=False,
     )
     assert checked.returncode == 0, checked.stderr
+
+
+def test_the_map_of_the_code_names_every_module() -> None:
+    """Every module and subpackage of ``redis_tasks/`` has its line on the Development page,
+    so the map cannot fall behind the tree."""
+    page = (ROOT / "docs/development/code-map.md").read_text()
+    missing = [
+        p.name + ("/" if p.is_dir() else "")
+        for p in sorted((ROOT / "redis_tasks").iterdir())
+        if not p.name.startswith("__")
+        and (p.is_dir() or p.suffix == ".py")
+        and p.name + ("/" if p.is_dir() else "") not in page
+    ]
+    assert missing == []
