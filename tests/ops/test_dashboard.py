@@ -516,7 +516,7 @@ async def test_the_page_in_chromium_moves_while_a_load_runs(
                 for name, colour in series.items():
                     assert _colour_pixels(picture, box, colour) > 20, f"{chart}: no {name} line"
         keep = os.environ.get("RT_DASHBOARD_SCREENSHOT")
-        if keep:  # how benchmarks/dashboard.png is made: the same page, the same load
+        if keep:  # how docs/assets/dashboard.png is made: the same page, the same load
             shutil.copyfile(shot, keep)
     finally:
         stop.set()
