@@ -196,13 +196,16 @@ def test_the_fastmcp_example_builds_an_app_whose_tool_is_a_task(
 
 
 def test_every_documented_bench_command_parses() -> None:
-    """``redis-tasks bench`` lines in both READMEs use only real scenarios and options."""
+    """``redis-tasks bench`` lines in both READMEs and the site's pages use only real
+    scenarios and options."""
     from redis_tasks.__main__ import build_parser
 
-    benchmarks = (Path(__file__).resolve().parents[2] / "benchmarks" / "README.md").read_text()
+    root = Path(__file__).resolve().parents[2]
+    pages = [(root / "benchmarks" / "README.md").read_text()]
+    pages += [page.read_text() for page in sorted((root / "docs").rglob("*.md"))]
     lines = [
         line.split("#")[0].split("&&")[-1].strip()
-        for text in (README, benchmarks)
+        for text in (README, *pages)
         for block in re.findall(r"```sh\n(.*?)```", text, re.S)
         for line in block.replace("\\\n", " ").splitlines()
         if "redis-tasks bench" in line
