@@ -1,6 +1,6 @@
 """Whether the connected user may run every command the library needs, on keys under the prefix.
 
-:data:`ACL_COMMANDS` is the one list of those commands: the README's ACL line
+:data:`ACL_COMMANDS` is the one list of those commands: the documented ACL line
 must name exactly these (a test holds the two together). Each command has a
 probe here, its arguments on scratch keys under ``{<prefix>:check}``. A node is
 asked first with ``ACL DRYRUN``, which runs nothing; that needs the right to
@@ -45,7 +45,8 @@ __all__ = [
 ]
 
 #: Every command the library runs (directly or inside its scripts), in the
-#: README's order. The README's ACL line grants exactly these.
+#: documented order: the ACL line of the site's "Plugging into your Redis" page
+#: (docs/operations/redis-layout.md) grants exactly these.
 ACL_COMMANDS: Final[tuple[str, ...]] = (
     *("hello", "ping", "info", "config|get"),
     *("cluster|slots", "cluster|shards", "cluster|nodes", "asking"),

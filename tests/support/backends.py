@@ -50,7 +50,8 @@ def server_url(request: pytest.FixtureRequest, kind: str) -> str:
     return url
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+#: The page that holds the ACL line the library documents (``ACL SETUSER ...``).
+README = Path(__file__).resolve().parents[2] / "docs" / "operations" / "redis-layout.md"
 
 
 @asynccontextmanager
