@@ -176,7 +176,8 @@ async def test_input_rounds_imperative_and_guarded(
     stack: McpStack, tool: str, answer_key: str, expected: str
 ) -> None:
     parks = stack.log_text().count(_PARKED)
-    task_id = await _create(stack, 0, tool)
+    task_id = await _parked(stack, tool, "tok-alice")
+    # Answered only once parked: an answer that arrives first lets the run go on unparked.
     asked = await _until(stack, task_id, _status("input_required"))
     assert list(asked["inputRequests"]) == [answer_key]
     assert asked["inputRequests"][answer_key]["method"] == "elicitation/create"
