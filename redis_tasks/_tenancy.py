@@ -31,7 +31,7 @@ its task at its next free slot, ahead of the partitions' turns and the ring's or
 delivery and lease record: a dispatched task gets its work entry and is claimed
 in the same script, with the same fence, lease and reclaim as before.
 
-The cost, measured by ``redis-tasks bench`` (see the README): a waiting task is
+The cost, measured by ``redis-tasks bench`` (docs/guides/tenants.md): a waiting task is
 an ``RPUSH`` at create instead of an ``XADD``, and an ``XADD`` at dispatch; a
 batch adds a handful of commands to read and update the ring.
 

@@ -107,6 +107,7 @@ async def audit(ctx: Context) -> str:
     raise MCPError(-32001, "audit source unavailable")
 
 
-# The tasks/* fast path in front of the SDK's app (README, "Serving tasks/get fast").
+# The tasks/* fast path in front of the SDK's app (docs/guides/mcp-servers.md,
+# "The polling fast path").
 app = tasks.asgi(server.streamable_http_app())
 handler = tool_handler(server)

@@ -26,7 +26,7 @@ __all__ = [
     "version_of",
 ]
 
-#: What a queued task costs Redis (README "Redis layout": about 690 bytes with a
+#: What a queued task costs Redis (docs/operations/redis-layout.md: about 690 bytes with a
 #: 100-byte origin and a 64-byte payload), rounded up for the headroom estimate.
 BYTES_PER_TASK: Final = 700
 #: The oldest server the library runs on (ACL selectors, XAUTOCLAIM's reply, SPUBLISH).

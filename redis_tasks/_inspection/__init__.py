@@ -11,7 +11,7 @@ small hash per partition (the *stats*: ``created``, the terminal statuses and
 transition one to its status, and each first claim one to the bucket of its
 pickup time (enqueue to claim, both on the server's clock, so no clock skew),
 one ``HINCRBY`` per batch of claims. That is the whole cost on the hot
-path (``redis-tasks bench drain``, measured before and after: see the README).
+path (``redis-tasks bench drain``, measured before and after: benchmarks/README.md).
 
 Leases, statuses of running tasks and lease deadlines come from a *sample*: the
 oldest ``sample`` pending entries of each partition, each looked up in its task

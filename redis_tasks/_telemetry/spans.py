@@ -2,7 +2,7 @@
 
 Imported by :meth:`.traces.Traces.enable` only, so only when ``opentelemetry``
 can be imported; the names and attributes are described in :mod:`.traces` and
-the README ("Traces").
+the Traces page (docs/operations/traces.md).
 
 The stored context is W3C trace context as text: the ``traceparent`` header
 value, then a space and the ``tracestate`` value when the span has one (a

@@ -389,7 +389,8 @@ MCP_CLIENTS = 12
 #: How often the test's clients poll ``tasks/get`` (a client's own poll interval).
 POLL_EVERY = 0.02
 #: The deadline the servers and the worker run with: it must cover the failover, which
-#: took 3.4-4.7 s here with cluster-node-timeout 2 s (README: 2 x node timeout + 2 s).
+#: took 3.4-4.7 s here with cluster-node-timeout 2 s (the Redis Cluster page: 2 x node
+#: timeout + 2 s).
 FAILOVER_DEADLINE = 6.0
 
 

@@ -122,7 +122,8 @@ async def test_a_task_runs_as_its_caller_and_only_its_caller_sees_it(stack: McpS
         "header": "from-alice",
         "expires_at": None,
     }
-    # A token's expiry travels with its task: the tool sees it (and decides; see README).
+    # A token's expiry travels with its task: the tool sees it (and decides; see
+    # docs/guides/fastmcp.md).
     reply = await stack.rpc(0, "tools/call", {"name": "whoami", "arguments": {}}, "tok-carol")
     carol = await _until_as(stack, reply["result"]["taskId"], "tok-carol")
     assert carol["result"]["structuredContent"]["expires_at"] == 4_102_444_800

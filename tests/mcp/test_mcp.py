@@ -207,7 +207,7 @@ async def test_an_input_first_tool_asks_inline_then_becomes_a_task(stack: McpSta
 
 
 async def test_transparent_client_resolves_the_task(stack: McpStack) -> None:
-    """The README's client example (``examples/sdk_client.py``), run as it is in a
+    """The MCP clients page's example (``examples/sdk_client.py``), run as it is in a
     process of its own: ``TasksClient`` polls the task and answers its elicitation and
     roots request through the example's callback."""
     ran = await asyncio.to_thread(

@@ -26,8 +26,6 @@ from redis_tasks.testing import RedisServer, free_port, wait_listening
 from tests.support.backends import acl_user
 from tests.support.helpers import ALICE, ELICIT, ELICIT_ANSWER, ORIGIN, wait_until
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-
 pytestmark = pytest.mark.standalone_only
 
 

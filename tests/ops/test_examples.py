@@ -1,6 +1,6 @@
-"""The quickstart runs as its page says: ``check``, a worker on the handler named by its
-file, the script that creates and polls, ``inspect``; on a Redis of its own (the example
-keeps its fixed prefix)."""
+"""The examples run as their pages say. The quickstart: ``check``, a worker on the handler
+named by its file, the script that creates and polls, ``inspect``; on a Redis of its own
+(the example keeps its fixed prefix). The tracing example, in a process of its own."""
 
 from __future__ import annotations
 
@@ -49,3 +49,19 @@ def test_the_quickstart_runs_as_its_page_says(tmp_path: Path) -> None:
     finally:
         stop_processes([worker])
         server.stop()
+
+
+def test_the_tracing_example_gives_a_process_the_library_s_spans() -> None:
+    # examples/tracing.py (the Traces page shows it whole), in a process of its own: it
+    # sets the global tracer provider, once and for all.
+    done = subprocess.run(
+        [sys.executable, "examples/tracing.py"],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"name": "create_task"' in done.stdout
+    assert '"kind": "SpanKind.PRODUCER"' in done.stdout

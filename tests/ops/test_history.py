@@ -236,7 +236,7 @@ async def test_a_recorded_load_on_redis_has_no_anomaly(standalone_backend: Backe
 
 async def test_restarts_and_killed_connections_leave_no_anomaly(tmp_path: Path) -> None:
     """A short run of issue 26's faults on one Redis (``appendfsync always``, the setting
-    the README recommends): SIGKILL restarts and every connection killed, in turn."""
+    the Durability page recommends): SIGKILL restarts and every connection killed, in turn."""
     run = await record_with_faults(
         tmp_path, seconds=8.0, every=1.5, clients=8, workers=3, kinds=("restart", "kill")
     )

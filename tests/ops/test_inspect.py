@@ -471,7 +471,7 @@ async def test_the_command_line_takes_a_reference(redis_server: RedisServer, pre
         assert "no partition 99: this prefix has 1 (0-0)" in out_of_range.stderr
     for output in (one, several, none, bad):
         assert SECRET not in output.stdout + output.stderr
-    # The README's user has no +scan (SCAN lists every key name on the server).
+    # The ACL line's user has no +scan (SCAN lists every key name on the server).
     async with acl_user(redis_server, prefix) as (user_url, admin):
         refused = await asyncio.to_thread(
             _cli, "--redis-url", user_url, *common[2:], task_ref(ids[0])

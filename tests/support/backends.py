@@ -67,7 +67,7 @@ async def acl_user(server: RedisServer, prefix: str) -> AsyncIterator[tuple[str,
     command = [word.replace("{rt:*", f"{{{prefix}:*") for word in command]
     admin = Redis.from_url(server.url)
     try:
-        # What the README adds on 7.2 or later (Valkey says 7.2.4 here): redis-py
+        # What the ACL line adds on 7.2 or later (Valkey says 7.2.4 here): redis-py
         # names each connection with CLIENT SETINFO, a command 7.0 does not have.
         version = str((await admin.info("server"))["redis_version"])
         if tuple(int(n) for n in version.split(".")[:2]) >= (7, 2):
