@@ -54,7 +54,13 @@ def fastmcp_app(args: argparse.Namespace) -> tuple[Any, Handler, StartCheck]:
     async def start_check(manager: RedisTaskManager) -> None:
         await check_worker_key(manager, key, accept_unbound=accept_unbound)
 
-    return app, tool_handler(app, snapshot_key=key, accept_unbound=accept_unbound), start_check
+    handler = tool_handler(
+        app,
+        snapshot_key=key,
+        accept_unbound=accept_unbound,
+        middleware=extension.worker_middleware,
+    )
+    return app, handler, start_check
 
 
 class _TaskHint(logging.Filter):

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from fastmcp.server.dependencies import get_access_token, get_http_headers
 from fastmcp.server.extensions import MethodBinding, ServerExtension
 from fastmcp.utilities.tasks import TASKS_EXTENSION_ID
-from mcp_types import CallToolRequestParams
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolRequestParams
 from pydantic import BaseModel, ConfigDict
 
 from redis_tasks._models import RequestContext
@@ -34,7 +35,8 @@ from redis_tasks.mcp import TasksExtension as SdkTasksExtension
 from redis_tasks.mcp import TaskSupport
 from redis_tasks.mcp._hooks import PlanFactory, TenantFactory, WeightFactory
 
-from ._fastmcp import is_client_call, require_fastmcp, sdk_context, valid_arguments
+from ._fastmcp import is_client_call, leaf_tool, require_fastmcp, sdk_context, valid_arguments
+from ._handle_guard import HandleGuard, created_mark, forget_since, note_created
 from ._key_check import record_server_key
 from ._snapshot import CallerSnapshot, SnapshotKey, warn_without_key
 
@@ -53,6 +55,8 @@ SNAPSHOT_KEY_ENV = "REDIS_TASKS_SNAPSHOT_KEY"
 ACCEPT_UNBOUND_ENV = "REDIS_TASKS_ACCEPT_UNBOUND_SNAPSHOTS"
 #: Where the key prefix is read from when none is given (else ``rt``).
 PREFIX_ENV = "REDIS_TASKS_PREFIX"
+#: The codes of a create refused before anything was stored (bad input, no room).
+_STORED_NOTHING = frozenset({INVALID_PARAMS, -32003})
 
 
 class _WireResult(BaseModel):
@@ -84,7 +88,11 @@ class TasksExtension(ServerExtension):
     bound to the task and its caller; under a key its workers refuse a caller that is
     not (``accept_unbound_snapshots``, default ``$REDIS_TASKS_ACCEPT_UNBOUND_SNAPSHOTS``
     or off: take those kept before the key was set, while the tasks made before it
-    last; see :mod:`redis_tasks.fastmcp._snapshot`).
+    last; see :mod:`redis_tasks.fastmcp._snapshot`). The app's middleware runs once a
+    call, in the server, around the task's creation (the result it sees there is the
+    task handle), and a task whose handle it loses (raising after the task was stored,
+    or answering something else) is cancelled; workers run the tool without it unless
+    ``worker_middleware=True``.
     Raises :class:`~redis_tasks.fastmcp.FastMCPMismatchError` on a FastMCP this was
     not written for.
     """
@@ -109,6 +117,7 @@ class TasksExtension(ServerExtension):
         input_first_timeout: timedelta = timedelta(seconds=10),
         snapshot_key: str | bytes | SnapshotKey | None = None,
         accept_unbound_snapshots: bool | None = None,
+        worker_middleware: bool = False,
     ) -> None:
         require_fastmcp()
         super().__init__()
@@ -136,6 +145,7 @@ class TasksExtension(ServerExtension):
         if accept_unbound_snapshots is None:
             accept_unbound_snapshots = os.environ.get(ACCEPT_UNBOUND_ENV, "") == "1"
         self._accept_unbound = bool(accept_unbound_snapshots)
+        self._worker_middleware = worker_middleware
         # Set in a worker's process (worker_mode): the app's lifespan there is no server's.
         self._in_worker = False
         self._tasks = SdkTasksExtension(
@@ -178,6 +188,12 @@ class TasksExtension(ServerExtension):
         self._in_worker = True
 
     @property
+    def worker_middleware(self) -> bool:
+        """Whether workers run the app's middleware around each run too (default: no, it
+        runs once a call, in the server, around the task's creation)."""
+        return self._worker_middleware
+
+    @property
     def accept_unbound_snapshots(self) -> bool:
         """Whether its workers also take callers not sealed for their task (the move to a key)."""
         return self._accept_unbound
@@ -201,7 +217,18 @@ class TasksExtension(ServerExtension):
         async with self._manager:
             if serving:
                 await record_server_key(self._manager, self._key)
+                self._guard_handles()
             yield
+
+    def _guard_handles(self) -> None:
+        """Put the handle guard outermost in the app's middleware, once."""
+        try:
+            middleware = self.server.middleware
+        except RuntimeError:
+            return  # entered on its own, registered on no server: no call to guard
+        if not any(isinstance(m, HandleGuard) for m in middleware):
+            # Outermost, so it sees whatever the app's middleware answers.
+            middleware.insert(0, HandleGuard(self._manager))
 
     async def intercept_tool_call(
         self,
@@ -227,15 +254,23 @@ class TasksExtension(ServerExtension):
             return await call_next()
 
         arguments = params.arguments or {}
-        result = await self._tasks.serve_tool_call(
-            params,
-            request,
-            cast("Callable[[ServerRequestContext[Any, Any]], Awaitable[Any]]", inline),
-            support=TaskSupport(mode),
-            valid=lambda: valid_arguments(tool, arguments),
-            input_first=params.name in self._input_first,
-            poll_interval=getattr(config, "poll_interval", None),
-        )
+        # A mounted server's tool is checked against its own signature.
+        runs = await leaf_tool(tool)
+        mark = created_mark()
+        try:
+            result = await self._tasks.serve_tool_call(
+                params,
+                request,
+                cast("Callable[[ServerRequestContext[Any, Any]], Awaitable[Any]]", inline),
+                support=TaskSupport(mode),
+                valid=lambda: valid_arguments(runs, arguments),
+                input_first=params.name in self._input_first,
+                poll_interval=getattr(config, "poll_interval", None),
+            )
+        except MCPError as refused:
+            if refused.error.code in _STORED_NOTHING:
+                forget_since(mark)
+            raise
         return (
             _WireResult(**result) if isinstance(result, dict) else cast("ToolCallOutcome", result)
         )
@@ -249,6 +284,7 @@ class TasksExtension(ServerExtension):
         key = self._key
 
         def payload(task_id: str, caller: RequestContext, origin: TaskOrigin) -> bytes:
+            note_created(caller, task_id)  # the handle guard cancels it if its handle is lost
             return CallerSnapshot(token, headers, caller).encode(key, task_id, origin)
 
         return payload

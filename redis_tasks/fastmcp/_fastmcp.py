@@ -15,7 +15,9 @@ it, the ones fastmcp-tasks itself sets for the same reason:
 - ``FastMCP._lifespan_manager()`` and ``FastMCP._extensions``: a worker enters the
   app's lifespan (its tools' resources) and finds the app's extension;
 - ``FunctionTool.fn`` and ``without_injected_parameters``: the arguments are checked
-  against the tool's own signature before a task is created.
+  against the tool's own signature before a task is created;
+- ``FastMCPProviderTool._server`` and ``._original_name``: a mounted server's tool is
+  found in its own server, so its arguments are checked as its own (:func:`leaf_tool`).
 
 A private part may change in any FastMCP release without failing an import, so
 :data:`FASTMCP_RANGE` names the releases this was written for (``pyproject.toml``'s
@@ -40,7 +42,9 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import fastmcp
 import fastmcp.server.dependencies as _deps
 from fastmcp import FastMCP
+from fastmcp.server.providers.fastmcp_provider import FastMCPProviderTool
 from fastmcp.tools.function_tool import FunctionTool
+from fastmcp.utilities.versions import VersionSpec
 from mcp.server.auth.middleware.auth_context import auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from pydantic import TypeAdapter
@@ -60,6 +64,7 @@ __all__ = [
     "app_extensions",
     "app_lifespan",
     "is_client_call",
+    "leaf_tool",
     "require_fastmcp",
     "sdk_context",
     "valid_arguments",
@@ -72,6 +77,9 @@ FASTMCP_BELOW: Final = (4, 3)
 FASTMCP_RANGE: Final = (
     f">={'.'.join(map(str, FASTMCP_LOWEST))},<{'.'.join(map(str, FASTMCP_BELOW))}"
 )
+
+#: The most mounts deep a tool is looked for (a cycle of mounts cannot loop).
+_MOUNT_DEPTH: Final = 16
 
 #: The fields of ``FastMCPRequestContext`` a worker fills in.
 _REQUEST_FIELDS: Final = frozenset(
@@ -112,6 +120,9 @@ def fastmcp_problems() -> list[str]:
         problems.append("FastMCP._lifespan_manager() is missing")
     if "fn" not in getattr(FunctionTool, "model_fields", {}):
         problems.append("FunctionTool.fn is missing")
+    private = getattr(FastMCPProviderTool, "__private_attributes__", {})
+    if not {"_server", "_original_name"} <= set(private):
+        problems.append("FastMCPProviderTool._server or ._original_name is missing")
     return problems
 
 
@@ -184,6 +195,25 @@ def worker_request(
         auth_context_var.reset(tokens[2])
         _deps._background_task_headers.reset(tokens[1])
         _deps.fastmcp_request_ctx.reset(tokens[0])
+
+
+async def leaf_tool(tool: Tool) -> Tool:
+    """The tool that runs a call of ``tool``: a mounted server's tool is a proxy that
+    calls its own server's tool (through any depth of mounts), whose signature is the
+    one that validates the call."""
+    for _ in range(_MOUNT_DEPTH):
+        if not isinstance(tool, FastMCPProviderTool):
+            return tool
+        server, name = tool._server, tool._original_name
+        if not isinstance(server, FastMCP) or not name:
+            return tool
+        # The version the proxy runs (as its own run asks its server for it).
+        version = VersionSpec(eq=tool.version) if tool.version else None
+        inner = await server.get_tool(name, version=version)
+        if inner is None:
+            return tool
+        tool = inner
+    return tool
 
 
 def valid_arguments(tool: Tool, arguments: dict[str, Any]) -> bool:

@@ -1,8 +1,8 @@
 """``tool_handler``: run a FastMCP app's task tools inside a redis-tasks worker.
 
-The tool runs through ``FastMCP.call_tool``, as an inline call would (the app's
-middleware, argument validation, timeouts, error masking and result conversion), in a
-request whose session is the task itself, built as :mod:`redis_tasks.mcp`'s worker
+The tool runs through ``FastMCP.call_tool``, as an inline call would (argument
+validation, timeouts, error masking and result conversion), in a request whose session
+is the task itself, built as :mod:`redis_tasks.mcp`'s worker
 builds it for the SDK (:class:`redis_tasks.mcp._tool_runner._TaskChannel`). So inside
 the tool, ``Context`` works as a FastMCP user expects:
 
@@ -18,6 +18,12 @@ the tool, ``Context`` works as a FastMCP user expects:
 - ``get_access_token()`` and ``get_http_headers()`` return the caller's, restored from
   the snapshot kept with the task (:mod:`._snapshot`);
 - a ``tasks/cancel`` cancels the running tool (it sees ``CancelledError``).
+
+The app's middleware ran once for the call, in the server, around the task's creation
+(where it can refuse the call before a task exists, and counts one call): the run here
+skips it, as fastmcp-tasks' worker does, unless the extension says
+``worker_middleware=True`` (middleware that sets up what the tool reads, at the price of
+running twice a call). A mounted server's own middleware runs with its tool, here.
 
 Outcomes follow FastMCP's inline answers and SEP-2663: a ``CallToolResult`` completes
 the task, ``isError`` included (a ``ToolError``, arguments that fail validation, or any
@@ -109,8 +115,11 @@ def _result(result: ToolResult) -> dict[str, Any]:
 class _ToolRun:
     """One execution of one task tool, in a request whose session is the task."""
 
-    def __init__(self, app: FastMCP, execution: TaskExecution, snapshot: CallerSnapshot) -> None:
+    def __init__(
+        self, app: FastMCP, execution: TaskExecution, snapshot: CallerSnapshot, middleware: bool
+    ) -> None:
         self._app = app
+        self._middleware = middleware
         self._call = ToolCall.from_origin(execution.origin)
         self._snapshot = snapshot
         self._task_id = execution.task_id
@@ -149,7 +158,11 @@ class _ToolRun:
                 with worker_request(
                     request, token=self._snapshot.token, headers=self._snapshot.headers
                 ):
-                    result = await self._app.call_tool(self._call.tool, dict(self._call.arguments))
+                    result = await self._app.call_tool(
+                        self._call.tool,
+                        dict(self._call.arguments),
+                        run_middleware=self._middleware,
+                    )
             except NotFoundError:
                 raise TaskFailed(
                     JsonRpcError(code=-32602, message=f"Unknown tool: {self._call.tool!r}")
@@ -175,14 +188,20 @@ class _ToolRun:
 
 
 def tool_handler(
-    app: FastMCP, *, snapshot_key: SnapshotKey | None = None, accept_unbound: bool = False
+    app: FastMCP,
+    *,
+    snapshot_key: SnapshotKey | None = None,
+    accept_unbound: bool = False,
+    middleware: bool = False,
 ) -> Handler:
     """A :class:`~redis_tasks.Worker` handler that runs ``app``'s task tools.
 
     Give it the app the servers serve (its ``TasksExtension`` made the tasks);
     ``snapshot_key`` is the servers' (:class:`SnapshotKey`), ``accept_unbound`` their
-    migration switch (see :mod:`._snapshot`). ``redis-tasks worker --fastmcp app.py:mcp``
-    builds it for you, with the app's lifespan entered.
+    migration switch (see :mod:`._snapshot`), ``middleware`` whether the app's middleware
+    runs around each run too (their ``worker_middleware``). ``redis-tasks worker
+    --fastmcp app.py:mcp`` builds it for you from the app's extension, with the app's
+    lifespan entered.
 
     A task whose caller cannot be restored, or whose sealed caller is not the one its
     record is bound to, fails (``-32603``) and never runs as anyone: the log line names
@@ -208,7 +227,7 @@ def tool_handler(
                 raise SnapshotError(
                     "the task is not bound to the caller its snapshot names", "not_bound"
                 )
-            run = _ToolRun(app, execution, snapshot)
+            run = _ToolRun(app, execution, snapshot, middleware)
         except (ValidationError, SnapshotError) as exc:
             # Never run as nobody, nor as someone else: the task fails.
             reason = exc.reason if isinstance(exc, SnapshotError) else "unreadable"

@@ -11,6 +11,7 @@ worker lacks, a worker killed mid-tool, and a FastMCP outside the range.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -191,6 +192,52 @@ async def test_input_rounds_imperative_and_guarded(
     assert done["result"]["content"][0]["text"] == expected, done
     # The wait parked the task; its answer ran the tool again.
     assert stack.log_text().count(_PARKED) == parks + 1
+
+
+def _read(stack: McpStack, key: str) -> bytes | None:
+    client = redis.Redis.from_url(stack.url)
+    try:
+        value: bytes | None = client.get(f"{stack.prefix}:test:{key}")  # type: ignore[assignment]
+        return value
+    finally:
+        client.close()
+
+
+async def test_the_app_s_middleware_runs_once_a_call_in_the_server(stack: McpStack) -> None:
+    """Not again around the run in the worker: a counting (billing, rate-limit, logging)
+    middleware counts a task call once."""
+    label = uuid.uuid4().hex[:8]
+    task_id = await _create(stack, 0, "wait", seconds=0, label=label)
+    await _until(stack, task_id, _status("completed"))
+    assert _read(stack, f"middleware:{label}") == b"1"
+
+
+async def test_a_task_whose_handle_the_middleware_lost_is_cancelled(stack: McpStack) -> None:
+    """Middleware failing after the task was stored: the client got an error and no
+    handle, so the task is cancelled (at once, or its running tool is), never left to
+    run unseen."""
+    label = uuid.uuid4().hex[:8]
+    reply = await stack.rpc(0, "tools/call",
+                            {"name": "fragile", "arguments": {"seconds": 60, "label": label}},
+                            token="tok-alice")  # fmt: skip
+    assert reply.get("result", {}).get("resultType") != "task", reply
+    lost = _read(stack, f"lost:{label}")
+    assert lost
+    task = await _until(stack, lost.decode(), _status("cancelled", "completed", "failed"))
+    assert task["status"] == "cancelled", task
+
+
+async def test_a_mounted_server_s_tool_refuses_bad_arguments_inline(stack: McpStack) -> None:
+    """Checked against the mounted tool's own signature before a task is stored, as
+    inline (fastmcp-tasks answers the same); good ones make a task that runs there."""
+    bad = await stack.rpc(0, "tools/call",
+                          {"name": "child_add", "arguments": {"a": "one", "b": 2}},
+                          token="tok-alice")  # fmt: skip
+    assert bad.get("result", {}).get("resultType") != "task", bad
+    assert bad.get("result", {}).get("isError") is True or "error" in bad, bad
+    task_id = await _create(stack, 1, "child_add", a=40, b=2)
+    done = await _until(stack, task_id, _status("completed", "failed"))
+    assert done["result"]["structuredContent"] == {"result": 42}, done
 
 
 async def test_a_tool_the_workers_app_lacks_fails_its_task_at_once(stack: McpStack) -> None:
@@ -538,3 +585,53 @@ def test_the_range_is_the_one_the_extra_requires() -> None:
     assert f">={lowest},<{below}" == FASTMCP_RANGE
     pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     assert f'"fastmcp-slim[server]{FASTMCP_RANGE}"' in pyproject
+
+
+@pytest.mark.parametrize("middleware", [False, True])
+async def test_a_worker_runs_the_app_s_middleware_only_when_told(middleware: bool) -> None:
+    """``worker_middleware`` (``tool_handler(middleware=...)``): off, the run skips the
+    app's middleware (it ran in the server); on, it wraps the run too."""
+    from fastmcp import FastMCP
+    from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+    from fastmcp.utilities.tasks import TaskConfig
+
+    from redis_tasks import InMemoryTaskManager, Limits, TaskRequestContext, Worker
+    from redis_tasks.fastmcp import tool_handler
+    from redis_tasks.mcp._tool_call import ToolCall
+
+    seen: list[str] = []
+
+    class Seen(Middleware):
+        async def on_call_tool(
+            self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]
+        ) -> Any:
+            seen.append(context.message.name)
+            return await call_next(context)
+
+    app = FastMCP("middleware")
+    app.add_middleware(Seen())
+
+    @app.tool(task=TaskConfig(mode="required"))
+    async def double(n: int) -> int:
+        return 2 * n
+
+    alice = RequestContext("/mcp", "alice")
+    origin = ToolCall(tool="double", arguments={"n": 21}, endpoint="/mcp").to_origin(Limits())
+
+    def payload(task_id: str) -> bytes:
+        return CallerSnapshot(None, {}, alice).encode(None, task_id, origin)
+
+    handler = tool_handler(app, middleware=middleware)
+    async with InMemoryTaskManager() as manager, Worker(manager, handler) as worker:
+        running = asyncio.create_task(worker.run())
+        task = await manager.create_task(alice, origin, payload=payload)
+
+        async def ended() -> Any:
+            found = await manager.find_task(TaskRequestContext(alice, task.task_id))
+            return found if found is not None and found.is_terminal else None
+
+        done = await wait_until(ended, what="the task's end")
+        await worker.stop()
+        await running
+    assert done.result["structuredContent"] == {"result": 42}
+    assert seen == (["double"] if middleware else [])

@@ -10,6 +10,12 @@ The tools are FastMCP's usual ones, as a user writes them: ``ctx.report_progress
 ``ctx.info``, ``ctx.elicit``, the guard pattern, ``get_access_token()`` and
 ``get_http_headers()``. A tool that is cancelled writes ``<prefix>:test:cancelled:<label>``
 to Redis, so a test sees that the cancellation reached it.
+
+The app has middleware as apps do: one counts each ``tools/call`` with a ``label``
+argument in ``<prefix>:test:middleware:<label>`` (so a test sees how many times it ran
+a call), and fails on the way out of a ``fragile`` call (a task it stored then has no
+client; it keeps the task's ID in ``<prefix>:test:lost:<label>`` for the test). A
+mounted server's task tool (``child_add``) shows its arguments checked.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import redis
 from fastmcp import Context, FastMCP
 from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 from fastmcp.server.dependencies import get_access_token, get_http_headers
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.utilities.tasks import TaskConfig
 from mcp_types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult
 from pydantic import BaseModel
@@ -62,6 +69,42 @@ def _mark_cancelled(label: str) -> None:
         client.set(f"{_PREFIX}:test:cancelled:{label}", 1)
     finally:
         client.close()
+
+
+def _count_call(label: str) -> None:
+    client = redis.Redis.from_url(os.environ["RT_TEST_REDIS_URL"])
+    try:
+        client.incr(f"{_PREFIX}:test:middleware:{label}")
+    finally:
+        client.close()
+
+
+def _keep_lost(label: str, task_id: str) -> None:
+    client = redis.Redis.from_url(os.environ["RT_TEST_REDIS_URL"])
+    try:
+        client.set(f"{_PREFIX}:test:lost:{label}", task_id)
+    finally:
+        client.close()
+
+
+class _Counting(Middleware):
+    """Count each call that has a label; fail a ``fragile`` call once it has its answer."""
+
+    async def on_call_tool(
+        self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]
+    ) -> Any:
+        label = (context.message.arguments or {}).get("label")
+        if isinstance(label, str):
+            await asyncio.to_thread(_count_call, label)
+        result = await call_next(context)
+        if context.message.name == "fragile" and isinstance(label, str):
+            # What the test needs to find the task its client never learns.
+            await asyncio.to_thread(_keep_lost, label, str(getattr(result, "taskId", "")))
+            raise RuntimeError("the middleware failed after the call")
+        return result
+
+
+mcp.add_middleware(_Counting())
 
 
 @mcp.tool(task=_TASK)
@@ -112,6 +155,29 @@ async def guarded(ctx: Context) -> Any:
         return InputRequiredResult(input_requests={"name": question}, request_state="asked")
     answer: Any = answers["name"]
     return f"guarded {answer.content['name']} ({ctx.request_state})"
+
+
+@mcp.tool(task=_TASK)
+async def fragile(seconds: float, label: str) -> str:
+    """A task tool whose call the middleware fails on the way out; sleeps ``seconds``."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        await asyncio.to_thread(_mark_cancelled, label)
+        raise
+    return f"fragile {label}"
+
+
+_child = FastMCP("child")
+
+
+@_child.tool(task=_TASK)
+async def add(a: int, b: int) -> int:
+    """A mounted server's task tool (``child_add``)."""
+    return a + b
+
+
+mcp.mount(_child, namespace="child")
 
 
 if _DROPPED != "vanishing":
