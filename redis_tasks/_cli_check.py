@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from ._check import PINGS, Unreachable, check
 from ._check.report import scrub
+from ._ids import MAX_PARTITIONS
 from ._loop import run
 
 __all__ = ["add_check_command", "run_check"]
@@ -36,6 +37,13 @@ def add_check_command(commands: Any) -> None:
         help="Redis to check, any node of a cluster (default: $REDIS_URL); rediss:// for TLS",
     )
     parser.add_argument("--prefix", default="rt", help="key prefix (default: rt)")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=16,
+        help="partitions of the prefix (default: 16); on a cluster, how they fall on its "
+        "primaries, and the count that spreads them evenly",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
@@ -59,6 +67,8 @@ def _problem(args: argparse.Namespace) -> str | None:
         return "--timeout must be positive"
     if not 0 <= args.pings <= 10_000:
         return "--pings must be 0 to 10000"
+    if not 1 <= args.partitions <= MAX_PARTITIONS:
+        return f"--partitions must be 1 to {MAX_PARTITIONS}"
     if not args.prefix or "{" in args.prefix or "}" in args.prefix:
         return "--prefix must be non-empty, without braces"
     return None
@@ -97,6 +107,7 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
             check(
                 args.redis_url,
                 prefix=args.prefix,
+                partitions=args.partitions,
                 call_timeout=args.timeout,
                 pings=args.pings,
                 progress=progress,

@@ -182,6 +182,12 @@ class WorkQueue(Protocol):
         """Acknowledge and delete an entry that will never run."""
         ...
 
+    async def hand_back_unclaimed(self, partition: int, consumer: str) -> int:
+        """Requeue every entry pending with ``consumer`` in ``partition`` (delivered to a
+        read a stopping worker cancelled, never claimed): how many. Called by a worker
+        whose runs are over."""
+        ...
+
     async def forget_consumer(self, partition: int, consumer: str) -> None:
         """Remove ``consumer`` from ``partition``'s group if nothing is pending with it."""
         ...

@@ -20,7 +20,7 @@ from redis_tasks._worker.worker import Worker
 
 from ._protocol import OnJob, main
 
-__all__ = ["NAME", "ORIGIN", "WHO", "clean", "enqueue", "work"]
+__all__ = ["NAME", "ORIGIN", "WHO", "claim_sizes", "clean", "enqueue", "work"]
 
 NAME = "redis-tasks"
 #: The request every benchmark task is created for.
@@ -30,6 +30,8 @@ ORIGIN = TaskOrigin.from_persisted_string('{"tool":"noop","arguments":{}}')
 _CHUNK = 500  # creates in flight at once: bounded, so memory and pool use stay flat
 
 _managers: dict[tuple[str, str], RedisTaskManager] = {}
+#: The worker this process runs (``work``), for its claim sizes.
+_workers: list[Worker] = []
 
 
 async def _manager(url: str, queue: str) -> RedisTaskManager:
@@ -62,8 +64,18 @@ async def work(url: str, queue: str, concurrency: int, on_job: OnJob) -> None:
 
     async with RedisTaskManager.from_url(url, prefix=queue) as manager:
         worker = Worker(manager, handler, concurrency=concurrency)
+        _workers.append(worker)
         async with worker:
             await worker.run()
+
+
+def claim_sizes() -> dict[int, int]:
+    """How many claim calls brought how many tasks, in this process's worker so far."""
+    sizes: dict[int, int] = {}
+    for worker in _workers:
+        for size, count in worker.claim_sizes.items():
+            sizes[size] = sizes.get(size, 0) + count
+    return sizes
 
 
 async def clean(url: str, queue: str) -> None:

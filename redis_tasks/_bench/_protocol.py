@@ -17,6 +17,9 @@ stdin/stdout, one command or event per line:
     runs the worker. ``reset`` zeroes its job count (answer ``ok``); ``report``
     answers ``seen <jobs since reset> <unix time the last of them started> <CPU
     seconds this process has used>``;
+    ``sizes`` answers ``sizes <JSON>``: how many claim calls brought how many jobs, so
+    far (``{}`` from a system that does not count them: the adapter's optional
+    ``claim_sizes()``).
     ``expect N`` answers ``expecting`` and prints ``done <unix time>`` when the
     N-th job since has started. For every job that carries a stamp it prints
     ``lat <ms>`` (handler start minus stamp). If the worker stops on an error
@@ -26,6 +29,7 @@ stdin/stdout, one command or event per line:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -128,6 +132,9 @@ async def _worker(adapter: Adapter, url: str, queue: str, concurrency: int) -> N
                 _say("ok")
             elif command == "report":
                 _say(f"seen {seen} {last:.6f} {time.process_time():.6f}")
+            elif command == "sizes":
+                sizes = getattr(adapter, "claim_sizes", None)
+                _say(f"sizes {json.dumps(sizes() if sizes is not None else {})}")
             else:
                 _say(f"error unknown-command:{command}")
     finally:

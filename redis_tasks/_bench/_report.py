@@ -225,6 +225,15 @@ def _table(results: dict[str, Any]) -> str:
                 else "-"
             )
             lines.append(f"{name:{w_name}}{cells}{lat:>20}{per_job:>10}{cpu:>22}")
+            sized = [(w, drain[str(w)]["claim_sizes"]) for w in counts
+                     if "claim_sizes" in drain.get(str(w), {})]  # fmt: skip
+            if sized:
+                lines.append(
+                    f"{'':{w_name}}jobs per claim call: "
+                    + "; ".join(
+                        f"w={w} {s['jobs_per_call']} ({s['calls']:,} calls)" for w, s in sized
+                    )
+                )
             if first and "redis_us_per_job_by_primary" in first:
                 shares = " / ".join(str(us) for us in first["redis_us_per_job_by_primary"])
                 lines.append(f"{'':{w_name}}Redis CPU us/job by primary: {shares}")

@@ -16,11 +16,34 @@ from ._callgrind import Callgrind
 from ._probe import Probe, calls_between
 from ._systems import System
 
-__all__ = ["SystemScenarios", "pickup_figures"]
+__all__ = ["SystemScenarios", "claim_histogram", "pickup_figures"]
 
 _ENQUEUE_CHUNK: Final = 2_000  # jobs per enqueue command: the progress bar's step
 _REPORT_EVERY: Final = 0.02  # seconds between drain progress reports
 _SETTLE: Final = 0.3  # seconds for the last acknowledgements to land before counting
+
+
+def claim_histogram(
+    before: Sequence[dict[int, int]], after: Sequence[dict[int, int]]
+) -> dict[str, Any]:
+    """The claim calls the workers made between ``before`` and ``after`` (each worker's
+    calls by the jobs they brought): how many, by size, and the mean size; empty for a
+    system that does not count them."""
+    by_size: dict[int, int] = {}
+    for old, new in zip(before, after, strict=True):
+        for size, count in new.items():
+            made = count - old.get(size, 0)
+            if made:
+                by_size[size] = by_size.get(size, 0) + made
+    calls = sum(by_size.values())
+    if not calls:
+        return {}
+    jobs = sum(size * count for size, count in by_size.items())
+    return {
+        "calls": calls,
+        "jobs_per_call": round(jobs / calls, 2),
+        "by_size": {str(size): by_size[size] for size in sorted(by_size)},
+    }
 
 
 def pickup_figures(samples_ms: Sequence[float]) -> dict[str, Any]:
@@ -52,6 +75,7 @@ class SystemScenarios(BenchBase):
             for proc in procs:
                 await proc.ask("reset")
             cpu_before = sum([(await proc.report())[2] for proc in procs])
+            sizes_before = [await proc.claim_sizes() for proc in procs]
             # Our workers count from here: stopped for the enqueue, they run nothing.
             workers_counted = [p.pid for p in procs] if counter and system.is_redis_tasks else []
             if counter is not None:
@@ -93,6 +117,7 @@ class SystemScenarios(BenchBase):
             polled = max(time.time() - started, span)
             await asyncio.sleep(_SETTLE)
             calls = calls_between(calls_before, await probe.command_calls())
+            sizes_after = [await proc.claim_sizes() for proc in procs]
         per_primary = [b - a for a, b in zip(redis_before, redis_after, strict=True)]
         redis_cpu = sum(per_primary)
         usage: dict[str, Any] = {
@@ -103,6 +128,9 @@ class SystemScenarios(BenchBase):
         }
         if len(per_primary) > 1:
             usage["redis_us_per_job_by_primary"] = [round(cpu / n * 1e6) for cpu in per_primary]
+        sizes = claim_histogram(sizes_before, sizes_after)
+        if sizes:
+            usage["claim_sizes"] = sizes
         if in_workers:
             usage["worker_instructions_per_job"] = round(sum(in_workers) / n)
         if instructions:

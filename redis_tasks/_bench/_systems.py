@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -170,6 +171,17 @@ class AdapterProcess:
         """A worker's jobs since ``reset``, when the last of them started, its CPU seconds."""
         _, count, last, cpu = (await self.ask("report", "seen ")).split()
         return int(count), float(last), float(cpu)
+
+    async def claim_sizes(self) -> dict[int, int]:
+        """How many claim calls brought how many jobs, so far (empty: not counted, or an
+        earlier revision's adapter, which does not know the command)."""
+        try:
+            reply = await self.ask("sizes", "sizes ")
+        except AdapterError as exc:
+            if "unknown-command:sizes" in str(exc):
+                return {}
+            raise
+        return {int(size): count for size, count in json.loads(reply[len("sizes ") :]).items()}
 
     async def wait_latency(self, within: float = 30.0) -> float:
         """The next ``lat`` line's value, in ms."""

@@ -30,6 +30,7 @@ from .acl import Denial, ProbeKeys, by_dryrun, by_probe, needed
 from .connection import connect_to, get_anywhere, on_connection
 from .fastmcp import snapshot_key
 from .nodes import Facts, cluster_findings, cluster_nodes, facts_of, parse_nodes
+from .partitions import partition_finding
 from .report import Finding, Level, Report, redact, scrub
 
 __all__ = ["PINGS", "Progress", "Unreachable", "check"]
@@ -52,10 +53,12 @@ async def check(
     *,
     prefix: str,
     call_timeout: float,
+    partitions: int = 16,
     pings: int = PINGS,
     progress: Progress | None = None,
 ) -> Report:
-    """Check the Redis at ``url`` for the library with key prefix ``prefix``.
+    """Check the Redis at ``url`` for the library with key prefix ``prefix`` (and, on a
+    cluster, how its ``partitions`` fall on the primaries).
 
     Raises :class:`Unreachable` when its first node cannot be asked anything, and
     :class:`ValueError` for a URL that is not one.
@@ -86,6 +89,7 @@ async def check(
             findings.append(_failed("cluster", "CLUSTER NODES", exc, url))
             nodes = []
         findings += cluster_findings(nodes) if nodes else []
+        findings += [partition_finding(nodes, prefix, partitions)] if nodes else []
         working = [n for n in nodes if n.failing != "fail" and "noaddr" not in n.flags]
         primaries = [n.name for n in working if n.primary and n.slots] or [seed]
         others = [n.name for n in working if n.name not in primaries]

@@ -58,7 +58,7 @@ from .claim import claim_entry
 from .claim_next import ClaimBatch
 from .dispatch import enqueue
 from .records import TERMINAL, Record, TaskRecords
-from .stream import Partition, Reader, id_text, parse_id
+from .stream import Partition, Reader, id_text, parse_id, work_entry
 from .tenants import Tenants
 from .terminal import terminate
 from .waiting import park
@@ -345,6 +345,20 @@ class InMemoryWorkQueue:
         """Acknowledge and delete an entry that will never run."""
         with self.lock:
             self.drop_entry(entry.partition, entry.entry_id)
+
+    async def hand_back_unclaimed(self, partition: int, consumer: str) -> int:
+        """Requeue each entry pending with ``consumer`` in ``partition`` (see the Redis
+        queue's): how many."""
+        with self.lock:
+            stream = self.partition(partition)
+            mine = [
+                work_entry(partition, entry_id, stream.entries.get(entry_id, ""))
+                for entry_id, pending in stream.pending.items()
+                if pending.consumer == consumer
+            ]
+        for entry in mine:
+            await self.requeue(entry)
+        return len(mine)
 
     async def forget_consumer(self, partition: int, consumer: str) -> None:
         """``XGROUP DELCONSUMER`` of ``consumer`` if nothing is pending with it."""

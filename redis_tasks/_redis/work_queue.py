@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
@@ -44,6 +44,10 @@ from .wire import pack
 from .work_groups import ensure_groups, no_group, recreate_group
 
 __all__ = ["RedisWorkQueue"]
+
+#: The most entries a stopping worker hands back from its pending list (the rest, if
+#: ever, are reclaimed after a lease, as before).
+_SWEPT: Final = 100
 
 
 def _lease_ms(lease: timedelta) -> int:
@@ -342,6 +346,37 @@ class RedisWorkQueue:
             await client.xdel(stream, entry.entry_id)
 
         await self.topology.execute(stream, drop)
+
+    async def hand_back_unclaimed(self, partition: int, consumer: str) -> int:
+        """Hand back what was delivered to ``consumer`` in ``partition`` and never
+        claimed (a requeue each: a task's entry goes to the stream's end again, for
+        another worker's blocked read at once; anything else is dropped); how many.
+
+        A stopping worker cancels its blocked reads rather than wait out their block
+        (up to a second); a read cancelled just as the server delivered an entry
+        leaves that entry pending with it, unread. Called once the worker's runs are
+        over, so nothing pending is one of them (an entry of a task handed back is no
+        longer its ``wk``: requeue drops it). The common case costs one ``XPENDING``.
+        """
+        stream = self.keys.work(partition)
+
+        async def pending_with(client: Redis) -> list[WorkEntry]:
+            pending = await client.xpending_range(
+                stream, WORK_GROUP, min="-", max="+", count=_SWEPT, consumername=consumer
+            )
+            entries = []
+            for item in pending:
+                entry_id = item["message_id"]
+                found = await client.xrange(stream, entry_id, entry_id)
+                fields = found[0][1] if found else {}
+                raw = entry_id if isinstance(entry_id, bytes) else str(entry_id).encode()
+                entries.append(_entry(partition, raw, fields))
+            return entries
+
+        unclaimed = await self.topology.execute(stream, pending_with)
+        for entry in unclaimed:
+            await self.requeue(entry)
+        return len(unclaimed)
 
     async def forget_consumer(self, partition: int, consumer: str) -> None:
         """Remove ``consumer`` from the group if nothing is pending with it."""

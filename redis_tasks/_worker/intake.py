@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
+from collections import Counter, deque
 from enum import Enum
 from typing import Final
 
@@ -60,6 +60,10 @@ _IDLE_READ: Final = 2
 # Newcomers' tasks kept waiting for a free slot: past this many, the oldest is
 # forgotten (it waits its turn in its partition, as every task did before).
 _NEWCOMERS: Final = 64
+# How long a batch claim waits for enough free slots (see Intake.read): a millisecond,
+# next to handlers that free their slots together when they are short, and to a claim's
+# own round trip when they are long.
+_PATIENCE: Final = 0.001
 
 
 class Mode(Enum):
@@ -104,6 +108,16 @@ class Intake:
         #: The newcomers' share of the slots: a newcomer's run holds one of these
         #: besides its handler slot (see the module).
         self._share = Slots(max(1, settings.concurrency // 2))
+        #: Free slots a batch claim waits for (up to a millisecond): half the slots,
+        #: at most a batch (see :meth:`read`).
+        self._enough = max(1, min(settings.read_batch, settings.concurrency // 2))
+        #: When this worker last rang each partition's doorbell (loop time): at most
+        #: once a block period (see :meth:`_claim_batch`).
+        self._rung: dict[int, float] = {}
+        #: Claim calls by the number of tasks they brought (1 for an idle pickup).
+        self.claim_sizes: Counter[int] = Counter()
+        #: The read loops blocked in an idle read now: a stop cancels them (see close).
+        self._blocked: set[asyncio.Task[None]] = set()
 
     @property
     def slots_out(self) -> int:
@@ -123,9 +137,15 @@ class Intake:
         self._newcomer.set()
 
     def close(self) -> None:
-        """The worker stops: the newcomers' loop ends."""
+        """The worker stops: the newcomers' loop ends, and so do the read loops blocked
+        in an idle read, at once rather than at the end of their block (up to a second,
+        which every stop of an idle worker waited). An entry the server delivered to a
+        read cancelled that very moment stays pending with this worker, unread: the
+        stop hands it back once its runs are over (the queue's ``forget_consumer``)."""
         self._share.close()
         self._newcomer.set()
+        for loop in self._blocked:
+            loop.cancel()
 
     async def newcomers(self) -> None:
         """Start newcomers' tasks in the order they were signalled, each at the next
@@ -190,7 +210,12 @@ class Intake:
                 if mode is not Mode.IDLE:
                     # Read and claim a batch in one call, for slots reserved up front
                     # (the call returns at once, so the reservation holds no capacity
-                    # idle).
+                    # idle). A backlog's batch waits up to a millisecond for half the
+                    # slots: claiming each slot as it frees made batches of one or two
+                    # under load, and more workers (more loops taking turns at the
+                    # slots) made them smaller, each with a call's whole cost in Redis.
+                    if mode is Mode.BATCH:
+                        await self._slots.gather(self._enough, _PATIENCE)
                     wanted = 1 if mode is Mode.PROBE else self._settings.read_batch
                     reserved = self._slots.take_up_to(wanted)
                     if reserved is None:
@@ -204,11 +229,16 @@ class Intake:
                 # blocks again; a second says a backlog is building. With one,
                 # every idle pickup was followed by a batch claim that found
                 # nothing: a round trip and a script per task.
+                loop = asyncio.current_task()
+                assert loop is not None
+                self._blocked.add(loop)
                 try:
                     entries = await reader.read(_IDLE_READ)
                 except RedisTasksError as exc:
                     backoff = await self._backoff("read", backoff, exc)
                     continue
+                finally:
+                    self._blocked.discard(loop)
                 health.read_done(partition)
                 backoff = 0.05
                 if not entries:
@@ -255,6 +285,7 @@ class Intake:
             return False
         try:
             claim = await self._runs.claim(entry)
+            self.claim_sizes[1] += 1
             self._runs.start_claimed([(entry, claim)], slot)
         finally:
             slot.give_back()
@@ -277,6 +308,8 @@ class Intake:
         settings = self._settings
         claimed: list[tuple[WorkEntry, Claim]] | None = None
         failure: RedisTasksError | None = None
+        # No slot left here: if tasks still wait, wake a worker that has some.
+        wake = self._slots.free == 0 and self._bell_due(partition)
         try:
             claimed = await self._queue.claim_next(
                 partition,
@@ -284,14 +317,19 @@ class Intake:
                 count=reserved.count,
                 lease=settings.lease,
                 max_attempts=settings.max_attempts,
-                # No slot left here: if tasks still wait, wake a worker that has some.
-                wake=self._slots.free == 0,
+                wake=wake,
                 first=first,
             )
         except RedisTasksError as exc:
             failure = exc
         else:
             self._health.read_done(partition)
+            self.claim_sizes[len(claimed)] += 1
+            if wake and claimed:
+                # A batch that brought tasks may have rung: the next waits a block
+                # period. One that brought none (the tenants it met had gone) did not
+                # find work, and its doorbell is what keeps the ring being cleared.
+                self._rung[partition] = asyncio.get_running_loop().time()
             self._runs.start_claimed(claimed, reserved)
         finally:
             reserved.give_back()  # on every path out, before any backoff
@@ -300,6 +338,15 @@ class Intake:
             # us and are reclaimed after a lease, like any claim that failed.
             return False, await self._backoff("read", backoff, failure)
         return bool(claimed), 0.05
+
+    def _bell_due(self, partition: int) -> bool:
+        """Whether this worker may ring ``partition``'s doorbell now: once a block
+        period after a batch that brought tasks. Each doorbell wakes one blocked
+        reader, which claims a batch and rings again when it fills up, so one a period
+        per worker still reaches every idle worker; one per batch claim woke readers
+        into small batches and cost every reader a dropped entry."""
+        since = asyncio.get_running_loop().time() - self._rung.get(partition, -1e9)
+        return since >= self._block.total_seconds()
 
     async def _requeue(self, entry: WorkEntry) -> None:
         try:

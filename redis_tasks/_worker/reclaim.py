@@ -106,9 +106,15 @@ class Reclaim:
                 return
 
     async def forget_consumer(self, partitions: tuple[int, ...]) -> None:
-        """Remove this worker's consumer from each group it left nothing pending in."""
+        """Hand back what was delivered to this worker and never claimed (a read its
+        stop cancelled), then remove its consumer from each group it left nothing
+        pending in."""
+        name = self._settings.name
         for partition in partitions:
             try:
-                await self._queue.forget_consumer(partition, self._settings.name)
+                await self._queue.hand_back_unclaimed(partition, name)
+                await self._queue.forget_consumer(partition, name)
             except RedisTasksError:
-                return  # best effort: a stale consumer is removed by others later
+                # Best effort: an entry left pending is reclaimed after a lease, and a
+                # stale consumer is removed by others later.
+                return

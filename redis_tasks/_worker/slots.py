@@ -70,6 +70,10 @@ class Slots:
         self._line: deque[asyncio.Future[None]] = deque()
         #: The reader whose turn it is (woken, not yet run), if any: one at a time.
         self._turn: asyncio.Future[None] | None = None
+        #: The reader gathering slots for a batch (see :meth:`gather`), and how many
+        #: free slots end its wait.
+        self._gathering: asyncio.Future[None] | None = None
+        self._gather_for = 0
         #: Bugs the leases caught (see SlotLease): give-backs of a lease already given
         #: back (refused), and runs started beyond the slots a lease held.
         self.given_twice = 0
@@ -132,6 +136,29 @@ class Slots:
         loop.call_soon(self._wake)
         return not self.closed
 
+    async def gather(self, wanted: int, patience: float) -> None:
+        """In the turn :meth:`wait_free` gave, wait up to ``patience`` seconds for
+        ``wanted`` free slots (at most the total), keeping the turn meanwhile: a batch
+        claim then takes the slots that free up together instead of one claim each
+        (claims of a slot or two cost a round trip and a script call each, and made more
+        workers cost Redis more per task). Returns at once when they are free, or
+        when the worker stops."""
+        wanted = min(wanted, self.total)
+        if self.free >= wanted or self.closed or self._turn is not None:
+            return
+        loop = asyncio.get_running_loop()
+        holder: asyncio.Future[None] = loop.create_future()
+        self._turn, self._gathering, self._gather_for = holder, holder, wanted
+        timer = loop.call_later(patience, self._gathered)
+        try:
+            await holder
+        finally:
+            timer.cancel()
+            self._gathering = None
+            if self._turn is holder:
+                self._turn = None
+            loop.call_soon(self._wake)
+
     def _wake(self) -> None:
         """Give the turn to the reader first in line, if a slot is free (or, for the
         reader that may overflow, an overflow slot) and no other reader has the turn."""
@@ -152,6 +179,7 @@ class Slots:
     def close(self) -> None:
         """Wake every waiter: the worker is stopping."""
         self.closed = True
+        self._gathered()
         if self.overflow is not None:
             self.overflow.close()
         while self._line:
@@ -169,8 +197,15 @@ class Slots:
 
     # Only a SlotLease gives slots back: the rule is kept in one place.
 
+    def _gathered(self) -> None:
+        gathering = self._gathering
+        if gathering is not None and not gathering.done():
+            gathering.set_result(None)
+
     def _give(self, count: int) -> None:
         self.free += count
+        if self.free >= self._gather_for:
+            self._gathered()
         self._wake()
         if self._wakes is not None:  # an overflow slot: its reader waits there
             self._wakes._wake()

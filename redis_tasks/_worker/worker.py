@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Self
@@ -174,6 +174,12 @@ class Worker:
         return self._settings.read_batch
 
     @property
+    def claim_sizes(self) -> Mapping[int, int]:
+        """How many claim calls brought how many tasks (1 for an idle pickup), since the
+        worker was made: the batch sizes ``redis-tasks bench`` shows."""
+        return dict(self._intake.claim_sizes)
+
+    @property
     def running(self) -> int:
         """How many handlers are running now."""
         return len(self._runs)
@@ -265,8 +271,9 @@ class Worker:
             self._stopping.set()
             self._slots.close()
             self._intake.close()
-            # Readers finish their current read (at most one block) and stop; an
-            # entry read meanwhile is claimed and then handed back like the rest.
+            # Readers blocked in an idle read were cancelled (Intake.close); the others
+            # finish their claim and stop, and what they claimed is handed back like the
+            # rest. An entry delivered to a cancelled read goes back at forget_consumer.
             await asyncio.gather(*readers, return_exceptions=True)
             # Ended, not just cancelled: a cancellation can be lost in a Redis call
             # (redis_tasks._cancel), and the loop would then run on.

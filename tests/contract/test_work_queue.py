@@ -651,6 +651,25 @@ async def test_forget_consumer_removes_it_only_when_nothing_is_pending(subject: 
     await q.forget_consumer(0, "never-seen")
 
 
+async def test_what_a_stopping_worker_was_delivered_unclaimed_goes_back_at_once(
+    subject: Subject,
+) -> None:
+    """``hand_back_unclaimed``: an entry delivered to a read its worker's stop cancelled
+    (never claimed) goes back to the stream for another worker's read, not to a reclaim
+    a lease later; a doorbell is dropped; then the consumer can be forgotten."""
+    q = subject.queue
+    task_id = await new_task(subject)
+    delivered = await read_one(subject, "stopping")
+    assert delivered.task_id == task_id
+    assert await q.hand_back_unclaimed(0, "stopping") == 1
+    assert await q.hand_back_unclaimed(0, "stopping") == 0
+    again = await read_one(subject, "other")
+    assert again.task_id == task_id
+    assert again.entry_id != delivered.entry_id
+    await q.forget_consumer(0, "stopping")
+    assert "stopping" not in await subject.consumers()
+
+
 async def test_remove_stale_consumers_keeps_the_caller_the_busy_and_the_recent(
     subject: Subject,
 ) -> None:

@@ -31,6 +31,7 @@ from redis_tasks._check.acl import (
     SHARD_CHANNELS,
 )
 from redis_tasks._check.nodes import cluster_findings, parse_nodes
+from redis_tasks._check.partitions import partition_finding
 from redis_tasks.testing import RedisCluster, RedisServer, free_port, start_redis_server
 from tests.support.backends import README, acl_user
 
@@ -138,6 +139,31 @@ def test_the_cluster_is_ready(redis_cluster: RedisCluster) -> None:
     assert "on every node (checked by ACL DRYRUN)" in text
     assert "Lua scripts load on every primary" in text
     assert "over 50 pings to each of 3 primaries" in text
+    # 16 partitions cannot fall evenly on 3 primaries: the count that does is named.
+    assert "warn   partitions: 16 partitions fall 6/5/5 on 3 primaries" in text
+    assert "set partitions=32 on every manager" in text
+
+
+def test_the_partition_count_that_spreads_evenly_is_the_one_suggested() -> None:
+    """The finding's figures, from the tags alone: 16 cap 3 equal primaries at 2.67x,
+    32 (11/11/10) at 2.91x, which is even enough; one primary needs nothing."""
+    text = "\n".join(
+        [
+            "a 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460",
+            "b 10.0.0.2:7000@17000 master - 0 0 2 connected 5461-10922",
+            "c 10.0.0.3:7000@17000 master - 0 0 3 connected 10923-16383",
+        ]
+    )
+    nodes = parse_nodes(text, "seed")
+    uneven = partition_finding(nodes, "rt", 16)
+    assert uneven.level == "warn"
+    assert uneven.data["cap"] == 2.67
+    assert uneven.data["suggested"] == 32
+    even = partition_finding(nodes, "rt", 32)
+    assert even.level == "ok"
+    assert sorted(even.data["per_primary"].values()) == [10, 11, 11]
+    alone = parse_nodes("a 10.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-16383", "x")
+    assert partition_finding(alone, "rt", 16).level == "ok"
 
 
 def test_a_cluster_reports_unserved_slots_and_failing_nodes() -> None:

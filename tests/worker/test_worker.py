@@ -1005,6 +1005,46 @@ async def test_a_reader_first_in_line_or_overflowing_takes_the_slots_it_may() ->
     assert (slots.out, share.out, slots.given_twice, share.given_twice) == (0, 0, 0, 0)
 
 
+async def test_a_batch_gathers_the_slots_that_free_together_keeping_its_turn() -> None:
+    """``Slots.gather``: a reader whose turn it is waits (up to its patience) until
+    enough slots are free, and no reader behind it takes them meanwhile; past the
+    patience it goes with what is free. A batch then claims the slots that free up
+    together, not one call each."""
+    slots = Slots(4)
+    held = slots.take_up_to(4)
+    assert held is not None
+    runs = [held.split() for _ in range(4)]
+    held.give_back()
+    took: list[tuple[str, int]] = []
+
+    async def reader(name: str, patience: float) -> None:
+        assert await slots.wait_free()
+        await slots.gather(3, patience)
+        taken = slots.take_up_to(16)
+        assert taken is not None
+        took.append((name, taken.count))
+        taken.give_back()
+
+    first = asyncio.ensure_future(reader("first", 60.0))
+    second = asyncio.ensure_future(reader("second", 60.0))
+    await asyncio.sleep(0)
+    for run in runs[:3]:  # three runs end one after another: "first" waits for all three
+        run.give_back()
+        await asyncio.sleep(0)
+    await first
+    assert took == [("first", 3)]
+    runs[3].give_back()
+    await second  # four free again: at once
+    assert took == [("first", 3), ("second", 4)]
+    # Past its patience a reader goes with what is free.
+    lone = slots.take_up_to(3)
+    assert lone is not None
+    await reader("patient", 0.001)
+    assert took[-1] == ("patient", 1)
+    lone.give_back()
+    assert (slots.out, slots.free) == (0, 4)
+
+
 async def test_a_slot_never_given_back_is_reported_when_the_worker_stops(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
