@@ -35,6 +35,7 @@ from redis_tasks._work_queue import QueueDepth, WorkEntry
 from . import replies
 from . import scripts as lua
 from .client import backend_errors
+from .consumers import delivered_unclaimed, forget_if_idle, remove_stale
 from .keys import WORK_GROUP, KeySpace, TaskKeys
 from .link import Link
 from .queue_depth import queue_depth
@@ -359,51 +360,25 @@ class RedisWorkQueue:
         longer its ``wk``: requeue drops it). The common case costs one ``XPENDING``.
         """
         stream = self.keys.work(partition)
-
-        async def pending_with(client: Redis) -> list[WorkEntry]:
-            pending = await client.xpending_range(
-                stream, WORK_GROUP, min="-", max="+", count=_SWEPT, consumername=consumer
-            )
-            entries = []
-            for item in pending:
-                entry_id = item["message_id"]
-                found = await client.xrange(stream, entry_id, entry_id)
-                fields = found[0][1] if found else {}
-                raw = entry_id if isinstance(entry_id, bytes) else str(entry_id).encode()
-                entries.append(_entry(partition, raw, fields))
-            return entries
-
-        unclaimed = await self.topology.execute(stream, pending_with)
-        for entry in unclaimed:
-            await self.requeue(entry)
-        return len(unclaimed)
+        found = await self.topology.execute(
+            stream, lambda client: delivered_unclaimed(client, stream, consumer, _SWEPT)
+        )
+        for entry_id, fields in found:
+            await self.requeue(_entry(partition, entry_id, fields))
+        return len(found)
 
     async def forget_consumer(self, partition: int, consumer: str) -> None:
         """Remove ``consumer`` from the group if nothing is pending with it."""
         stream = self.keys.work(partition)
-
-        async def forget(client: Redis) -> None:
-            pending = await client.xpending_range(
-                stream, WORK_GROUP, min="-", max="+", count=1, consumername=consumer
-            )
-            if not pending:
-                await client.xgroup_delconsumer(stream, WORK_GROUP, consumer)
-
-        await self.topology.execute(stream, forget)
+        await self.topology.execute(stream, lambda client: forget_if_idle(client, stream, consumer))
 
     async def remove_stale_consumers(self, partition: int, *, keep: str, idle: timedelta) -> None:
         """Remove consumers other than ``keep`` with nothing pending, idle for ``idle``."""
         stream = self.keys.work(partition)
         idle_ms = idle // timedelta(milliseconds=1)
-
-        async def remove(client: Redis) -> None:
-            for consumer in await client.xinfo_consumers(stream, WORK_GROUP):
-                name = consumer["name"]
-                name = name.decode() if isinstance(name, bytes) else name
-                if name != keep and consumer["pending"] == 0 and consumer["idle"] > idle_ms:
-                    await client.xgroup_delconsumer(stream, WORK_GROUP, name)
-
-        await self.topology.execute(stream, remove)
+        await self.topology.execute(
+            stream, lambda client: remove_stale(client, stream, keep, idle_ms)
+        )
 
     async def depth(self, partition: int) -> QueueDepth:
         """What ``partition`` holds, in one round trip (see :func:`.queue_depth.queue_depth`)."""

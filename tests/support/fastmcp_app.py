@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -63,28 +64,26 @@ class Name(BaseModel):
     name: str
 
 
-def _mark_cancelled(label: str) -> None:
+def _on_redis(command: Callable[[redis.Redis], object]) -> None:
+    """Run one command on the test's Redis, from a thread (a tool or middleware marking
+    what the test waits for)."""
     client = redis.Redis.from_url(os.environ["RT_TEST_REDIS_URL"])
     try:
-        client.set(f"{_PREFIX}:test:cancelled:{label}", 1)
+        command(client)
     finally:
         client.close()
+
+
+def _mark_cancelled(label: str) -> None:
+    _on_redis(lambda client: client.set(f"{_PREFIX}:test:cancelled:{label}", 1))
 
 
 def _count_call(label: str) -> None:
-    client = redis.Redis.from_url(os.environ["RT_TEST_REDIS_URL"])
-    try:
-        client.incr(f"{_PREFIX}:test:middleware:{label}")
-    finally:
-        client.close()
+    _on_redis(lambda client: client.incr(f"{_PREFIX}:test:middleware:{label}"))
 
 
 def _keep_lost(label: str, task_id: str) -> None:
-    client = redis.Redis.from_url(os.environ["RT_TEST_REDIS_URL"])
-    try:
-        client.set(f"{_PREFIX}:test:lost:{label}", task_id)
-    finally:
-        client.close()
+    _on_redis(lambda client: client.set(f"{_PREFIX}:test:lost:{label}", task_id))
 
 
 class _Counting(Middleware):
