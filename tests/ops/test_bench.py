@@ -89,6 +89,10 @@ async def test_drain_and_pickup_measure_our_workers_and_leave_no_keys(
     assert usage["worker_us_per_job"] > 0
     assert usage["redis_us_per_job"] > 0
     assert usage["worker_cores"] > 0
+    # The workers' claim calls, by the jobs each brought: every job came with one.
+    sizes = usage["claim_sizes"]
+    assert sum(int(size) * calls for size, calls in sizes["by_size"].items()) == TINY.tasks
+    assert sizes["calls"] == sum(sizes["by_size"].values())
     # Every job: a create, a claim and a finish, each alone or in a batch (at most
     # CREATE_BATCH creates a call); and its record written by all three.
     assert calls["evalsha"] >= TINY.tasks / CREATE_BATCH
