@@ -263,9 +263,11 @@ async def test_a_read_with_nothing_new_returns_empty_after_its_block_time(
 async def test_one_new_entry_wakes_two_blocked_readers_but_reaches_one(
     subject: Subject,
 ) -> None:
-    readers = [subject.queue.reader(0, name, timedelta(milliseconds=400)) for name in "ab"]
+    # A block long enough for the create below on a loaded machine (400 ms once missed
+    # it in a full run: neither reader got the entry).
+    readers = [subject.queue.reader(0, name, timedelta(seconds=1)) for name in "ab"]
     reads = [asyncio.create_task(r.read(1)) for r in readers]
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # the readers' commands out first (a blocked read has no mark)
     task_id = await new_task(subject)
     results = await asyncio.gather(*reads)
     for reader in readers:
