@@ -141,7 +141,7 @@ class Intake:
         in an idle read, at once rather than at the end of their block (up to a second,
         which every stop of an idle worker waited). An entry the server delivered to a
         read cancelled that very moment stays pending with this worker, unread: the
-        stop hands it back once its runs are over (the queue's ``forget_consumer``)."""
+        stop hands it back once its runs are over (the queue's ``hand_back_unclaimed``)."""
         self._share.close()
         self._newcomer.set()
         for loop in self._blocked:

@@ -273,7 +273,8 @@ class Worker:
             self._intake.close()
             # Readers blocked in an idle read were cancelled (Intake.close); the others
             # finish their claim and stop, and what they claimed is handed back like the
-            # rest. An entry delivered to a cancelled read goes back at forget_consumer.
+            # rest. An entry delivered to a cancelled read goes back in forget_consumer
+            # below (the queue's hand_back_unclaimed).
             await asyncio.gather(*readers, return_exceptions=True)
             # Ended, not just cancelled: a cancellation can be lost in a Redis call
             # (redis_tasks._cancel), and the loop would then run on.
