@@ -34,6 +34,7 @@ from redis_tasks._redis.manager import RedisTaskManager
 from redis_tasks.mcp import TasksExtension as SdkTasksExtension
 from redis_tasks.mcp import TaskSupport
 from redis_tasks.mcp._hooks import PlanFactory, TenantFactory, WeightFactory
+from redis_tasks.mcp._wire import CAPACITY_EXCEEDED
 
 from ._fastmcp import is_client_call, leaf_tool, require_fastmcp, sdk_context, valid_arguments
 from ._handle_guard import HandleGuard, created_mark, forget_since, note_created
@@ -56,7 +57,7 @@ ACCEPT_UNBOUND_ENV = "REDIS_TASKS_ACCEPT_UNBOUND_SNAPSHOTS"
 #: Where the key prefix is read from when none is given (else ``rt``).
 PREFIX_ENV = "REDIS_TASKS_PREFIX"
 #: The codes of a create refused before anything was stored (bad input, no room).
-_STORED_NOTHING = frozenset({INVALID_PARAMS, -32003})
+_STORED_NOTHING = frozenset({INVALID_PARAMS, CAPACITY_EXCEEDED})
 
 
 class _WireResult(BaseModel):
