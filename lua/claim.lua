@@ -27,7 +27,8 @@
     8 stats          the partition's stats hash (terminal transitions, pickups)
   ARGV:
     1 task_id
-    2 entry_id       the work entry the worker read
+    2 entry_id       the work entry the worker read, or DIRECT_ENTRY ("0-1") for
+                     a task whose lease it found run out in the lease set
     3 consumer       the worker's consumer name (lease owner)
     4 lease_ms
     5 max_attempts
@@ -50,6 +51,9 @@
     {RC_POISONED}    attempts exhausted: ended failed with poison_error
     {RC_LEASE_HELD}  another worker's lease has not expired: nothing changed
     {RC_DEFERRED}    its tenant is at its concurrency cap: back in its queue
+  A direct claim (DIRECT_ENTRY) of a task whose record no longer says so (it was
+  handed back or parked since its lease was read) gets RC_LEASE_HELD: its stale
+  lease set entry goes, the task is left to whoever takes it now.
   A retry by the same consumer for the same entry while its lease lasts gets
   that lease back ({RC_OK, ...}) without a second fence bump; a retry of the
   claim that ended the task (the record's `ce`) gets RC_CANCELLED or
@@ -68,9 +72,11 @@ local poison_error = ARGV[6]
 local event_opts = ARGV[7]
 
 local keys = leading_task_keys()
-local call = {now = now_ms(), event_opts = event_opts, pickups = {}, consumer = consumer,
-  lease_ms = lease_ms, max_attempts = max_attempts, poison_error = poison_error}
+local call = {now = now_ms(), event_opts = event_opts, pickups = {}, leased = {},
+  consumer = consumer, lease_ms = lease_ms, max_attempts = max_attempts,
+  poison_error = poison_error, reclaiming_direct = entry_id == DIRECT_ENTRY}
 local reply = claim_entry(keys, task_id, entry_id, call)
+lease_direct(work_key, call)
 record_pickups(stats_key, call.pickups)
 ring_due(call, work_key)
 local backlog = redis.call('EXISTS', tag_of(task_key, task_id) .. KEY_RING)

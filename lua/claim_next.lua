@@ -6,21 +6,22 @@
   in XREADGROUP outside any script and claims what it gets with claim.
   When the stream runs out of new entries first, the rest of the batch is
   dispatched from the tenants' queues in weighted round-robin (tenants.lua's
-  dispatch: each task gets its work entry now, from work.lua's add_work) and
-  exactly those entries are read and claimed alike (nothing else enters the stream
-  between: a doorbell this call rings goes last, at its end). Each
+  dispatch) and each task taken is claimed in place with no work entry (a direct
+  claim: its `wk` is DIRECT_ENTRY, its lease deadline in the partition's lease set,
+  added with one ZADD for the call; reclaimed from there once it passed). Each
   task's keys, and its partition's tenant keys, are built here from the
   partition's hash tag, the way KeySpace names them (task_keys, and KEY_QUEUE and
   the other tenant keys after the tag), so
   they share the declared keys' slot.
-  With `first`, a newcomer's task (its create signalled it) is dispatched ahead
-  of the ring's order and read first (tenants.lua's dispatch_first), when it is
-  still the first of its tenant's queue and that tenant near the ring's head.
+  With `first`, a newcomer's task (its create signalled it) is taken ahead of the
+  ring's order and claimed first, before the stream's entries (tenants.lua's
+  dispatch_first), when it is still the first of its tenant's queue and that
+  tenant in the ring.
   With `wake` set (the caller has no free handler slot left) and tasks still
   waiting in the ring, one doorbell entry (`d`, no task) goes to the stream: a
   worker blocked on it wakes and claims the next batch itself. Doorbells this
   read meets are dropped. A call rings at most one doorbell, at its end (for
-  `wake`, a capped tenant its claims unparked, doorbells dispatch_first moved).
+  `wake`, a capped tenant its claims unparked).
 
   Includes: common, keys, work, tenants, claim
 
@@ -40,7 +41,8 @@
     9 first          a task ID to start first (see above), or ''
   Returns:
     {RC_OK, entry_id, task_id, claim reply, entry_id, task_id, claim reply, ...}
-    where each claim reply is one of claim's. An entry that names no well-formed
+    where each claim reply is one of claim's, and entry_id is DIRECT_ENTRY ("0-1")
+    for a task claimed straight from its tenant's queue. An entry that names no well-formed
     task ID is dropped and reported as {RC_NOT_FOUND} with task_id ''.
   The batch's first claims are added to the pickup histogram with one HINCRBY
   per bucket met.
@@ -62,7 +64,7 @@ local first = ARGV[9]
 
 local out = {RC_OK}
 -- One reading of the clock for the whole batch: its claims and its dispatch.
-local call = {now = now_ms(), event_opts = event_opts, pickups = {}, doorbell = false,
+local call = {now = now_ms(), event_opts = event_opts, pickups = {}, leased = {}, doorbell = false,
   consumer = consumer, lease_ms = lease_ms, max_attempts = max_attempts,
   poison_error = poison_error}
 -- One keys table for the whole call, each task's record key written over the
@@ -95,14 +97,14 @@ local function read_and_claim(wanted)
       end
     end
     if doorbell then
-      drop_entry(work_key, entry_id)
+      drop_entry(work_key, entry_id, '')
     else
       local reply
       -- Anything but a task ID parse_task_id accepts is not ours, and must not
       -- become part of a key name.
       if not is_task_id(task_id) then
         task_id = ''
-        drop_entry(work_key, entry_id)
+        drop_entry(work_key, entry_id, '')
         reply = {RC_NOT_FOUND}
       else
         keys.task = record_key(tag, task_id)
@@ -118,10 +120,19 @@ local function read_and_claim(wanted)
   return met, #entries < wanted, last and last[1]
 end
 
-if first ~= '' and is_task_id(first) then
-  dispatch_first(tag, work_key, stats_key, first, call)
+-- A task taken from its tenant's queue here, claimed with no work entry.
+local function claim_direct(task_id)
+  keys.task = record_key(tag, task_id)
+  out[#out + 1] = DIRECT_ENTRY
+  out[#out + 1] = task_id
+  out[#out + 1] = claim_entry(keys, task_id, DIRECT_ENTRY, call)
 end
+
 local wanted = count
+if first ~= '' and is_task_id(first) and dispatch_first(tag, stats_key, first, call) then
+  claim_direct(first)
+  wanted = wanted - 1
+end
 local drained = false
 while wanted > 0 and not drained do
   local met
@@ -132,24 +143,15 @@ if drained then
   -- Nothing new is left in the stream: the rest of the batch comes from the
   -- tenants' queues, in their round-robin order.
   if wanted > 0 then
-    local added = dispatch(tag, work_key, stats_key, wanted, call.now, call.now + lease_ms)
-    -- The stream held nothing undelivered, and nothing but these entries entered
-    -- it since (a doorbell waits for the call's end): the reads below meet exactly
-    -- them, in order. Read until the last of them, should that ever not hold.
-    local last = added[#added]
-    local left = #added
-    while left > 0 do
-      local met, empty, read = read_and_claim(left)
-      if read == last[1] or empty then
-        break
-      end
-      left = left - met
+    for _, task_id in ipairs(dispatch(tag, stats_key, wanted, call.now, call.now + lease_ms)) do
+      claim_direct(task_id)
     end
   end
   if wake and redis.call('EXISTS', tag .. KEY_RING) == 1 then
     call.doorbell = true
   end
 end
+lease_direct(work_key, call)
 record_pickups(stats_key, call.pickups)
 ring_due(call, work_key)
 return out

@@ -4,7 +4,8 @@
   same checks in the same order, the same terminal write, the same answer to a
   retry of the very same transition. What the tasks share is written once: the
   clock is read once, their work entries are acknowledged and deleted with one
-  XACK and one XDEL, the stats count each status with one HINCRBY, and one event
+  XACK and one XDEL (the leases of direct claims leave the partition's lease set
+  with one ZREM), the stats count each status with one HINCRBY, and one event
   entry names every task it ended (published on a cluster as one line). A worker
   whose handlers end together so sends one script call per partition where it
   sent one per task. Unfenced finishes (a client's or an operator's) stay with
@@ -39,7 +40,7 @@ local event_opts = ARGV[2]
 
 local prefix = id_prefix_of(tag)
 local out = {RC_OK}
-local batch = {entries = {}, counts = {}, ended = {}}
+local batch = {entries = {}, direct = {}, counts = {}, ended = {}}
 local call = {now = now_ms(), event_opts = event_opts, outcomes = batch}
 -- One keys table and one ending for the whole call, each task's written over the
 -- last's: nothing keeps them past its task, and two tables a task were two more for
@@ -67,6 +68,9 @@ if #entries > 0 then
   -- pcall: an operator may have deleted the group; the entries go regardless.
   redis.pcall('XACK', work_key, WORK_GROUP, unpack(entries))
   redis.call('XDEL', work_key, unpack(entries))
+end
+if #batch.direct > 0 then
+  redis.call('ZREM', leases_of(work_key), unpack(batch.direct))
 end
 for status, count in pairs(batch.counts) do
   redis.call('HINCRBY', stats_key, status, count)

@@ -20,14 +20,20 @@
   Returns:
     {RC_OK, now_ms, length, pending, oldest_waiting_id, oldest_pending_id,
      consumers, leases, stats, waiting, queues}
-    length           XLEN: every entry (waiting or delivered)
-    pending          entries delivered to a consumer and not finished
+    length           XLEN: every entry (waiting or delivered), and the direct
+                     claims' leases (each counted as an entry delivered)
+    pending          entries delivered to a consumer and not finished, and the
+                     direct claims' leases (the lease set: tasks a batch claim took
+                     with no work entry)
     oldest_*_id      the first waiting / first delivered entry's ID, or ''
     consumers        {name, pending, idle_ms, ...} (at most `sample`)
     leases           {entry_id, consumer, idle_ms, deliveries, task_id, status,
                       lease_owner, lease_deadline_ms, fence, attempts, tenant, ...}:
                      eleven per pending entry, '' where the task (or the entry) is
-                     gone; `tenant` is the record's tenant digest (`tn`)
+                     gone; `tenant` is the record's tenant digest (`tn`); then the
+                     direct claims' (entry_id "0-1", DIRECT_ENTRY; the record's owner
+                     and attempts as consumer and deliveries, idle 0), soonest
+                     deadline first, up to `sample` rows in all
     stats            the stats hash, {field, value, ...}
     waiting          {ZCARD ring, ZCARD parked, parked tasks}: the tenants with
                      tasks waiting, then the tasks waiting for their client's input
@@ -88,11 +94,48 @@ local function tenant_queues()
   return waiting, queues
 end
 
+-- A task's lease row, as `leases` lists them: its record's lease fields after the
+-- entry's (entry_id, consumer, idle_ms, deliveries, task_id).
+local function lease_row(leases, entry_id, consumer, idle, deliveries, task_id)
+  local t = {false, false, false, false, false, false}
+  -- Only a well-formed task ID may become part of a key name.
+  if is_task_id(task_id) then
+    t = hmget(record_key(tag, task_id), 'st', 'lo', 'ld', 'fn', 'at', 'tn')
+  else
+    task_id = ''
+  end
+  table.insert(leases, entry_id)
+  table.insert(leases, consumer or t[2] or '')
+  table.insert(leases, idle)
+  table.insert(leases, deliveries or t[5] or 0)
+  table.insert(leases, task_id)
+  for i = 1, 6 do
+    table.insert(leases, t[i] or '')
+  end
+end
+
+-- The direct claims' leases (no work entry: the partition's lease set), soonest
+-- deadline first, after the stream's up to `sample` rows in all: their owner is
+-- the record's, their idle time 0 (an entry's idle time is what they lack), their
+-- deliveries the record's attempts.
+local function direct_leases(leases, direct)
+  local room = sample - #leases / 11
+  if direct == 0 or room <= 0 then
+    return
+  end
+  for _, task_id in ipairs(redis.call('ZRANGE', tag .. KEY_LEASES, 0, room - 1)) do
+    lease_row(leases, DIRECT_ENTRY, nil, 0, nil, task_id)
+  end
+end
+
 local now = now_ms()
 local stats = redis.call('HGETALL', stats_key)
 local waiting, queues = tenant_queues()
+local direct = redis.call('ZCARD', tag .. KEY_LEASES)
+local leases = {}
 if redis.call('EXISTS', work_key) == 0 then
-  return {RC_OK, now, 0, 0, '', '', {}, {}, stats, waiting, queues}
+  direct_leases(leases, direct)
+  return {RC_OK, now, direct, direct, '', '', {}, leases, stats, waiting, queues}
 end
 local length = redis.call('XLEN', work_key)
 local delivered = nil
@@ -107,7 +150,9 @@ local first_waiting = redis.call('XRANGE', work_key, delivered and ('(' .. deliv
   '+', 'COUNT', 1)
 local oldest_waiting = first_waiting[1] and first_waiting[1][1] or ''
 if not delivered then
-  return {RC_OK, now, length, 0, oldest_waiting, '', {}, {}, stats, waiting, queues}
+  direct_leases(leases, direct)
+  return {RC_OK, now, length + direct, direct, oldest_waiting, '', {}, leases, stats, waiting,
+    queues}
 end
 
 local summary = redis.call('XPENDING', work_key, WORK_GROUP)
@@ -124,7 +169,6 @@ for i, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', work_key, WORK_GROUP)
   table.insert(consumers, field_of(consumer, 'idle'))
 end
 
-local leases = {}
 if pending > 0 and sample > 0 then
   for _, p in ipairs(redis.call('XPENDING', work_key, WORK_GROUP, '-', '+', sample)) do
     local entry_id = p[1]
@@ -138,22 +182,9 @@ if pending > 0 and sample > 0 then
         end
       end
     end
-    local t = {false, false, false, false, false, false}
-    -- Only a well-formed task ID may become part of a key name.
-    if is_task_id(task_id) then
-      t = hmget(record_key(tag, task_id), 'st', 'lo', 'ld', 'fn', 'at', 'tn')
-    else
-      task_id = ''
-    end
-    table.insert(leases, entry_id)
-    table.insert(leases, p[2])
-    table.insert(leases, p[3])
-    table.insert(leases, p[4])
-    table.insert(leases, task_id)
-    for i = 1, 6 do
-      table.insert(leases, t[i] or '')
-    end
+    lease_row(leases, entry_id, p[2], p[3], p[4], task_id)
   end
 end
-return {RC_OK, now, length, pending, oldest_waiting, oldest_pending, consumers, leases, stats,
-  waiting, queues}
+direct_leases(leases, direct)
+return {RC_OK, now, length + direct, pending + direct, oldest_waiting, oldest_pending, consumers, leases,
+  stats, waiting, queues}

@@ -17,9 +17,11 @@
     {RC_OK, now_ms, {st, ca, ua, ex, pi, fn, at, lo, ld, cx, wk, er, tn, pw, np}, requests,
      entry_state, entry_consumer, entry_idle_ms, entry_deliveries}
     requests         how many input requests are outstanding
-    entry_state      'waiting', 'delivered' or '' (no entry: a live task without one
-                     waits in its tenant's queue), then the consumer, idle time and
-                     delivery count of a delivered one ('' otherwise)
+    entry_state      'waiting', 'delivered', 'leased' (a direct claim: no entry, its
+                     lease in the partition's lease set) or '' (no entry: a live
+                     task without one waits in its tenant's queue), then the
+                     consumer (a delivered or leased one's), idle time and delivery
+                     count of a delivered one ('' otherwise)
     tn               the task's tenant digest
     pw, np           "1" while the task is parked (waiting for input, held by no
                      worker), and how many times it was parked
@@ -43,6 +45,10 @@ local requests = redis.call('HLEN', requests_key)
 local entry = t[11]
 if entry == '' then
   return {RC_OK, now, t, requests, '', '', '', ''}
+end
+if entry == DIRECT_ENTRY then
+  -- Claimed straight from its tenant's queue: no entry, a lease in the lease set.
+  return {RC_OK, now, t, requests, 'leased', t[8], '', ''}
 end
 local delivered = redis.pcall('XPENDING', work_key, WORK_GROUP, entry, entry, 1)
 if type(delivered) == 'table' and delivered[1] then

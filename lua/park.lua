@@ -41,7 +41,7 @@ if t.st ~= ST_INPUT_REQUIRED or t.cx == '1' or redis.call('EXISTS', requests_key
   return {RC_OK, 0}
 end
 if t.wk then
-  drop_entry(work_key, t.wk)
+  drop_entry(work_key, t.wk, task_id)
 end
 local attempts = math.max((tonumber(t.at) or 1) - 1, 0)
 redis.call('HDEL', task_key, 'wk', 'lo')

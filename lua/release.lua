@@ -32,7 +32,7 @@ if guard ~= RC_OK then
   return {guard}
 end
 if t.wk then
-  drop_entry(work_key, t.wk)
+  drop_entry(work_key, t.wk, task_id)
 end
 local attempts = math.max((tonumber(t.at) or 1) - 1, 0)
 local fields = {'fn', int_text(tonumber(t.fn) + 1), 'at', int_text(attempts), 'ld', '0'}

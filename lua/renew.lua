@@ -4,7 +4,9 @@
   and reports whether a client asked to cancel. A capped tenant's task keeps
   counting as running: its run-set score (the lease deadline) moves too.
   XCLAIM writes first, which a Redis out of memory (noeviction) allows where it
-  refuses HSET: a running task keeps its lease when Redis is full.
+  refuses HSET: a running task keeps its lease when Redis is full. A direct claim
+  (`wk` DIRECT_ENTRY: no work entry) moves its lease set entry instead, after an
+  HDEL that plays XCLAIM's part.
 
   Includes: common, keys, tenants
 
@@ -33,11 +35,17 @@ local guard = worker_guard(t.st, t.fn, fence)
 if guard ~= RC_OK then
   return {guard}
 end
-if t.wk then
+local deadline = now_ms() + lease_ms
+if t.wk == DIRECT_ENTRY then
+  -- A direct claim: its lease set entry moves with the deadline. HDEL first (`lo`,
+  -- written again below), as XCLAIM is for an entry: a full Redis refuses a script
+  -- whose first write is ZADD or HSET, and allows one that has written to go on.
+  redis.call('HDEL', task_key, 'lo')
+  redis.call('ZADD', leases_of(work_key), int_text(deadline), task_id)
+elseif t.wk then
   -- pcall: a group deleted by an operator must not fail the renewal.
   redis.pcall('XCLAIM', work_key, WORK_GROUP, consumer, 0, t.wk, 'JUSTID')
 end
-local deadline = now_ms() + lease_ms
 redis.call('HSET', task_key, 'ld', int_text(deadline), 'lo', consumer)
 if t.tn and t.tc then
   local run_key = tag_of(task_key, task_id) .. KEY_RUN .. t.tn

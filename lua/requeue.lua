@@ -24,7 +24,7 @@ local task_id = ARGV[1]
 local entry_id = ARGV[2]
 
 local t = read_record(task_key, 'st', 'wk')
-drop_entry(work_key, entry_id)
+drop_entry(work_key, entry_id, task_id)
 if not t.st or TERMINAL[t.st] or t.wk ~= entry_id then
   return {RC_OK}
 end

@@ -61,11 +61,13 @@ class QueueDepth:
     and the tasks waiting in its tenant queues.
 
     ``entries`` counts every entry in the partition's queue (``XLEN``): waiting
-    for a worker, or delivered and not yet finished. ``pending`` counts the
-    delivered ones (the group's pending list, which may still name an entry
-    deleted since). ``queued`` counts the tasks waiting in the tenant queues (not
-    yet dispatched to the stream), and ``tenants`` the tenants they belong to
-    (ring and parked), so ``backlog`` is what no worker has read yet.
+    for a worker, or delivered and not yet finished; a task a batch claim took
+    with no entry (its lease in the partition's lease set) counts as one
+    delivered, in both. ``pending`` counts the delivered ones (the group's pending
+    list, which may still name an entry deleted since). ``queued`` counts the
+    tasks waiting in the tenant queues (not yet dispatched), and ``tenants`` the
+    tenants they belong to (ring and parked), so ``backlog`` is what no worker has
+    read yet.
     ``waiting_for_input`` counts the partition's parked tasks: waiting for their
     client's input, held by no worker (in no count above).
     """

@@ -23,6 +23,14 @@ local function record_pickups(stats_key, pickups)
   end
 end
 
+-- The lease set's entries of the call's direct claims (call.leased: deadline, ID,
+-- ...), added with one ZADD: what a reclaim takes over once a deadline passed.
+local function lease_direct(work_key, call)
+  if #call.leased > 0 then
+    redis.call('ZADD', leases_of(work_key), unpack(call.leased))
+  end
+end
+
 -- Two workers claiming in the same millisecond (one of them on a promoted replica
 -- that lost the other's claim) still get different fences: the fence's low bits
 -- are a hash of the consumer's name. Hashed once per script call, not per claim
@@ -53,7 +61,7 @@ end
 -- keys: as claim_entry's
 local function defer(keys, tag, tenant, cap, task_id, entries, now)
   for _, entry in pairs(entries) do
-    drop_entry(keys.work, entry)
+    drop_entry(keys.work, entry, task_id)
   end
   redis.call('HDEL', keys.task, 'wk')
   local queue_key = tag .. KEY_QUEUE .. tenant
@@ -115,14 +123,14 @@ end
 -- reply, or nil when none of these holds. The entry is dropped where the task will
 -- never run; one dispatched in this script to a task a stale holder leased is
 -- recorded as its work (`wk`), as every entry is.
-local function unclaimable(keys, t, entry_id, call)
+local function unclaimable(keys, task_id, t, entry_id, call)
   local status = t.st
   if not status then
-    drop_entry(keys.work, entry_id)
+    drop_entry(keys.work, entry_id, task_id)
     return {RC_NOT_FOUND}
   end
   if TERMINAL[status] then
-    drop_entry(keys.work, entry_id)
+    drop_entry(keys.work, entry_id, task_id)
     if t.ce == claim_mark(entry_id, call.consumer) then
       -- The claim that ended the task, run again after its reply was lost: it is
       -- told what it was told then, not that some other call ended the task.
@@ -130,6 +138,12 @@ local function unclaimable(keys, t, entry_id, call)
       return {status == ST_CANCELLED and RC_CANCELLED or RC_POISONED}
     end
     return {RC_TERMINAL}
+  end
+  if call.reclaiming_direct and t.wk ~= DIRECT_ENTRY then
+    -- A lease set entry read before the task was handed back or parked (it waits
+    -- in its queue, or has a work entry of its own now): stale, it goes.
+    redis.call('ZREM', leases_of(keys.work), task_id)
+    return {RC_LEASE_HELD}
   end
   if t.ld and tonumber(t.ld) > call.now then
     if t.lo == call.consumer and t.wk == entry_id then
@@ -139,10 +153,15 @@ local function unclaimable(keys, t, entry_id, call)
         t.np or '0', recorded_answers(keys, t)}
     end
     if not t.wk then
-      -- Dispatched in this script (work.lua's add_work left `wk` to the claim), yet
-      -- leased: a stale holder renewed after the task went back to its queue. The
-      -- entry is its work now (the holder's renewals take it over), as any entry is.
+      -- Dispatched in this script (taken from its queue, or given an entry by
+      -- add_work), yet leased: a stale holder renewed after the task went back to
+      -- its queue. The entry is its work now (the holder's renewals take it over),
+      -- as any entry is; a direct one's lease goes in the lease set, so that it is
+      -- reclaimed when that holder stops renewing.
       redis.call('HSET', keys.task, 'wk', entry_id)
+      if entry_id == DIRECT_ENTRY then
+        redis.call('ZADD', leases_of(keys.work), t.ld, task_id)
+      end
     end
     return {RC_LEASE_HELD}
   end
@@ -208,6 +227,12 @@ local function take_lease(keys, task_id, t, entry_id, attempt, run_key, call)
     fields[#fields + 1] = entry_id
   end
   redis.call('HSET', task_key, unpack(fields))
+  if entry_id == DIRECT_ENTRY then
+    -- Claimed with no work entry (or reclaimed so): its lease deadline goes in the
+    -- lease set, with the call's others (lease_direct, one ZADD a call).
+    call.leased[#call.leased + 1] = texts.deadline
+    call.leased[#call.leased + 1] = task_id
+  end
   if run_key then
     redis.call('ZREMRANGEBYSCORE', run_key, '-inf', int_text(now))
     redis.call('ZADD', run_key, texts.deadline, task_id)
@@ -253,7 +278,7 @@ local function claim_entry(keys, task_id, entry_id, call)
   -- A claim needs most of the record (13 fields, most of them absent on a first
   -- claim): read whole, in one walk of it (read_all).
   local t = read_all(task_key, CLAIM_JOINED)
-  local reply = unclaimable(keys, t, entry_id, call)
+  local reply = unclaimable(keys, task_id, t, entry_id, call)
   if reply then
     return reply
   end

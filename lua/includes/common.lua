@@ -314,8 +314,19 @@ local function worker_guard(status, stored_fence, given_fence)
   return RC_OK
 end
 
--- Acknowledge and delete a work entry that will never run.
-local function drop_entry(work_key, entry)
+-- The partition's lease set, next to its work stream: the tasks a batch claim took
+-- straight from their tenant's queue (their `wk` is DIRECT_ENTRY), by deadline.
+local function leases_of(work_key)
+  return string.sub(work_key, 1, #work_key - #KEY_WORK) .. KEY_LEASES
+end
+
+-- Let go of the work `entry` of `task_id`, which will never run under it: a stream
+-- entry is acknowledged and deleted, a direct claim's lease leaves the lease set.
+local function drop_entry(work_key, entry, task_id)
+  if entry == DIRECT_ENTRY then
+    redis.call('ZREM', leases_of(work_key), task_id)
+    return
+  end
   redis.pcall('XACK', work_key, WORK_GROUP, entry)
   redis.call('XDEL', work_key, entry)
 end

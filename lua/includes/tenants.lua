@@ -367,14 +367,13 @@ local function plan_picks(heads, count)
   return started
 end
 
--- Move up to `count` waiting tasks from the tenant queues of the partition tagged
--- `tag` into its work stream, in weighted round-robin (runnable_head, then
--- plan_picks, then their writes here), for the caller to claim in this same script
--- (add_work without a record: the claim writes `wk`); the entries it added, in
--- order, each {entry ID, task ID}. A capped tenant gets at most its cap's room,
+-- Take up to `count` waiting tasks from the tenant queues of the partition tagged
+-- `tag`, in weighted round-robin (runnable_head, then plan_picks, then their writes
+-- here), for the caller to claim in this same script with no work entry (a direct
+-- claim: the claim writes `wk` and the lease set); their IDs, in order. A capped tenant gets at most its cap's room,
 -- and is parked at its cap until `claiming` (the deadline the caller's claims give
 -- their leases) or the end of one of its tasks.
-local function dispatch(tag, work_key, stats_key, count, now, claiming)
+local function dispatch(tag, stats_key, count, now, claiming)
   local ring_key, parked_key = tag .. KEY_RING, tag .. KEY_PARKED
   -- Parked tenants whose soonest lease deadline came (its worker died): look again.
   for _, tenant in ipairs(redis.call('ZRANGEBYSCORE', parked_key, '-inf', int_text(now),
@@ -391,7 +390,7 @@ local function dispatch(tag, work_key, stats_key, count, now, claiming)
     local picks = head.picks
     if picks > 0 then
       for _, task_id in ipairs(redis.call('LPOP', tag .. KEY_QUEUE .. head.name, picks)) do
-        added[#added + 1] = {add_work(work_key, task_id), task_id}
+        added[#added + 1] = task_id
       end
     end
     if head.queued == picks then
@@ -423,17 +422,14 @@ end
 -- tenant's pass moves on as a dispatch's would; the virtual time does not (the
 -- newcomer was behind, not the tenants waiting: with it moved on, its next task
 -- joined behind them all and waited their turns in a round of its partition's
--- turns, seconds behind long tools). Its entry is read first: the entries no
--- consumer was given yet (up to 16, else it waits its turn) move behind it, each
--- task's record following its entry (add_work); a doorbell among them is rung
--- once at the call's end (call.doorbell), and any other entry (a task whose record
--- no longer names it, or not a task of ours) is dropped. When the tenant's next
--- task came meanwhile and the tenant stays within a stride of the ring's head,
--- that task is signalled as a newcomer now (a tenant that floods gets a task or
--- two started this way, then waits its turns). Whether it went into the stream,
--- for the caller to claim in this same script (add_work without a record).
--- call: claim_next's {event_opts, doorbell, ...}
-local function dispatch_first(tag, work_key, stats_key, task_id, call)
+-- turns, seconds behind long tools). When the tenant's next task came meanwhile
+-- and the tenant stays within a stride of the ring's head, that task is signalled
+-- as a newcomer now (a tenant that floods gets a task or two started this way,
+-- then waits its turns). Whether it left its queue, for the caller to claim first
+-- in this same script, with no work entry (a direct claim), ahead of anything the
+-- stream holds.
+-- call: claim_next's {event_opts, ...}
+local function dispatch_first(tag, stats_key, task_id, call)
   local t = redis.call('HMGET', record_key(tag, task_id), 'st', 'wk', 'tn')
   if not t[1] or TERMINAL[t[1]] or t[2] or not t[3] then
     return false  -- gone, ended, or not waiting in a tenant queue
@@ -446,24 +442,7 @@ local function dispatch_first(tag, work_key, stats_key, task_id, call)
   end
   local tenants_key = tag .. KEY_TENANTS
   local stride = stride_of((tenant_settings(redis.call('HGET', tenants_key, tenant) or nil)))
-  local ahead = undelivered_entries(work_key, 17)
-  if #ahead > 16 then
-    return false
-  end
   redis.call('LPOP', queue_key)
-  add_work(work_key, task_id)
-  for _, entry in ipairs(ahead) do
-    local entry_id, fields = entry[1], entry[2]
-    redis.call('XDEL', work_key, entry_id)
-    if fields[1] == 't' and is_task_id(fields[2]) then
-      local key = record_key(tag, fields[2])
-      if redis.call('HGET', key, 'wk') == entry_id then
-        add_work(work_key, fields[2], key)
-      end
-    elseif fields[1] == 'd' then
-      call.doorbell = true
-    end
-  end
   local next_task = redis.call('LINDEX', queue_key, 0)
   if not next_task then
     redis.call('ZREM', ring_key, tenant)

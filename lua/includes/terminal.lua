@@ -5,7 +5,8 @@
 
 -- The one terminal write, shared by finish and claim (cancelled or poisoned at
 -- claim) and request_cancel (a task no worker holds). Outcome and terminal status
--- land together; the work entry is acknowledged and deleted; data no longer needed
+-- land together; the work entry is acknowledged and deleted (a direct claim's
+-- lease leaves the partition's lease set); data no longer needed
 -- is dropped (the payload, the lease, the trace context, the input keys: nothing
 -- runs the task again); the partition's stats count the transition under its
 -- status (`redis-tasks inspect`). The task stops counting against its tenant: its
@@ -29,8 +30,8 @@
 -- ending: {status, message (nil for none), field ('rs', 'er' or nil), value}
 -- call: what the script call shares: {now, now_text (int_text(now), made here when
 --   absent), event_opts, outcomes}; outcomes is nil, or
---   finish_batch's {entries, counts, ended}: the work entries to acknowledge, the
---   statuses to count and the IDs of the tasks ended, which that script then
+--   finish_batch's {entries, direct, counts, ended}: the work entries to acknowledge,
+--   the IDs whose lease leaves the lease set (direct claims), the statuses to count and the IDs of the tasks ended, which that script then
 --   writes with one command each for all its tasks (one event for them all).
 local DROPPED_AT_END = {'pl', 'wk', 'ld', 'lo', 'tp', 'tn', 'oq', 'tc'}
 local PIECED_AT_END = {'pl', 'sm', 'tp'}
@@ -96,11 +97,15 @@ local function terminate(keys, task_id, t, entry, ending, call)
     redis.call('DEL', input_keys(keys))
   end
   if entry and batch then
-    batch.entries[#batch.entries + 1] = entry
+    -- A direct claim's lease leaves the lease set, a stream entry the stream: one
+    -- command each for the batch.
+    if entry == DIRECT_ENTRY then
+      batch.direct[#batch.direct + 1] = task_id
+    else
+      batch.entries[#batch.entries + 1] = entry
+    end
   elseif entry then
-    -- pcall: an operator may have deleted the group; the entry goes regardless.
-    redis.pcall('XACK', keys.work, WORK_GROUP, entry)
-    redis.call('XDEL', keys.work, entry)
+    drop_entry(keys.work, entry, task_id)
   end
   local tenant = t.tn
   if tenant and not entry then

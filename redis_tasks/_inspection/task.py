@@ -15,6 +15,8 @@ class TaskInspection:
 
     Times are ms on the server's clock. ``entry_state`` is ``"waiting"`` (no
     worker read it yet), ``"delivered"`` (pending with ``entry_consumer``),
+    ``"leased"`` (a batch claim took it straight from its tenant's queue: no work
+    entry, its lease held by ``entry_consumer`` in the partition's lease set),
     ``"queued"`` (in its tenant's queue, no entry yet), ``"parked"`` (waiting for
     its client's input, held by no worker: the answer queues it again) or ``None``
     (no work entry: the task ended, or it is gone); ``tenant`` is its tenant's

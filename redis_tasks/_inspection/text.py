@@ -220,6 +220,8 @@ def render_task(task: TaskInspection, names: Mapping[str, str] | None = None) ->
         entry = "queued: in its tenant's queue"
     if task.entry_state == "parked":
         entry = "parked: waiting for input, held by no worker"
+    if task.entry_state == "leased":
+        entry = f"leased to {task.entry_consumer}, no work entry (a direct claim)"
     if task.entry_state == "delivered":
         entry = (
             f"delivered to {task.entry_consumer}, idle {duration(task.entry_idle_ms)},"

@@ -265,7 +265,7 @@ async def inspect_task(runner: ScriptRunner, keys: KeySpace, task_id: str) -> Ta
         cancellation_requested=_text(cancel) == "1",
         input_requests=int(requests),
         error_code=_error_code(error),
-        entry_id=_text(entry) or None,
+        entry_id=None if entry_state == "leased" else _text(entry) or None,
         entry_state=entry_state,
         entry_consumer=_text(consumer) or None,
         entry_idle_ms=_int(idle),

@@ -11,7 +11,10 @@ single slot::
     {rt:7.42}:task:<id>:jrn    hash: the answer journal (every accepted answer)
     {rt:7.42}:g:<digest>       string "1": exists iff the binding whose digest (with the task ID)
                                names it may see the task
-    {rt:7.42}:work             stream + consumer group ``workers``: tasks to run
+    {rt:7.42}:work             stream + consumer group ``workers``: tasks to run (those
+                               an idle worker's read picks up), and doorbells
+    {rt:7.42}:leases           sorted set: tasks a batch claim took straight from their
+                               tenant's queue (no work entry), by lease deadline
     {rt:7.42}:events           stream, MAXLEN ~ bounded: one task-ID entry per change
     {rt:7.42}:signals          stream, MAXLEN ~ bounded: one task-ID entry per change a
                                running task's worker must see (a cancellation asked,
@@ -69,10 +72,12 @@ from redis_tasks._ids import MAX_PARTITIONS, parse_task_id
 __all__ = [
     "ANSWERS_SUFFIX",
     "BUSY_SUFFIX",
+    "DIRECT_ENTRY",
     "EVENTS_SUFFIX",
     "GRANT_INFIX",
     "ISSUED_SUFFIX",
     "JOURNAL_SUFFIX",
+    "LEASES_SUFFIX",
     "OPEN_INFIX",
     "PARKED_SUFFIX",
     "PARTITION_SUFFIXES",
@@ -100,6 +105,11 @@ __all__ = [
 
 #: The consumer group every worker reads the work streams through.
 WORK_GROUP: Final = "workers"
+#: The ``wk`` of a task a batch claim took straight from its tenant's queue: it has
+#: no work entry, its lease is in the partition's lease set (``:leases``). A valid
+#: stream ID no ``XADD *`` ever makes, so code that takes ``wk`` for an entry (an
+#: older worker's ``XACK``/``XDEL``) finds nothing and changes nothing.
+DIRECT_ENTRY: Final = "0-1"
 
 # What follows the partition's hash tag in each key name (see the module docstring).
 # The scripts get them as generated constants (KEY_TASK, KEY_REQUESTS...), so a
@@ -118,6 +128,8 @@ WORK_SUFFIX: Final = ":work"
 EVENTS_SUFFIX: Final = ":events"
 SIGNALS_SUFFIX: Final = ":signals"
 STATS_SUFFIX: Final = ":stats"
+#: After the tag: the leases of tasks claimed with no work entry, by deadline.
+LEASES_SUFFIX: Final = ":leases"
 #: After the tag: whether a worker serving the partition is saturated (it expires).
 BUSY_SUFFIX: Final = ":busy"
 #: After the tag: the fair-dispatch ring, the parked tenants, the tenant settings,
@@ -155,6 +167,7 @@ PARTITION_SUFFIXES: Final = (
     EVENTS_SUFFIX,
     SIGNALS_SUFFIX,
     STATS_SUFFIX,
+    LEASES_SUFFIX,
     *TENANT_SUFFIXES,
 )
 _PREFIX = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -303,6 +316,11 @@ class KeySpace:
     def work(self, partition: int) -> str:
         """The work stream of ``partition``."""
         return self.tag(partition) + WORK_SUFFIX
+
+    def leases(self, partition: int) -> str:
+        """The lease set of ``partition``: tasks claimed with no work entry, scored by
+        lease deadline (what a reclaim takes over once the deadline passed)."""
+        return self.tag(partition) + LEASES_SUFFIX
 
     def events(self, partition: int) -> str:
         """The event stream of ``partition``."""

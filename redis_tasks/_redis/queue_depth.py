@@ -17,7 +17,8 @@ __all__ = ["queue_depth"]
 
 
 async def queue_depth(topology: Topology, keys: KeySpace, partition: int) -> QueueDepth:
-    """``XLEN`` and the ``XPENDING`` summary of ``partition``'s stream, its stats'
+    """``XLEN`` and the ``XPENDING`` summary of ``partition``'s stream with its lease
+    set's size (the direct claims: running tasks with no work entry), its stats'
     ``queued``, the sizes of its ring and parked set, and its parked tasks not expired
     (by this host's clock), in one round trip (all O(1) but the last, O(log N)); a
     group not created yet has nothing pending."""
@@ -32,13 +33,15 @@ async def queue_depth(topology: Topology, keys: KeySpace, partition: int) -> Que
         pipe.zcard(keys.ring(partition))
         pipe.zcard(keys.parked(partition))
         pipe.zcount(keys.waiting(partition), f"({now_ms}", "+inf")
-        length, pending, queued, ring, parked, waiting = await pipe.execute(raise_on_error=False)
-        for reply in (length, queued, ring, parked, waiting):
+        pipe.zcard(keys.leases(partition))
+        replies = await pipe.execute(raise_on_error=False)
+        length, pending, queued, ring, parked, waiting, direct = replies
+        for reply in (length, queued, ring, parked, waiting, direct):
             if isinstance(reply, Exception):
                 raise reply
-        count = 0 if isinstance(pending, Exception) else int(pending["pending"])
-        return QueueDepth(
-            int(length), count, int(queued or 0), int(ring) + int(parked), int(waiting)
-        )
+        count = int(direct) + (0 if isinstance(pending, Exception) else int(pending["pending"]))
+        # A direct claim has no entry: counted as one delivered (entries and pending).
+        entries = int(length) + int(direct)
+        return QueueDepth(entries, count, int(queued or 0), int(ring) + int(parked), int(waiting))
 
     return await topology.execute(stream, ask)

@@ -28,6 +28,7 @@ __all__ = [
     "claim_ended",
     "created",
     "ended",
+    "expired_leases",
     "flag",
     "flat_records",
     "shaped",
@@ -127,6 +128,14 @@ def snapshot(reply: Any) -> tuple[list[bytes | None], list[bytes]]:
     ):
         raise _unfit("find")
     return fields, _pairs(requests, "find")
+
+
+def expired_leases(reply: Any) -> list[str]:
+    """``expired_leases``: ``{RC_OK, {task_id, ...}}``, as text."""
+    ids = shaped(_ok(reply, "expired_leases"), "expired_leases", int, list)[1]
+    if not all(isinstance(task_id, bytes) for task_id in ids):
+        raise _unfit("expired_leases")
+    return [task_id.decode("utf-8", "replace") for task_id in ids]
 
 
 def answers(reply: Any, script: str) -> list[bytes]:

@@ -52,6 +52,7 @@ __all__ = [
     "claim",
     "claim_next",
     "create",
+    "expired_leases",
     "find",
     "finish",
     "finish_batch",
@@ -328,6 +329,11 @@ def renew(
     *, task: str, work: str, task_id: str, fence: bytes, consumer: str, lease_ms: int
 ) -> Call:
     return scripts["renew"], (task, work), (task_id, fence, consumer, lease_ms)
+
+
+@_binding
+def expired_leases(*, leases: str, count: int) -> Call:
+    return scripts["expired_leases"], (leases,), (count,)
 
 
 @_binding

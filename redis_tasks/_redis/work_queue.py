@@ -3,9 +3,12 @@
 Work entries live in a stream per partition, read through the consumer group
 ``workers``: ``XREADGROUP`` delivers a new entry to one consumer, where it stays
 pending until a script claims or drops it; ``XAUTOCLAIM`` takes over the entries
-of crashed workers. Claims, renewals and hand-backs are scripts (``claim``,
-``claim_next``, ``renew``, ``release``, ``requeue``), so the lease and the fence
-change atomically with the task record.
+of crashed workers. A batch claim takes tasks straight from their tenants' queues
+with no entry (a direct claim): their leases are in the partition's lease set,
+scored by deadline, and a reclaim takes over those whose deadline passed.
+Claims, renewals and hand-backs are scripts (``claim``, ``claim_next``,
+``renew``, ``release``, ``requeue``), so the lease and the fence change
+atomically with the task record.
 
 A group that the server lost (a flush, a restart without persistence) answers
 ``NOGROUP``: the queue creates it again (:mod:`.work_groups`) and reports an
@@ -21,7 +24,7 @@ import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final
 
 from redis.asyncio import Redis
 
@@ -34,14 +37,12 @@ from redis_tasks._work_queue import QueueDepth, WorkEntry
 
 from . import replies
 from . import scripts as lua
-from .client import backend_errors
 from .consumers import delivered_unclaimed, forget_if_idle, remove_stale
-from .keys import WORK_GROUP, KeySpace, TaskKeys
+from .keys import DIRECT_ENTRY, WORK_GROUP, KeySpace, TaskKeys
 from .link import Link
 from .queue_depth import queue_depth
-from .rawio import KeptConnection, stream_entries
+from .stream_reader import StreamReader, stream_entry
 from .topology import Topology
-from .wire import pack
 from .work_groups import ensure_groups, no_group, recreate_group
 
 __all__ = ["RedisWorkQueue"]
@@ -64,57 +65,6 @@ def _confirmed(claim: Claim, lagging: bool) -> Claim:
     if lagging and replies.ended(claim):
         return replace(claim, unconfirmed=True)
     return claim
-
-
-def _entry(partition: int, entry_id: bytes, fields: Any) -> WorkEntry:
-    """A raw stream entry as a :class:`WorkEntry` (``task_id`` checked; a doorbell,
-    ``d``, names no task)."""
-    if not isinstance(fields, dict):  # a flat [field, value, ...] list; None once deleted
-        flat = fields or []
-        fields = {flat[i]: flat[i + 1] for i in range(0, len(flat) - 1, 2)}
-    raw = fields.get(b"t")
-    task_id = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else None
-    if task_id is not None and parse_task_id(task_id) is None:
-        task_id = None
-    return WorkEntry(partition, entry_id.decode(), task_id, doorbell=b"d" in fields)
-
-
-class _Reader:
-    """A consumer's blocking ``XREADGROUP`` on one partition, on a kept connection."""
-
-    __slots__ = ("_command", "_command_tail", "_kept", "_partition", "_queue", "_stream", "_within")
-
-    def __init__(
-        self, queue: RedisWorkQueue, partition: int, consumer: str, block: timedelta
-    ) -> None:
-        self._queue = queue
-        self._partition = partition
-        self._stream = queue.keys.work(partition)
-        block_ms = max(1, block // timedelta(milliseconds=1))
-        self._within = block_ms / 1000 + queue.timeout
-        self._kept = KeptConnection()
-        self._command = (b"XREADGROUP", b"GROUP", WORK_GROUP, consumer, b"COUNT")
-        self._command_tail = (b"BLOCK", block_ms, b"STREAMS", self._stream, b">")
-
-    async def read(self, count: int) -> list[WorkEntry]:
-        """Up to ``count`` new entries, waiting up to the block time for the first."""
-        command = pack([(*self._command, count, *self._command_tail)])
-        queue = self._queue
-        try:
-            with backend_errors:
-                reply = await self._kept.request(
-                    queue.topology, self._stream, command, self._within
-                )
-        except BackendError as exc:
-            if not no_group(exc):
-                raise
-            await queue.recreate_group(self._partition)
-            return []
-        return [_entry(self._partition, eid, fields) for eid, fields in stream_entries(reply)]
-
-    async def close(self) -> None:
-        """Give the kept connection back."""
-        await self._kept.close()
 
 
 class RedisWorkQueue:
@@ -159,9 +109,17 @@ class RedisWorkQueue:
             raise TaskNotFoundError()
         return keys
 
-    def reader(self, partition: int, consumer: str, block: timedelta) -> _Reader:
+    def reader(self, partition: int, consumer: str, block: timedelta) -> StreamReader:
         """A blocking reader of ``partition``'s new entries for ``consumer``."""
-        return _Reader(self, partition, consumer, block)
+        return StreamReader(
+            lambda: self.topology,
+            self.keys.work(partition),
+            partition,
+            consumer,
+            block,
+            timeout=self.timeout,
+            recreate_group=self.recreate_group,
+        )
 
     async def ensure_groups(self, partitions: Iterable[int], *, load_scripts: bool = False) -> None:
         """Create the ``workers`` group on each partition's work stream if it is missing
@@ -272,18 +230,32 @@ class RedisWorkQueue:
     async def reclaim(
         self, partition: int, *, consumer: str, idle: timedelta, cursor: str, count: int
     ) -> tuple[str, list[WorkEntry]]:
-        """``XAUTOCLAIM`` of entries idle for ``idle``; the next cursor and the entries
-        that still exist."""
+        """The direct claims whose lease ran out (``expired_leases``, as entries
+        ``DIRECT_ENTRY``), then, for the rest of ``count``, ``XAUTOCLAIM`` of entries
+        idle for ``idle``; the next cursor and the entries that still exist."""
+        reply = await self._link().runner.run(
+            lua.expired_leases(leases=self.keys.leases(partition), count=count)
+        )
+        entries = [
+            WorkEntry(partition, DIRECT_ENTRY, task_id)
+            for task_id in replies.expired_leases(reply)
+            if parse_task_id(task_id) == partition
+        ]
+        if len(entries) >= count:
+            return cursor, entries
         stream = self.keys.work(partition)
         idle_ms = idle // timedelta(milliseconds=1)
+        left = count - len(entries)
         reply = await self.topology.execute(
             stream,
             lambda client: client.xautoclaim(
-                stream, WORK_GROUP, consumer, idle_ms, start_id=cursor, count=count
+                stream, WORK_GROUP, consumer, idle_ms, start_id=cursor, count=left
             ),
         )
         next_cursor = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-        entries = [_entry(partition, eid, fields) for eid, fields in reply[1] if fields is not None]
+        entries += [
+            stream_entry(partition, eid, fields) for eid, fields in reply[1] if fields is not None
+        ]
         return next_cursor, entries
 
     async def renew(self, task_id: str, *, fence: int, consumer: str, lease: timedelta) -> bool:
@@ -364,7 +336,7 @@ class RedisWorkQueue:
             stream, lambda client: delivered_unclaimed(client, stream, consumer, _SWEPT)
         )
         for entry_id, fields in found:
-            await self.requeue(_entry(partition, entry_id, fields))
+            await self.requeue(stream_entry(partition, entry_id, fields))
         return len(found)
 
     async def forget_consumer(self, partition: int, consumer: str) -> None:

@@ -170,7 +170,11 @@ class Run:
         against the server's (the entry ID's ms part), so clock skew between the
         two hosts shifts the figure; never below zero."""
         ms = self.entry_id.partition("-")[0]
-        return max(time.time() - int(ms) / 1000, 0.0) if ms.isdigit() else 0.0
+        # A direct claim (no entry: "0-1") was taken from its queue by the very call
+        # that claimed it, as a dispatched entry was added by it: no wait to count.
+        if not ms.isdigit() or ms == "0":
+            return 0.0
+        return max(time.time() - int(ms) / 1000, 0.0)
 
     @property
     def renewable(self) -> bool:

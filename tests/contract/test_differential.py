@@ -992,8 +992,8 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         self.claim(pair, consumer, lease_ms, max(MAX_ATTEMPTS))
 
     async def entry_of(self, pair: Pair, backend: str) -> WorkEntry:
-        """The work entry the task's record names on ``backend`` (``0-1``, which names
-        nothing, when it names none)."""
+        """The work entry the task's record names on ``backend`` (``0-2``, which names
+        nothing, when it names none: ``0-1`` is a direct claim's, see DIRECT_ENTRY)."""
         task_id = pair.id_on(backend)
         entry: bytes | str | None
         if backend == "memory":
@@ -1005,7 +1005,7 @@ class MemoryVersusRedis(RuleBasedStateMachine):
         assert partition is not None
         if isinstance(entry, bytes):
             entry = entry.decode()
-        return WorkEntry(partition, entry or "0-1", task_id)
+        return WorkEntry(partition, entry or "0-2", task_id)
 
     def claim(self, pair: Pair, consumer: str, lease_ms: int, max_attempts: int) -> None:
         """Claim the pair's work entry on both backends and compare."""
