@@ -26,7 +26,9 @@
                      direct claims' leases (the lease set: tasks a batch claim took
                      with no work entry)
     oldest_*_id      the first waiting / first delivered entry's ID, or ''
-    consumers        {name, pending, idle_ms, ...} (at most `sample`)
+    consumers        {name, pending, idle_ms, ...} (at most `sample`); the owners
+                     of the sampled direct claims' leases count them as pending
+                     (one that holds no entry is listed, idle 0)
     leases           {entry_id, consumer, idle_ms, deliveries, task_id, status,
                       lease_owner, lease_deadline_ms, fence, attempts, tenant, ...}:
                      eleven per pending entry, '' where the task (or the entry) is
@@ -118,13 +120,31 @@ end
 -- deadline first, after the stream's up to `sample` rows in all: their owner is
 -- the record's, their idle time 0 (an entry's idle time is what they lack), their
 -- deliveries the record's attempts.
-local function direct_leases(leases, direct)
+-- Each sampled one counts for its owner in `consumers` (a consumer of the group
+-- has its pending entries and these; an owner with none there is listed, idle 0).
+local function direct_leases(leases, direct, consumers)
   local room = sample - #leases / 11
   if direct == 0 or room <= 0 then
     return
   end
+  local at = {}
+  for i = 1, #consumers, 3 do
+    at[consumers[i]] = i
+  end
   for _, task_id in ipairs(redis.call('ZRANGE', tag .. KEY_LEASES, 0, room - 1)) do
     lease_row(leases, DIRECT_ENTRY, nil, 0, nil, task_id)
+    local owner = leases[#leases - 9]
+    if owner ~= '' then
+      local i = at[owner]
+      if i then
+        consumers[i + 1] = consumers[i + 1] + 1
+      elseif #consumers < 3 * sample then
+        at[owner] = #consumers + 1
+        table.insert(consumers, owner)
+        table.insert(consumers, 1)
+        table.insert(consumers, 0)
+      end
+    end
   end
 end
 
@@ -133,9 +153,10 @@ local stats = redis.call('HGETALL', stats_key)
 local waiting, queues = tenant_queues()
 local direct = redis.call('ZCARD', tag .. KEY_LEASES)
 local leases = {}
+local consumers = {}
 if redis.call('EXISTS', work_key) == 0 then
-  direct_leases(leases, direct)
-  return {RC_OK, now, direct, direct, '', '', {}, leases, stats, waiting, queues}
+  direct_leases(leases, direct, consumers)
+  return {RC_OK, now, direct, direct, '', '', consumers, leases, stats, waiting, queues}
 end
 local length = redis.call('XLEN', work_key)
 local delivered = nil
@@ -150,16 +171,15 @@ local first_waiting = redis.call('XRANGE', work_key, delivered and ('(' .. deliv
   '+', 'COUNT', 1)
 local oldest_waiting = first_waiting[1] and first_waiting[1][1] or ''
 if not delivered then
-  direct_leases(leases, direct)
-  return {RC_OK, now, length + direct, direct, oldest_waiting, '', {}, leases, stats, waiting,
-    queues}
+  direct_leases(leases, direct, consumers)
+  return {RC_OK, now, length + direct, direct, oldest_waiting, '', consumers, leases, stats,
+    waiting, queues}
 end
 
 local summary = redis.call('XPENDING', work_key, WORK_GROUP)
 local pending = summary[1]
 local oldest_pending = summary[2] or ''
 
-local consumers = {}
 for i, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', work_key, WORK_GROUP)) do
   if i > sample then
     break
@@ -185,6 +205,6 @@ if pending > 0 and sample > 0 then
     lease_row(leases, entry_id, p[2], p[3], p[4], task_id)
   end
 end
-direct_leases(leases, direct)
+direct_leases(leases, direct, consumers)
 return {RC_OK, now, length + direct, pending + direct, oldest_waiting, oldest_pending, consumers, leases,
   stats, waiting, queues}

@@ -13,7 +13,7 @@ from typing import Final
 
 __all__ = ["DISTRIBUTION", "__version__", "install_hint"]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
 #: What ``pip install`` takes: ``pip install 'redis-mcp-tasks[mcp]'``.
 DISTRIBUTION: Final = "redis-mcp-tasks"
 

@@ -43,6 +43,7 @@ from redis_tasks import (
     Worker,
     task_ref,
 )
+from redis_tasks._ids import parse_task_id
 from redis_tasks._inspection import (
     PICKUP_BOUNDS_MS,
     PICKUP_FIELDS,
@@ -145,6 +146,7 @@ async def _known_load(backend: Backend) -> None:
         assert all(ref in "\n".join(queue_view) for ref in by_ref)
         assert [text for text in queue_view if whole_task_ids(text)] == []
         assert not seen.sampled
+        states = set()
         for lease in leases:
             assert lease.lease_owner == lease.consumer == "inspect-w1"
             assert lease.attempt == 1
@@ -154,8 +156,17 @@ async def _known_load(backend: Backend) -> None:
             one = await m.inspect_task(by_ref[lease.task])
             assert one is not None
             assert (one.fence, one.attempts, one.lease_owner) == (lease.fence, 1, "inspect-w1")
-            assert one.entry_state == "delivered"
+            # Delivered from the stream, or leased straight from its tenant's queue.
+            assert one.entry_state in ("delivered", "leased")
             assert one.entry_consumer == "inspect-w1"
+            states.add(one.entry_state)
+            if one.entry_state == "leased":
+                assert one.entry_id is None
+                assert "leased to inspect-w1" in "\n".join(render_task(one))
+        # A partition's first create went to the stream; the rest waited in their
+        # tenant's queue, and the batch claim took them from there.
+        if len({parse_task_id(t.task_id) for t in held + asking}) < len(held + asking):
+            assert "leased" in states
         assert seen.expiring(0) == []
         assert len(seen.expiring(round(LEASE / timedelta(milliseconds=1)))) == 8
         waiting = await m.inspect_task(asking[0].task_id)

@@ -33,7 +33,7 @@ from redis_tasks import (
     TaskUpdateContext,
     Worker,
 )
-from redis_tasks._redis.keys import WORK_GROUP
+from redis_tasks._redis.keys import DIRECT_ENTRY, WORK_GROUP
 from redis_tasks._work_queue import WorkEntry, WorkerBackend
 from redis_tasks._worker import runs as runs_module
 from redis_tasks._worker.intake import Intake
@@ -857,11 +857,19 @@ async def test_claim_next_reads_and_claims_a_batch_in_one_call(
     run = by_task[ids[0]]
     assert (run.attempt, run.payload, run.origin) == (1, b"job", ORIGIN)
     assert run.fence > 0
-    # Settled and foreign entries are gone from the stream (the tasks that waited in
-    # their tenant's queue got theirs when the batch dispatched them); the three
-    # claimed ones stay pending.
-    assert await client.xlen(stream) == 3
-    assert (await client.xpending(stream, WORK_GROUP))["pending"] == len(
+    # Settled and foreign entries are gone from the stream; the three claimed ones stay
+    # held: pending with their entry, or (the tasks that waited in their tenant's queue,
+    # claimed straight from it) in the lease set by deadline.
+    direct = [
+        e.task_id
+        for e, c in claimed
+        if e.entry_id == DIRECT_ENTRY and c.outcome is ClaimOutcome.RUN
+    ]
+    assert sorted(await client.zrange(m.keyspace.leases(partition), 0, -1)) == sorted(
+        task_id.encode() for task_id in direct if task_id
+    )
+    assert await client.xlen(stream) + len(direct) == 3
+    assert (await client.xpending(stream, WORK_GROUP))["pending"] + len(direct) == len(
         [c for c in by_task.values() if c.outcome is ClaimOutcome.RUN]
     )
     cancelled = await m.find_task(TaskRequestContext(ALICE, ids[1]))
