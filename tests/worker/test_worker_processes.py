@@ -70,6 +70,44 @@ async def test_a_worker_killed_mid_handler_is_replaced_and_the_task_completes_on
     assert await recorded(fleet.workers, {task_id}) == {task_ref(task_id): 1}
 
 
+async def test_a_worker_killed_holding_direct_claims_is_replaced_by_their_deadline(
+    fleet: Fleet, manager: RedisTaskManager, control: Redis
+) -> None:
+    """Tasks a batch claim took straight from their tenant's queue have no work entry
+    for XAUTOCLAIM to find: a dead worker's leases of them are taken over from the
+    partition's lease set once their deadline passed, each run once more."""
+    # Created before any worker: a partition's first task goes to its stream, the next
+    # waits in the tenant's queue, which a batch claim takes it from.
+    by_partition: dict[int, list[str]] = {}
+    while max((len(ids) for ids in by_partition.values()), default=0) < 3:
+        task_id = await create(manager, mode="hold")
+        by_partition.setdefault(int(task_id.split(".")[0]), []).append(task_id)
+    created = [task_id for ids in by_partition.values() for task_id in ids]
+    first = fleet.start("--lease", "1", "--concurrency", str(len(created)))
+    starts = [await next_start(control, fleet) for _ in created]
+    assert {start["pid"] for start in starts} == {first.process.pid}
+    direct = [
+        task_id
+        for task_id in created
+        if await control.hget(manager.keyspace.task(int(task_id.split(".")[0]), task_id).task, "wk")
+        == b"0-1"
+    ]
+    assert len(direct) >= 2, "no task was claimed straight from its queue"
+    first.signal(signal.SIGKILL)
+    first.process.wait(timeout=30)
+
+    second = fleet.start("--lease", "1", "--concurrency", str(len(created)))
+    again = [await next_start(control, fleet) for _ in created]
+    assert {start["pid"] for start in again} == {second.process.pid}
+    assert {start["attempt"] for start in again} == {2}
+    for start in again:
+        await go(control, fleet, start)
+    await all_completed_once(manager, fleet.workers, created)
+    for ids in by_partition.values():
+        partition = int(ids[0].split(".")[0])
+        assert await control.zcard(manager.keyspace.leases(partition)) == 0
+
+
 async def test_a_zombie_workers_late_complete_is_refused_by_the_fence(
     fleet: Fleet, manager: RedisTaskManager, control: Redis
 ) -> None:
