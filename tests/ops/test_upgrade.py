@@ -67,9 +67,11 @@ def _env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree)}
 
 
-def _role(tree: Path, url: str, prefix: str, *args: str) -> str:
+def _create(tree: Path, url: str, prefix: str, *specs: str) -> list[list[str]]:
+    """The IDs of the tasks ``tree``'s revision creates for each ``KIND:COUNT:TENANT``;
+    that it was ``tree``'s package that made them is checked."""
     done = subprocess.run(
-        [sys.executable, str(ROLES), url, prefix, *args],
+        [sys.executable, str(ROLES), url, prefix, "create", *specs],
         cwd=tree,
         env=_env(tree),
         capture_output=True,
@@ -78,13 +80,10 @@ def _role(tree: Path, url: str, prefix: str, *args: str) -> str:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
-def _create(tree: Path, url: str, prefix: str, kind: str, count: int, tenant: str) -> list[str]:
-    ids: list[str] = json.loads(
-        _role(tree, url, prefix, "create", kind, str(count), tenant, "3600")
-    )
+    report = json.loads(done.stdout)
+    assert Path(report["file"]).is_relative_to(tree)
+    assert report["version"] == "0.2.0" != __version__  # the releases tell themselves apart
+    ids: list[list[str]] = report["ids"]
     return ids
 
 
@@ -135,41 +134,30 @@ async def test_a_rolling_upgrade_from_0_2_loses_and_strands_nothing(
     redis_server: RedisServer, prefix: str, old_tree: Path, workers: _Workers
 ) -> None:
     url = redis_server.url
-    # Each revision imports itself, and the two tell themselves apart.
-    old_version, old_file = _role(old_tree, url, prefix, "version").split()
-    new_version, new_file = _role(ROOT, url, prefix, "version").split()
-    assert (old_version, new_version) == ("0.2.0", __version__)
-    assert Path(old_file).is_relative_to(old_tree)
-    assert Path(new_file).is_relative_to(ROOT)
-
     async with RedisTaskManager.from_url(url, prefix=prefix) as m:
         # 0.2.0 alone: a worker whose four slots hold tasks that never end by themselves
         # (three that block, one waiting for its client's input: 0.2.0 does not park).
         workers.start(old_tree, "old-w0", 4, hold=True)
-        held = _create(old_tree, url, prefix, "hold", 3, "a")
-        asking = _create(old_tree, url, prefix, "ask", 2, "b")
+        held, asking = _create(old_tree, url, prefix, "hold:3:a", "ask:2:b")
 
         async def full() -> bool:
             return (await m.inspect()).pending == 4
 
         await wait_until(full, what="the 0.2.0 worker holding four tasks")
-        # Queued for their tenants behind it, by 0.2.0 creators.
-        queued = _create(old_tree, url, prefix, "run", 15, "a")
-        queued += _create(old_tree, url, prefix, "run", 15, "b")
-        # One tenant's queue fed by both revisions with different retentions, each way
-        # round: the short-lived tasks' expiry must not take the long-lived ones along.
-        short = []
-        for first_old in (True, False):
-            tenant = "c" if first_old else "d"
-            if first_old:
-                queued += _create(old_tree, url, prefix, "run", 5, tenant)
-            short += [
-                (await m.create_task(WHO, ORIGIN, payload=b"run", tenant=tenant,
-                                     ttl=timedelta(seconds=1))).task_id
-                for _ in range(5)
-            ]  # fmt: skip
-            if not first_old:
-                queued += _create(old_tree, url, prefix, "run", 5, tenant)
+        # Queued for their tenants behind it, by 0.2.0 creators; and one tenant's queue
+        # fed by both revisions with different retentions, each way round: the
+        # short-lived tasks' expiry must not take the long-lived ones along.
+        queued_a, queued_b, queued_c = _create(
+            old_tree, url, prefix, "run:15:a", "run:15:b", "run:5:c"
+        )
+        queued = queued_a + queued_b + queued_c
+        short = [
+            (await m.create_task(WHO, ORIGIN, payload=b"run", tenant=tenant,
+                                 ttl=timedelta(seconds=1))).task_id
+            for tenant in ("c", "d")
+            for _ in range(5)
+        ]  # fmt: skip
+        queued += _create(old_tree, url, prefix, "run:5:d")[0]
 
         async def expired() -> bool:
             for task_id in short:

@@ -2,13 +2,13 @@
 ``PYTHONPATH`` (this file imports nothing from the tests, and only the API that
 0.2.0, revision ``f470e92``, and this checkout share).
 
-    python upgrade_roles.py URL PREFIX create KIND COUNT TENANT TTL_S
-        prints the IDs of COUNT new tasks of payload KIND (``run``, ``hold``, ``ask``)
+    python upgrade_roles.py URL PREFIX create KIND:COUNT:TENANT ...
+        creates COUNT tasks of payload KIND (``run``, ``hold``, ``ask``) for TENANT, an
+        hour's retention, for each argument in turn; prints the version, where the
+        package was imported from, and the new IDs of each argument, as JSON
     python upgrade_roles.py URL PREFIX worker NAME CONCURRENCY HOLD
         runs a worker until SIGTERM (a stop with a short grace: what it holds goes
         back), printing ``ready`` once it reads; ``hold`` tasks block while HOLD is 1
-    python upgrade_roles.py URL PREFIX version
-        prints the version and where the package was imported from
 
 A task's result names the worker that completed it, and an ``ask`` task's the answer
 it got, so the test can tell who ran what.
@@ -52,21 +52,27 @@ def _result(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": False}
 
 
-async def _create(url: str, prefix: str, kind: str, count: int, tenant: str, ttl_s: float) -> None:
+async def _create(url: str, prefix: str, specs: list[str]) -> None:
+    made: list[list[str]] = []
     async with RedisTaskManager.from_url(url, prefix=prefix) as manager:
-        ids = [
-            (
-                await manager.create_task(
-                    WHO,
-                    ORIGIN,
-                    payload=kind.encode(),
-                    tenant=tenant,
-                    ttl=timedelta(seconds=ttl_s),
-                )
-            ).task_id
-            for _ in range(count)
-        ]
-    print(json.dumps(ids), flush=True)
+        for spec in specs:
+            kind, count, tenant = spec.split(":")
+            made.append(
+                [
+                    (
+                        await manager.create_task(
+                            WHO,
+                            ORIGIN,
+                            payload=kind.encode(),
+                            tenant=tenant,
+                            ttl=timedelta(hours=1),
+                        )
+                    ).task_id
+                    for _ in range(int(count))
+                ]
+            )
+    report = {"version": redis_tasks.__version__, "file": redis_tasks.__file__, "ids": made}
+    print(json.dumps(report), flush=True)
 
 
 async def _work(url: str, prefix: str, name: str, concurrency: int, hold: bool) -> None:
@@ -97,13 +103,10 @@ async def _work(url: str, prefix: str, name: str, concurrency: int, hold: bool) 
 def main(argv: list[str]) -> None:
     url, prefix, role, *args = argv
     if role == "create":
-        kind, count, tenant, ttl_s = args
-        asyncio.run(_create(url, prefix, kind, int(count), tenant, float(ttl_s)))
+        asyncio.run(_create(url, prefix, args))
     elif role == "worker":
         name, concurrency, hold = args
         asyncio.run(_work(url, prefix, name, int(concurrency), hold == "1"))
-    elif role == "version":
-        print(redis_tasks.__version__, redis_tasks.__file__, flush=True)
     else:
         raise SystemExit(f"unknown role {role!r}")
 

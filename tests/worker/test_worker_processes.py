@@ -66,10 +66,9 @@ async def test_a_worker_killed_mid_handler_is_replaced_and_each_task_completes_o
     starts = {start["task"]: start for start in [await next_start(control, fleet) for _ in created]}
     assert {start["pid"] for start in starts.values()} == {first.process.pid}
 
-    async def entry_of(task_id: str) -> bytes | None:
+    async def entry_of(task_id: str) -> Any:
         keys = manager.keyspace.task(int(task_id.split(".")[0]), task_id)
-        entry: bytes | None = await control.hget(keys.task, "wk")
-        return entry
+        return await control.hget(keys.task, "wk")
 
     entries = [await entry_of(task_id) for task_id in created]
     assert entries.count(b"0-1") >= 2, "no task was claimed straight from its queue"
@@ -88,6 +87,7 @@ async def test_a_worker_killed_mid_handler_is_replaced_and_each_task_completes_o
     for task_id in created:
         task = await manager.find_task(TaskRequestContext(ALICE, task_id))
         assert task is not None
+        assert task.result is not None
         assert task.result["fence"] in {start["fence"] for start in again}
     for ids in by_partition.values():
         partition = int(ids[0].split(".")[0])
