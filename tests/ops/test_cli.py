@@ -21,6 +21,19 @@ def test_version_names_the_distribution(capsys: pytest.CaptureFixture[str]) -> N
     assert capsys.readouterr().out.strip() == f"redis-tasks {__version__} ({DISTRIBUTION})"
 
 
+def test_the_changelog_s_newest_section_is_this_version() -> None:
+    """Releases tell themselves apart: the version ``--version`` prints heads the
+    changelog, unreleased while it is a development version, and every older section
+    names its release."""
+    changelog = Path(__file__).resolve().parents[2] / "CHANGELOG.md"
+    headings = [line for line in changelog.read_text().splitlines() if line.startswith("## ")]
+    release, _, development = __version__.partition(".dev")
+    assert headings[0].startswith(f"## {release} ("), headings[0]
+    assert ("(unreleased)" in headings[0]) == bool(development)
+    assert all("unreleased" not in heading for heading in headings[1:])
+    assert len({heading.split()[1] for heading in headings}) == len(headings)
+
+
 @pytest.mark.parametrize("command", [[], ["worker"], ["inspect"], ["dashboard"], ["bench"]])
 def test_help_is_plain_words(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
