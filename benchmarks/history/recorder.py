@@ -202,10 +202,23 @@ async def run_workers(
             for reader in readers:
                 await reader.close()
 
+    def retries() -> int:
+        # The Redis queue's transparent retries so far (this process's, every call's);
+        # the in-memory queue has none.
+        topology = getattr(queue, "topology", None)
+        return 0 if topology is None else int(topology.stats.retried)
+
     async def _claim_batch(partition: int, consumer: str) -> list[tuple[Any, Claim]]:
         """A batch claim of two, each claim recorded on its task; when nobody knows
-        what it claimed, a mark on the partition (see :func:`histories`)."""
+        what it claimed, a mark on the partition (see :func:`histories`).
+
+        A call retried after a transient failure (a connection killed after the
+        server ran it) answers what its last attempt claimed: an earlier attempt may
+        have claimed tasks no reply names, leased for a lease. Such a call leaves the
+        mark too (any retry in the process while it ran counts: the mark only
+        weakens the check)."""
         invoke = time.monotonic()
+        before = retries()
         try:
             claimed = await queue.claim_next(
                 partition, consumer=consumer, count=2, lease=lease, max_attempts=1000
@@ -215,6 +228,10 @@ async def run_workers(
                 Entry(f"{_PARTITION}{partition}", recorder.process, "claim", invoke, None, None)
             )
             return []
+        if retries() != before:
+            recorder.entries.append(
+                Entry(f"{_PARTITION}{partition}", recorder.process, "claim", invoke, None, None)
+            )
         ret = time.monotonic()
         out = []
         for entry, claim in claimed:
@@ -299,10 +316,10 @@ def histories(entries: list[Entry]) -> dict[str, list[Op]]:
     write refused for a lost lease left out, a create nobody heard back from added.
 
     A batch claim nobody heard back from may have claimed any task of its partition
-    that was alive then: each such task (created before it, with an operation after
-    it) gets a claim of unknown outcome at that time, which the checker may place
-    after it or leave out. That weakens the check for those tasks only, never
-    wrongly reports one."""
+    that was alive then or came while its call was out: each such task (with an
+    operation after the claim's start) gets a claim of unknown outcome at that time,
+    which the checker may place after it (after its create too) or leave out. That
+    weakens the check for those tasks only, never wrongly reports one."""
     by_task: dict[str, list[Entry]] = {}
     marks: list[Entry] = []
     for entry in entries:
@@ -313,11 +330,9 @@ def histories(entries: list[Entry]) -> dict[str, list[Op]]:
     for mark in marks:
         prefix = mark.task.removeprefix(_PARTITION) + "."
         for task, rows in by_task.items():
-            if (
-                task.startswith(prefix)
-                and min(e.invoke for e in rows) < mark.invoke
-                and any(e.invoke > mark.invoke for e in rows)
-            ):
+            # Not only tasks created before the claim's start: a lost call may run on
+            # the server after a create that started later.
+            if task.startswith(prefix) and any(e.invoke > mark.invoke for e in rows):
                 rows.append(Entry(task, mark.process, "claim", mark.invoke, None, None))
     out: dict[str, list[Op]] = {}
     for task, rows in by_task.items():

@@ -69,6 +69,20 @@ def test_a_read_overlapping_an_outcome_may_see_either_side(during: Any) -> None:
     assert checked(ops) == []
 
 
+def test_a_lost_batch_claim_started_before_a_create_may_have_claimed_it() -> None:
+    """A batch claim nobody heard back from, started before the task's create, may have
+    run on the server after it (a retried call's first attempt): the task's cancel then
+    finds a lease and only records the intent. Without that claim, the same is no
+    linearization."""
+    rows: list[Row] = [
+        ("c", "cancel", 2.0, 3.0, "ok", {}),
+        ("c", "find", 4.0, 5.0, WORKING, {}),
+    ]
+    assert len(checked(history(CREATE, *rows))) == 1
+    lost = ("w", "claim", -1.0, None, None, {})
+    assert checked(history(lost, CREATE, *rows)) == []
+
+
 def test_an_input_round_and_its_answers_are_explained() -> None:
     ops = history(
         CREATE,
