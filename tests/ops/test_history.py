@@ -79,7 +79,7 @@ def test_a_lost_batch_claim_started_before_a_create_may_have_claimed_it() -> Non
         ("c", "find", 4.0, 5.0, WORKING, {}),
     ]
     assert len(checked(history(CREATE, *rows))) == 1
-    lost = ("w", "claim", -1.0, None, None, {})
+    lost: Row = ("w", "claim", -1.0, None, None, {})
     assert checked(history(lost, CREATE, *rows)) == []
 
 

@@ -55,9 +55,17 @@ def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         check=False,
     )
-    assert archive.returncode == 0, (
-        f"revision {OLD_REVISION} is not in this clone: {archive.stderr.decode()}"
-    )
+    if archive.returncode != 0:
+        shallow = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if shallow.stdout.strip() == "true":
+            # .ci/run deepens a shallow clone first; one it could not deepen lacks 0.2.0.
+            pytest.skip(f"a shallow clone without revision {OLD_REVISION}")
+        pytest.fail(f"revision {OLD_REVISION} is not in this clone: {archive.stderr.decode()}")
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(tree, filter="data")
     return tree
