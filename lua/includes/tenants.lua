@@ -160,48 +160,39 @@ local function unpark(tag, tenant)
   return true
 end
 
--- The work group's last delivered ID (nil: none yet, or no group) and how many
--- entries its consumers hold (pending), from XINFO GROUPS.
-local function group_state(work_key)
+-- The work group's last delivered ID (nil: none yet, or no group), from XINFO GROUPS.
+local function last_delivered(work_key)
   local groups = redis.pcall('XINFO', 'GROUPS', work_key)
   if groups.err then
-    return nil, 0
+    return nil
   end
   for _, group in ipairs(groups) do
-    local name, last, pending = nil, nil, 0
+    local name, last = nil, nil
     for i = 1, #group - 1, 2 do
       local field = group[i]
       if field == 'name' then
         name = group[i + 1]
       elseif field == 'last-delivered-id' then
         last = group[i + 1]
-      elseif field == 'pending' then
-        pending = group[i + 1]
       end
     end
     if name == WORK_GROUP then
-      return last, pending
+      return last
     end
   end
-  return nil, 0
+  return nil
 end
 
--- Up to `limit` entries of the work stream that no consumer was given yet (those
--- a blocked reader would get at once: past the group's last delivered ID), oldest
--- first, as XRANGE gives them; and how many entries the group's consumers hold.
-local function undelivered_entries(work_key, limit)
-  local delivered, pending = group_state(work_key)
-  -- No group yet: nothing was delivered.
-  local from = delivered and '(' .. delivered or '-'
-  return redis.call('XRANGE', work_key, from, '+', 'COUNT', limit), pending
-end
-
--- Whether the work stream holds an entry no consumer was given yet.
+-- Whether the work stream holds an entry no consumer was given yet (one a blocked
+-- reader would get at once: past the group's last delivered ID).
 local function undelivered(work_key)
   if redis.call('XLEN', work_key) == 0 then
     return false
   end
-  return #undelivered_entries(work_key, 1) > 0
+  local delivered = last_delivered(work_key)
+  -- No group yet: nothing was delivered.
+  local from = delivered and '(' .. delivered or '-'
+  return #redis.call('XRANGE', work_key, from, '+', 'COUNT', 1) > 0
 end
 
 -- The work of a new task `task_id` of `tenant`: whether it went straight into the

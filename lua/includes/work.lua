@@ -1,12 +1,11 @@
 -- The work stream's one writer. Every entry of a partition's work stream goes in
 -- through here: a task's entry (`t=<id>`), whose ID its record keeps as `wk`, so
--- that "in the stream" and "has `wk`" are one fact at every script's end (a claim
--- met, a cancellation, a terminal write all find the entry through `wk`, and a
--- task without one waits in its tenant's queue); and doorbells (`d=1`, no task),
--- at most one a script call, rung at its end (ring_due). A doorbell added in the
--- middle of a call was read back by that call's own claim of what it dispatched
--- (claim_next reads its dispatched entries back by count), which left the last of
--- them undelivered, out of its queue and without `wk`.
+-- that "in the stream" and "has a `wk` other than DIRECT_ENTRY" are one fact at
+-- every script's end (a claim met, a cancellation, a terminal write all find the
+-- entry through `wk`; a task a batch claim took straight from its queue has `wk`
+-- DIRECT_ENTRY and its lease in the lease set; a task without `wk` waits in its
+-- tenant's queue, or is parked); and doorbells (`d=1`, no task), at most one a
+-- script call, rung at its end (ring_due), so that no claim in the call meets one.
 
 -- Add the work entry of `task_id` to the stream `work_key`; its ID. `record` says
 -- where the record keeps it as `wk`: a table of fields the caller writes to the
