@@ -42,8 +42,8 @@
   Returns:
     {RC_OK, entry_id, task_id, claim reply, entry_id, task_id, claim reply, ...}
     where each claim reply is one of claim's, and entry_id is DIRECT_ENTRY ("0-1")
-    for a task claimed straight from its tenant's queue. An entry that names no well-formed
-    task ID is dropped and reported as {RC_NOT_FOUND} with task_id ''.
+    for a task claimed straight from its tenant's queue. An entry that names no
+    well-formed task ID is dropped and reported as {RC_NOT_FOUND} with task_id ''.
   The batch's first claims are added to the pickup histogram with one HINCRBY
   per bucket met.
   Events: one entry per task that ends here (cancelled, poisoned); a signal for

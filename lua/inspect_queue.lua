@@ -206,5 +206,5 @@ if pending > 0 and sample > 0 then
   end
 end
 direct_leases(leases, direct, consumers)
-return {RC_OK, now, length + direct, pending + direct, oldest_waiting, oldest_pending, consumers, leases,
-  stats, waiting, queues}
+return {RC_OK, now, length + direct, pending + direct, oldest_waiting, oldest_pending, consumers,
+  leases, stats, waiting, queues}

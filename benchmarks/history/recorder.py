@@ -219,19 +219,19 @@ async def run_workers(
         weakens the check)."""
         invoke = time.monotonic()
         before = retries()
+        claimed: list[tuple[Any, Claim]] | None
         try:
             claimed = await queue.claim_next(
                 partition, consumer=consumer, count=2, lease=lease, max_attempts=1000
             )
         except BackendError:
+            claimed = None
+        if claimed is None or retries() != before:
             recorder.entries.append(
                 Entry(f"{_PARTITION}{partition}", recorder.process, "claim", invoke, None, None)
             )
+        if claimed is None:
             return []
-        if retries() != before:
-            recorder.entries.append(
-                Entry(f"{_PARTITION}{partition}", recorder.process, "claim", invoke, None, None)
-            )
         ret = time.monotonic()
         out = []
         for entry, claim in claimed:

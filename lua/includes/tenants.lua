@@ -361,9 +361,9 @@ end
 -- Take up to `count` waiting tasks from the tenant queues of the partition tagged
 -- `tag`, in weighted round-robin (runnable_head, then plan_picks, then their writes
 -- here), for the caller to claim in this same script with no work entry (a direct
--- claim: the claim writes `wk` and the lease set); their IDs, in order. A capped tenant gets at most its cap's room,
--- and is parked at its cap until `claiming` (the deadline the caller's claims give
--- their leases) or the end of one of its tasks.
+-- claim: the claim writes `wk` and the lease set); their IDs, in order. A capped
+-- tenant gets at most its cap's room, and is parked at its cap until `claiming` (the
+-- deadline the caller's claims give their leases) or the end of one of its tasks.
 local function dispatch(tag, stats_key, count, now, claiming)
   local ring_key, parked_key = tag .. KEY_RING, tag .. KEY_PARKED
   -- Parked tenants whose soonest lease deadline came (its worker died): look again.

@@ -31,8 +31,9 @@
 -- call: what the script call shares: {now, now_text (int_text(now), made here when
 --   absent), event_opts, outcomes}; outcomes is nil, or
 --   finish_batch's {entries, direct, counts, ended}: the work entries to acknowledge,
---   the IDs whose lease leaves the lease set (direct claims), the statuses to count and the IDs of the tasks ended, which that script then
---   writes with one command each for all its tasks (one event for them all).
+--   the IDs whose lease leaves the lease set (direct claims), the statuses to count
+--   and the IDs of the tasks ended, which that script then writes with one command
+--   each for all its tasks (one event for them all).
 local DROPPED_AT_END = {'pl', 'wk', 'ld', 'lo', 'tp', 'tn', 'oq', 'tc'}
 local PIECED_AT_END = {'pl', 'sm', 'tp'}
 local function terminate(keys, task_id, t, entry, ending, call)

@@ -10,8 +10,9 @@ living worker, renewing) is left alone and its run goes on. Every hundredth pass
 (and the first) removes other consumers idle a day with nothing pending; a
 stopping worker removes its own where it left nothing pending.
 
-Cost: one ``XAUTOCLAIM`` per partition every half lease, whether or not anything
-is there; a claim per entry taken over.
+Cost: one ``expired_leases`` script call (the leases of direct claims, which have no
+entry: by deadline) and one ``XAUTOCLAIM`` per partition every half lease, whether or
+not anything is there; a claim per entry or lease taken over.
 """
 
 from __future__ import annotations

@@ -26,24 +26,19 @@ import pytest
 
 from redis_tasks import (
     RedisTaskManager,
-    RequestContext,
-    TaskOrigin,
     TaskRequestContext,
     TaskStatus,
     TaskUpdateContext,
     __version__,
 )
 from redis_tasks.testing import RedisServer
-from tests.support.helpers import wait_until
+from tests.support.helpers import ELICIT_ANSWER, wait_until
+from tests.support.upgrade_roles import ORIGIN, WHO
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ROOT / "tests" / "support" / "upgrade_roles.py"
 #: The last revision of 0.2.0 (CHANGELOG.md names it).
 OLD_REVISION = "f470e92"
-#: As upgrade_roles.py creates them.
-WHO = RequestContext("/mcp", "upgrader")
-ORIGIN = TaskOrigin.from_persisted_string('{"tool": "upgrade", "arguments": {}}')
-ANSWER = {"action": "accept", "content": {"name": "Ada"}}
 
 
 @pytest.fixture(scope="module")
@@ -197,7 +192,7 @@ async def test_a_rolling_upgrade_from_0_2_loses_and_strands_nothing(
         # Answered by this checkout once a worker of either revision asks again.
         await wait_until(waiting_again, what="the input rounds asked again")
         for task_id in asking:
-            await m.update_task(TaskUpdateContext(WHO, task_id, {"q": ANSWER}))
+            await m.update_task(TaskUpdateContext(WHO, task_id, {"q": ELICIT_ANSWER}))
 
         everything = held + asking + queued
 
@@ -215,7 +210,7 @@ async def test_a_rolling_upgrade_from_0_2_loses_and_strands_nothing(
         # Every task ended once, completed; held tasks by a worker that outlived old-w0.
         assert all(not text.startswith("old-w0") for text in results[: len(held)])
         answered = results[len(held) : len(held + asking)]
-        assert all('"name": "Ada"' in text for text in answered), answered
+        assert all('"name": "Luca"' in text for text in answered), answered
         seen = await m.inspect()
         assert seen.statuses.get("completed", 0) == len(everything)
         assert (seen.backlog, seen.pending, seen.tenants.queued) == (0, 0, 0)
