@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 
 from redis_tasks import RequestContext, TaskOrigin
 from redis_tasks._cli_common import HandlerError
@@ -39,6 +40,7 @@ from redis_tasks.fastmcp import (
 )
 from redis_tasks.fastmcp._loading import AppError, load_app
 from redis_tasks.testing import RedisServer
+from tests.support.backends import value_of
 from tests.support.helpers import wait_until
 from tests.support.mcp_stack import McpStack
 
@@ -133,16 +135,25 @@ async def test_a_task_runs_as_its_caller_and_only_its_caller_sees_it(stack: McpS
         reply = await stack.rpc(server, "tasks/get", {"taskId": task_id}, token="tok-bob")
         assert reply["error"]["code"] == -32602, reply
         assert reply["error"]["message"] == "Failed to retrieve task: Task not found"
-    # The caller's credentials were kept sealed: no value in Redis holds the token in
-    # clear (the header is in the tool's result, which is the tool's to give).
-    client = redis.Redis.from_url(stack.url)
+    # The caller's credentials are kept sealed: while one of alice's tasks is open (its
+    # snapshot stored), no key of any type holds the token in clear (the header is in the
+    # finished task's result, which is the tool's to give).
+    label = uuid.uuid4().hex[:8]
+    open_id = await _create(stack, 0, "wait", seconds=120, label=label)
+    await _until(stack, open_id, lambda t: t.get("statusMessage") == f"started {label}")
+    client = aioredis.Redis.from_url(stack.url)
     try:
-        hashes = [k for k in client.scan_iter(f"*{stack.prefix}*") if client.type(k) == b"hash"]
-        assert hashes
-        for key in hashes:
-            assert all("tok-alice" not in str(v) for v in client.hgetall(key).values())
+        kinds: set[str] = set()
+        async for key in client.scan_iter(f"*{stack.prefix}*"):
+            raw = await client.type(key)
+            kind = raw.decode() if isinstance(raw, bytes) else raw
+            kinds.add(kind)
+            assert b"tok-alice" not in repr(await value_of(client, key, kind)).encode(), kind
+        assert {"hash", "stream", "string"} <= kinds, kinds
     finally:
-        client.close()
+        await client.aclose()
+    await stack.rpc(0, "tasks/cancel", {"taskId": open_id}, token="tok-alice")
+    await _until(stack, open_id, _status("cancelled"))
     assert "tok-alice" not in stack.log_text()
 
 
