@@ -18,7 +18,10 @@ stamps them with ``time.monotonic()``, the clock the handler's lines are in. In 
    ran in S seconds with the N parked, against the idle S seconds.
 3. *Beside them*: tenant B's K plain tasks again, with the N parked: their
    create-to-start latencies, to set beside the idle ones.
-4. *Answered at once*: M of the parked tasks (``--park-answered``, 1,000) answered
+4. *Answered at once*: first, as the yardstick, M new plain tasks (``--park-answered``,
+   1,000) of a third tenant created together on the same worker (every ``create_task``
+   in flight at once): each one's create-to-start, from its call and from its return,
+   what this machine gives the cheapest way in. Then M of the parked tasks answered
    together (every ``update_task`` in flight at once): each one's answer-to-resume
    (from just before its answer to its handler's start as a resumed run), and
    whether each resumed and completed exactly once.
@@ -205,6 +208,9 @@ class ParkingScenarios(BenchBase):
                         beside_ms = await self._late(
                             lone, lines, worker, "beside", f"{label} beside"
                         )
+                        burst_call_ms, burst_ms = await self._burst(
+                            lone, lines, worker, m, f"{label} new"
+                        )
                         chosen = dict(list(ids.items())[:m])
                         answered, answer_ms = await self._answer(
                             creator, lines, worker, asking, chosen, f"{label} answer"
@@ -229,11 +235,45 @@ class ParkingScenarios(BenchBase):
             "handlers_inside": max(inside, inside_after),
             "idle_calls_per_s": idle_calls,
             "parked_calls_per_s": parked_calls,
+            "burst_call_ms": burst_call_ms,
+            "burst_ms": burst_ms,
             "answer_ms": answer_ms,
             **answered,
             "stop_s": stop_s,
             "stop_code": code,
         }
+
+    async def _burst(
+        self,
+        manager: RedisTaskManager,
+        lines: _Lines,
+        process: asyncio.subprocess.Process,
+        m: int,
+        label: str,
+    ) -> tuple[list[float], list[float]]:
+        """``m`` plain tasks of a third tenant created at once: each one's
+        create-to-start (ms) from its call, and from its return."""
+        burst = RequestContext(_ENDPOINT, "user:burst")
+        names = [f"{label.replace(' ', '-')}.{i}" for i in range(m)]
+        stamps: dict[str, float] = {}
+        returned: dict[str, float] = {}
+
+        async def create(name: str) -> None:
+            stamps[name] = time.monotonic()
+            await manager.create_task(burst, ORIGIN, payload=f"{name} plain".encode())
+            returned[name] = time.monotonic()
+
+        await asyncio.gather(*(create(name) for name in names))
+
+        def done(seen: _Lines) -> int:
+            return sum(1 for name in names if name in seen.ends)
+
+        await self._until(lines, process, done, label, m)
+        starts = {name: lines.starts[name][0][0] for name in names}
+        return (
+            [(starts[name] - stamps[name]) * 1000 for name in names],
+            [max(0.0, (starts[name] - returned[name]) * 1000) for name in names],
+        )
 
     async def _answer(
         self,

@@ -611,13 +611,16 @@ def _parking_runs(url: str) -> None:
     assert parking["resumed_twice"] == parking["completed_twice"] == 0
     assert parking["stop_codes"] == [0]
     assert parking["memory_per_parked"] > 0
-    for figure in ("idle_b", "beside_b", "resume", "answer_call", "resume_after_accepted"):
+    figures = ("idle_b", "beside_b", "resume", "answer_call", "resume_after_accepted",
+               "new_at_once", "new_at_once_from_call")  # fmt: skip
+    for figure in figures:
         row = parking[figure]
         assert 0 <= row["p50"] <= row["p99"] <= row["max"], figure
     targets = results["ratios"]["targets"]
     assert targets["parking_every_answered_task_resumes_and_completes_once"]["met"]
     assert targets["parking_sigterm_under_2s"]["stop_s"] == parking["stop_s"]
     assert "answer-to-resume" in table(results)
+    assert "new plain tasks created at once" in table(results)
     assert bench_keys(url) == before
     assert url not in done.stdout
     assert "user:" not in done.stdout  # no partition key, no tenant
