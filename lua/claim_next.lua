@@ -22,6 +22,13 @@
   worker blocked on it wakes and claims the next batch itself. Doorbells this
   read meets are dropped. A call rings at most one doorbell, at its end (for
   `wake`, a capped tenant its claims unparked).
+  A call that leased tasks records them under its `call_id` (KEY_CLAIMED, one SET
+  a call, expiring after a lease): the same call run again because its reply was
+  lost (the runner retries a call whose connection failed) finds its own token
+  there and is answered with those tasks, each claimed again as a claim retry is
+  (its own lease given back as it stands: no second fence, no attempt counted),
+  and claims nothing more. Without it the first run's tasks stayed leased to a
+  worker that never heard of them, run by no one, until their lease ran out.
 
   Includes: common, keys, work, tenants, claim
 
@@ -39,13 +46,15 @@
     7 event_opts     the event stream's MAXLEN, then "p" to also SPUBLISH
     8 wake           "1" to ring the doorbell if tasks still wait after this batch
     9 first          a task ID to start first (see above), or ''
+   10 call_id        a token of this call, the same in its retries ('' for none)
   Returns:
     {RC_OK, entry_id, task_id, claim reply, entry_id, task_id, claim reply, ...}
     where each claim reply is one of claim's, and entry_id is DIRECT_ENTRY ("0-1")
     for a task claimed straight from its tenant's queue. An entry that names no
     well-formed task ID is dropped and reported as {RC_NOT_FOUND} with task_id ''.
   The batch's first claims are added to the pickup histogram with one HINCRBY
-  per bucket met.
+  per bucket met. A retry answered from KEY_CLAIMED returns the same shape (its
+  tasks' claims as claim's retry answers them).
   Events: one entry per task that ends here (cancelled, poisoned); a signal for
   the newcomer's next task when it may go first too (dispatch_first).
 ]]
@@ -61,6 +70,7 @@ local poison_error = ARGV[6]
 local event_opts = ARGV[7]
 local wake = ARGV[8] == '1'
 local first = ARGV[9]
+local call_id = ARGV[10]
 
 local out = {RC_OK}
 -- One reading of the clock for the whole batch: its claims and its dispatch.
@@ -70,6 +80,24 @@ local call = {now = now_ms(), event_opts = event_opts, pickups = {}, leased = {}
 -- One keys table for the whole call, each task's record key written over the
 -- last's (claim_entry keeps no reference to it).
 local keys = task_keys(tag, '', work_key, events_key, stats_key)
+
+-- The tasks this call leased, as entry and task ID pairs: what its retry is told.
+local held = {}
+local claimed_key = tag .. KEY_CLAIMED .. consumer
+
+-- Claim `task_id` (its entry `entry_id`) and add the claim to the reply; noted in
+-- `held` when it runs here.
+local function claim_into_reply(task_id, entry_id)
+  keys.task = record_key(tag, task_id)
+  local reply = claim_entry(keys, task_id, entry_id, call)
+  out[#out + 1] = entry_id
+  out[#out + 1] = task_id
+  out[#out + 1] = reply
+  if reply[1] == RC_OK then
+    held[#held + 1] = entry_id
+    held[#held + 1] = task_id
+  end
+end
 
 -- Read up to `wanted` new entries and claim each; how many tasks it met (doorbells
 -- are dropped and not counted), whether the stream ran out of new entries, and the
@@ -99,20 +127,18 @@ local function read_and_claim(wanted)
     if doorbell then
       drop_entry(work_key, entry_id, '')
     else
-      local reply
       -- Anything but a task ID parse_task_id accepts is not ours, and must not
       -- become part of a key name.
       if not is_task_id(task_id) then
+        local reply = {RC_NOT_FOUND}
         task_id = ''
         drop_entry(work_key, entry_id, '')
-        reply = {RC_NOT_FOUND}
+        out[#out + 1] = entry_id
+        out[#out + 1] = task_id
+        out[#out + 1] = reply
       else
-        keys.task = record_key(tag, task_id)
-        reply = claim_entry(keys, task_id, entry_id, call)
+        claim_into_reply(task_id, entry_id)
       end
-      out[#out + 1] = entry_id
-      out[#out + 1] = task_id
-      out[#out + 1] = reply
       met = met + 1
     end
   end
@@ -120,17 +146,24 @@ local function read_and_claim(wanted)
   return met, #entries < wanted, last and last[1]
 end
 
--- A task taken from its tenant's queue here, claimed with no work entry.
-local function claim_direct(task_id)
-  keys.task = record_key(tag, task_id)
-  out[#out + 1] = DIRECT_ENTRY
-  out[#out + 1] = task_id
-  out[#out + 1] = claim_entry(keys, task_id, DIRECT_ENTRY, call)
+if call_id ~= '' then
+  local last = redis.call('GET', claimed_key)
+  if last and string.sub(last, 1, #call_id + 1) == call_id .. ' ' then
+    -- This call ran already and its reply was lost: the same tasks, each claimed
+    -- again as its own claim's retry is (claim_entry finds its lease held by this
+    -- consumer under this entry and gives it back as it stands; a task that ended
+    -- or went to another since answers as it is now).
+    for entry_id, task_id in string.gmatch(string.sub(last, #call_id + 2), '(%S+) (%S+)') do
+      claim_into_reply(task_id, entry_id)
+    end
+    lease_direct(work_key, call)
+    return out
+  end
 end
 
 local wanted = count
 if first ~= '' and is_task_id(first) and dispatch_first(tag, stats_key, first, call) then
-  claim_direct(first)
+  claim_into_reply(first, DIRECT_ENTRY)
   wanted = wanted - 1
 end
 local drained = false
@@ -144,7 +177,8 @@ if drained then
   -- tenants' queues, in their round-robin order.
   if wanted > 0 then
     for _, task_id in ipairs(dispatch(tag, stats_key, wanted, call.now, call.now + lease_ms)) do
-      claim_direct(task_id)
+      -- Taken from its tenant's queue here, claimed with no work entry.
+      claim_into_reply(task_id, DIRECT_ENTRY)
     end
   end
   if wake and redis.call('EXISTS', tag .. KEY_RING) == 1 then
@@ -154,4 +188,9 @@ end
 lease_direct(work_key, call)
 record_pickups(stats_key, call.pickups)
 ring_due(call, work_key)
+if call_id ~= '' and #held > 0 then
+  -- Kept while the leases last: a retry comes within the call's deadline, and past a
+  -- lease its tasks are anyone's to reclaim.
+  redis.call('SET', claimed_key, call_id .. ' ' .. table.concat(held, ' '), 'PX', lease_ms)
+end
 return out

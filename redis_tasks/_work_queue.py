@@ -191,7 +191,8 @@ class WorkQueue(Protocol):
         ...
 
     async def forget_consumer(self, partition: int, consumer: str) -> None:
-        """Remove ``consumer`` from ``partition``'s group if nothing is pending with it."""
+        """Remove ``consumer`` from ``partition``'s group if nothing is pending with it,
+        with anything kept to answer a retry of its claims (it claims no more)."""
         ...
 
     async def remove_stale_consumers(self, partition: int, *, keep: str, idle: timedelta) -> None:

@@ -23,6 +23,10 @@ single slot::
                                (the counters ``redis-tasks inspect`` reads)
     {rt:7.42}:busy             string "1", PX: a worker serving the partition had every
                                handler slot taken lately (creates then signal newcomers)
+    {rt:7.42}:claimed:<consumer>  string, PX a lease: a worker's last batch claim here
+                               (its call's token, then the entry and task ID of each task
+                               it leased), so that a retry of that call after its reply
+                               was lost is answered with those tasks
     {rt:7.42}:ring             sorted set: tenants with tasks waiting, by pass (fair dispatch)
     {rt:7.42}:parked           sorted set: tenants at their concurrency cap, by when to look again
     {rt:7.42}:tenants          hash: a waiting tenant's settings ("<weight> <cap>"), if not default
@@ -72,6 +76,7 @@ from redis_tasks._ids import MAX_PARTITIONS, parse_task_id
 __all__ = [
     "ANSWERS_SUFFIX",
     "BUSY_SUFFIX",
+    "CLAIMED_INFIX",
     "DIRECT_ENTRY",
     "EVENTS_SUFFIX",
     "GRANT_INFIX",
@@ -132,6 +137,8 @@ STATS_SUFFIX: Final = ":stats"
 LEASES_SUFFIX: Final = ":leases"
 #: After the tag: whether a worker serving the partition is saturated (it expires).
 BUSY_SUFFIX: Final = ":busy"
+#: Between the tag and a consumer's name: its last batch claim in the partition.
+CLAIMED_INFIX: Final = ":claimed:"
 #: After the tag: the fair-dispatch ring, the parked tenants, the tenant settings,
 #: and the index of tenants seen (with a plan to keep, or refused) in the last day.
 RING_SUFFIX: Final = ":ring"
@@ -348,6 +355,11 @@ class KeySpace:
             seen=tag + SEEN_SUFFIX,
             waiting=tag + WAITING_INFIX + digest,
         )
+
+    def claimed(self, partition: int, consumer: str) -> str:
+        """``consumer``'s last batch claim in ``partition`` (a token and what it leased):
+        how a retry of that claim, its reply lost, is answered with what it took."""
+        return self.tag(partition) + CLAIMED_INFIX + consumer
 
     def busy(self, partition: int) -> str:
         """The mark a saturated worker serving ``partition`` keeps (it expires)."""

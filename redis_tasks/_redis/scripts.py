@@ -316,11 +316,23 @@ def claim_next(
     event_opts: str,
     wake: int,
     first: str,
+    call_id: str,
 ) -> Call:
     return (
         scripts["claim_next"],
         (work, events, stats),
-        (tag, consumer, count, lease_ms, max_attempts, poison_error, event_opts, wake, first),
+        (
+            tag,
+            consumer,
+            count,
+            lease_ms,
+            max_attempts,
+            poison_error,
+            event_opts,
+            wake,
+            first,
+            call_id,
+        ),
     )
 
 

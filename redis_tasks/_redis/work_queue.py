@@ -21,6 +21,7 @@ encoder (fences and the poison error).
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
@@ -206,6 +207,9 @@ class RedisWorkQueue:
                     event_opts=link.events,
                     wake=int(wake),
                     first=first or "",
+                    # The same in the runner's retries of this call: a retry after a
+                    # lost reply is answered with what the first run leased.
+                    call_id=secrets.token_hex(8),
                 ),
                 # The reader waits on this call for the next tasks to start: sent at
                 # once, it was measured to drain 30-50 % faster than with a batch.
@@ -340,9 +344,16 @@ class RedisWorkQueue:
         return len(found)
 
     async def forget_consumer(self, partition: int, consumer: str) -> None:
-        """Remove ``consumer`` from the group if nothing is pending with it."""
+        """Remove ``consumer`` from the group if nothing is pending with it, and its
+        last batch claim's record (no retry of it can come now)."""
         stream = self.keys.work(partition)
-        await self.topology.execute(stream, lambda client: forget_if_idle(client, stream, consumer))
+        claimed = self.keys.claimed(partition, consumer)
+
+        async def forget(client: Redis) -> None:
+            await forget_if_idle(client, stream, consumer)
+            await client.delete(claimed)
+
+        await self.topology.execute(stream, forget)
 
     async def remove_stale_consumers(self, partition: int, *, keep: str, idle: timedelta) -> None:
         """Remove consumers other than ``keep`` with nothing pending, idle for ``idle``."""

@@ -31,7 +31,7 @@ from redis_tasks._limits import Limits
 from redis_tasks._models import RequestContext
 from redis_tasks._origin import TaskOrigin
 from redis_tasks._redis import events as redis_events
-from redis_tasks._redis.keys import KeySpace
+from redis_tasks._redis.keys import DIRECT_ENTRY, KeySpace
 from redis_tasks._redis.lua_header import LEADING_TASK_KEYS
 from redis_tasks._redis.lua_source import check_header, lua_dir
 from redis_tasks._redis.pipeline import AutoPipeline
@@ -421,6 +421,50 @@ async def test_every_script_is_safe_to_retry_after_a_lost_reply(
     # And the stats counted each once: two creates, one first claim, one completion.
     seen = await m.inspect()
     assert (seen.created, seen.statuses["completed"], seen.pickup.total) == (2, 1, 1)
+
+
+async def test_a_batch_claim_run_again_after_a_lost_reply_is_answered_with_what_it_took(
+    redis_server: RedisServer, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``claim_next`` ran, leased four tasks (stream entries and tasks taken straight
+    from their tenant's queue), and its reply was lost; the runner runs it again. The
+    retry is told those four, with the fences the first run took, and claims nothing
+    more: before, it claimed four others and the first four stayed leased to a worker
+    that never heard of them, for a whole lease."""
+    lease = timedelta(seconds=30)
+    async with RedisTaskManager.from_url(redis_server.url, prefix=prefix, partitions=1) as m:
+        ids = [(await m.create_task(ALICE, ORIGIN, tenant=f"t{i % 2}")).task_id for i in range(7)]
+        client = m.client
+        assert isinstance(client, Redis)
+        keys = m.keyspace
+        (node,) = m._topology.primaries()
+        flaky = LoseNextReply(node.pipeline)
+        monkeypatch.setattr(node.pipeline, "call", flaky.call)
+        monkeypatch.setattr(node.pipeline, "call_now", flaky.call_now)
+        flaky.armed = True
+        claimed = await m.work_queue.claim_next(
+            0, consumer="c1", count=4, lease=lease, max_attempts=5
+        )
+        assert flaky.lost == 1
+        assert len(claimed) == 4
+        kinds = {entry.entry_id == DIRECT_ENTRY for entry, _ in claimed}
+        assert kinds == {True, False}  # both ways a batch claims
+        records = {
+            task_id: await client.hmget(keys.task(0, task_id).task, "lo", "fn", "at")
+            for task_id in ids
+        }
+        leased = {task_id for task_id, (owner, _, _) in records.items() if owner == b"c1"}
+        assert {entry.task_id for entry, _ in claimed} == leased
+        for entry, claim in claimed:
+            assert entry.task_id is not None
+            assert (claim.outcome, claim.attempt) == (ClaimOutcome.RUN, 1)
+            assert records[entry.task_id][1:] == [str(claim.fence).encode(), b"1"]
+        # The next call takes the other three, and its token is its own.
+        rest = await m.work_queue.claim_next(0, consumer="c1", count=4, lease=lease, max_attempts=5)
+        assert {entry.task_id for entry, _ in rest} == set(ids) - leased
+        # A stopped worker leaves nothing for a retry that cannot come.
+        await m.work_queue.forget_consumer(0, "c1")
+        assert await client.exists(keys.claimed(0, "c1")) == 0
 
 
 async def test_a_bug_in_the_event_tail_is_told_once_and_not_retried(
