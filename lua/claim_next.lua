@@ -130,12 +130,10 @@ local function read_and_claim(wanted)
       -- Anything but a task ID parse_task_id accepts is not ours, and must not
       -- become part of a key name.
       if not is_task_id(task_id) then
-        local reply = {RC_NOT_FOUND}
-        task_id = ''
         drop_entry(work_key, entry_id, '')
         out[#out + 1] = entry_id
-        out[#out + 1] = task_id
-        out[#out + 1] = reply
+        out[#out + 1] = ''
+        out[#out + 1] = {RC_NOT_FOUND}
       else
         claim_into_reply(task_id, entry_id)
       end
