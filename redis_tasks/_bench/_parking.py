@@ -123,32 +123,43 @@ class ParkingScenarios(BenchBase):
 
         await wait_progress(count, total, process, "parking", self.progress, label)
 
-    async def _late(
+    async def _plain(
         self,
         manager: RedisTaskManager,
         lines: _Lines,
         process: asyncio.subprocess.Process,
-        tag: str,
+        tenant: str,
         label: str,
-    ) -> list[float]:
-        """Tenant B's K plain tasks, one every 10 ms: each one's create-to-start, ms."""
-        k = self.settings.park_late
-        late = RequestContext(_ENDPOINT, "user:late")
+        count: int,
+        every: float,
+    ) -> tuple[list[float], list[float]]:
+        """``count`` plain tasks of ``tenant``, one every ``every`` seconds (0: all at
+        once), each run to its end: each one's create-to-start (ms) from its call, and
+        from its return."""
+        context = RequestContext(_ENDPOINT, tenant)
+        names = [f"{label.replace(' ', '-')}.{i}" for i in range(count)]
         stamps: dict[str, float] = {}
+        returned: dict[str, float] = {}
         began = time.monotonic()
 
-        async def create(i: int) -> None:
-            await asyncio.sleep(max(0.0, began + i * _LATE_EVERY - time.monotonic()))
-            stamps[f"{tag}.{i}"] = time.monotonic()
-            await manager.create_task(late, ORIGIN, payload=f"{tag}.{i} plain".encode())
+        async def create(i: int, name: str) -> None:
+            if every:
+                await asyncio.sleep(max(0.0, began + i * every - time.monotonic()))
+            stamps[name] = time.monotonic()
+            await manager.create_task(context, ORIGIN, payload=f"{name} plain".encode())
+            returned[name] = time.monotonic()
 
-        await asyncio.gather(*(create(i) for i in range(k)))
+        await asyncio.gather(*(create(i, name) for i, name in enumerate(names)))
 
-        def started(seen: _Lines) -> int:
-            return sum(1 for name in stamps if name in seen.starts)
+        def done(seen: _Lines) -> int:
+            return sum(1 for name in names if name in seen.ends)
 
-        await self._until(lines, process, started, label, k)
-        return [(lines.starts[name][0][0] - stamp) * 1000 for name, stamp in stamps.items()]
+        await self._until(lines, process, done, label, count)
+        starts = {name: lines.starts[name][0][0] for name in names}
+        return (
+            [(starts[name] - stamps[name]) * 1000 for name in names],
+            [max(0.0, (starts[name] - returned[name]) * 1000) for name in names],
+        )
 
     async def _calls_per_s(self, probe: Probe) -> float:
         """Commands Redis ran per second over the idle window (the primaries' sum)."""
@@ -178,7 +189,10 @@ class ParkingScenarios(BenchBase):
                     mark = await probe.newest_clients()
                     async with self._park_worker(queue, path) as worker:
                         await wait_reading(probe, mark, worker, creator.partitions, "parking")
-                        idle_ms = await self._late(lone, lines, worker, "idle", f"{label} idle")
+                        k = settings.park_late
+                        idle_ms, _ = await self._plain(
+                            lone, lines, worker, "user:late", f"{label} idle", k, _LATE_EVERY
+                        )
                         idle_calls = await self._calls_per_s(probe)
                         memory_before = await probe.used_memory()
                         began = time.monotonic()
@@ -205,11 +219,11 @@ class ParkingScenarios(BenchBase):
                         parked_calls = await self._calls_per_s(probe)
                         lines.read()
                         inside_after = lines.inside()
-                        beside_ms = await self._late(
-                            lone, lines, worker, "beside", f"{label} beside"
+                        beside_ms, _ = await self._plain(
+                            lone, lines, worker, "user:late", f"{label} beside", k, _LATE_EVERY
                         )
-                        burst_call_ms, burst_ms = await self._burst(
-                            lone, lines, worker, m, f"{label} new"
+                        burst_call_ms, burst_ms = await self._plain(
+                            lone, lines, worker, "user:burst", f"{label} new", m, 0.0
                         )
                         chosen = dict(list(ids.items())[:m])
                         answered, answer_ms = await self._answer(
@@ -242,38 +256,6 @@ class ParkingScenarios(BenchBase):
             "stop_s": stop_s,
             "stop_code": code,
         }
-
-    async def _burst(
-        self,
-        manager: RedisTaskManager,
-        lines: _Lines,
-        process: asyncio.subprocess.Process,
-        m: int,
-        label: str,
-    ) -> tuple[list[float], list[float]]:
-        """``m`` plain tasks of a third tenant created at once: each one's
-        create-to-start (ms) from its call, and from its return."""
-        burst = RequestContext(_ENDPOINT, "user:burst")
-        names = [f"{label.replace(' ', '-')}.{i}" for i in range(m)]
-        stamps: dict[str, float] = {}
-        returned: dict[str, float] = {}
-
-        async def create(name: str) -> None:
-            stamps[name] = time.monotonic()
-            await manager.create_task(burst, ORIGIN, payload=f"{name} plain".encode())
-            returned[name] = time.monotonic()
-
-        await asyncio.gather(*(create(name) for name in names))
-
-        def done(seen: _Lines) -> int:
-            return sum(1 for name in names if name in seen.ends)
-
-        await self._until(lines, process, done, label, m)
-        starts = {name: lines.starts[name][0][0] for name in names}
-        return (
-            [(starts[name] - stamps[name]) * 1000 for name in names],
-            [max(0.0, (starts[name] - returned[name]) * 1000) for name in names],
-        )
 
     async def _answer(
         self,
