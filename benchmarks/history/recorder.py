@@ -213,10 +213,11 @@ async def run_workers(
         what it claimed, a mark on the partition (see :func:`histories`).
 
         A call retried after a transient failure (a connection killed after the
-        server ran it) answers what its last attempt claimed: an earlier attempt may
-        have claimed tasks no reply names, leased for a lease. Such a call leaves the
-        mark too (any retry in the process while it ran counts: the mark only
-        weakens the check)."""
+        server ran it) is answered with the tasks its first run leased (the call's
+        token, ``lua/claim_next.lua``), but not with that run's claims that ended their
+        task (cancelled or poisoned at the claim), which no reply names. Such a call
+        leaves the mark too (any retry in the process while it ran counts: the mark
+        only weakens the check)."""
         invoke = time.monotonic()
         before = retries()
         claimed: list[tuple[Any, Claim]] | None
