@@ -22,13 +22,19 @@
   worker blocked on it wakes and claims the next batch itself. Doorbells this
   read meets are dropped. A call rings at most one doorbell, at its end (for
   `wake`, a capped tenant its claims unparked).
-  A call that leased tasks records them under its `call_id` (KEY_CLAIMED, one SET
-  a call, expiring after a lease): the same call run again because its reply was
-  lost (the runner retries a call whose connection failed) finds its own token
-  there and is answered with those tasks, each claimed again as a claim retry is
+  A call that leased tasks records them under its `call_id` in the stats hash (field
+  STATS_CLAIM .. consumer, one HSET a call, written over by the consumer's next
+  call): the same call run again because its reply was lost (the runner retries a
+  call whose connection failed) finds its own token there and is answered with
+  those tasks, each claimed again as a claim retry is
   (its own lease given back as it stands: no second fence, no attempt counted),
   and claims nothing more. Without it the first run's tasks stayed leased to a
-  worker that never heard of them, run by no one, until their lease ran out.
+  worker that never heard of them, run by no one, until their lease ran out. In the
+  stats hash, a declared key that lasts, rather than a key of its own: a key the
+  script does not declare, written on a slot's new node while a migration has not
+  moved the old node's copy yet, would split in two (MIGRATE then fails, BUSYKEY);
+  a declared one that does not exist yet would make every claim of a migrating
+  slot wait (TRYAGAIN) until the migration ends.
 
   Includes: common, keys, work, tenants, claim
 
@@ -53,7 +59,7 @@
     for a task claimed straight from its tenant's queue. An entry that names no
     well-formed task ID is dropped and reported as {RC_NOT_FOUND} with task_id ''.
   The batch's first claims are added to the pickup histogram with one HINCRBY
-  per bucket met. A retry answered from KEY_CLAIMED returns the same shape (its
+  per bucket met. A retry answered from its record returns the same shape (its
   tasks' claims as claim's retry answers them).
   Events: one entry per task that ends here (cancelled, poisoned); a signal for
   the newcomer's next task when it may go first too (dispatch_first).
@@ -83,7 +89,7 @@ local keys = task_keys(tag, '', work_key, events_key, stats_key)
 
 -- The tasks this call leased, as entry and task ID pairs: what its retry is told.
 local held = {}
-local claimed_key = tag .. KEY_CLAIMED .. consumer
+local claimed_field = STATS_CLAIM .. consumer
 
 -- Claim `task_id` (its entry `entry_id`) and add the claim to the reply; noted in
 -- `held` when it runs here.
@@ -145,7 +151,7 @@ local function read_and_claim(wanted)
 end
 
 if call_id ~= '' then
-  local last = redis.call('GET', claimed_key)
+  local last = redis.call('HGET', stats_key, claimed_field)
   if last and string.sub(last, 1, #call_id + 1) == call_id .. ' ' then
     -- This call ran already and its reply was lost: the same tasks, each claimed
     -- again as its own claim's retry is (claim_entry finds its lease held by this
@@ -187,8 +193,8 @@ lease_direct(work_key, call)
 record_pickups(stats_key, call.pickups)
 ring_due(call, work_key)
 if call_id ~= '' and #held > 0 then
-  -- Kept while the leases last: a retry comes within the call's deadline, and past a
-  -- lease its tasks are anyone's to reclaim.
-  redis.call('SET', claimed_key, call_id .. ' ' .. table.concat(held, ' '), 'PX', lease_ms)
+  -- A retry comes within the call's deadline: the consumer's next call writes over
+  -- it, and its stop (or its removal as a stale consumer) deletes it.
+  redis.call('HSET', stats_key, claimed_field, call_id .. ' ' .. table.concat(held, ' '))
 end
 return out

@@ -14,6 +14,7 @@ from typing import Final
 from ._status import TERMINAL_STATUSES, TaskStatus
 
 __all__ = [
+    "CLAIM_FIELD_PREFIX",
     "CREATED_FIELD",
     "DEFERRED_FIELD",
     "PICKUP_BOUNDS_MS",
@@ -39,6 +40,11 @@ TERMINAL_FIELDS: Final = tuple(s.value for s in TaskStatus if s in TERMINAL_STAT
 QUEUED_FIELD: Final = "queued"
 #: Claims deferred because the task's tenant was at its concurrency cap.
 DEFERRED_FIELD: Final = "deferred"
+#: Before a consumer's name: that worker's last batch claim in the partition (the
+#: call's token, then the entry and task ID of each task it leased), so that a retry
+#: of the call after its reply was lost is answered with them (``lua/claim_next.lua``).
+#: Not a count: readers of the counts skip it.
+CLAIM_FIELD_PREFIX: Final = "claim:"
 #: Creates refused, by reason: the tenant's open-task quota, its create rate.
 REFUSED_FIELDS: Final = {"quota": "refused:quota", "rate": "refused:rate"}
 #: How long a tenant's own refusal counts last after its latest refusal, ms (its

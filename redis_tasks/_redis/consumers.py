@@ -13,6 +13,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from redis_tasks._stats import CLAIM_FIELD_PREFIX
+
 from .keys import WORK_GROUP
 
 __all__ = ["delivered_unclaimed", "forget_if_idle", "remove_stale"]
@@ -44,10 +46,13 @@ async def forget_if_idle(client: Redis, stream: str, consumer: str) -> None:
         await client.xgroup_delconsumer(stream, WORK_GROUP, consumer)
 
 
-async def remove_stale(client: Redis, stream: str, keep: str, idle_ms: int) -> None:
-    """Remove the consumers other than ``keep`` with nothing pending, idle ``idle_ms``."""
+async def remove_stale(client: Redis, stream: str, stats: str, keep: str, idle_ms: int) -> None:
+    """Remove the consumers other than ``keep`` with nothing pending, idle ``idle_ms``,
+    with their last batch claim's record in the ``stats`` hash (a stopped worker's
+    own stop removes its; this is for one that was killed)."""
     for consumer in await client.xinfo_consumers(stream, WORK_GROUP):
         name = consumer["name"]
         name = name.decode() if isinstance(name, bytes) else name
         if name != keep and consumer["pending"] == 0 and consumer["idle"] > idle_ms:
             await client.xgroup_delconsumer(stream, WORK_GROUP, name)
+            await client.hdel(stats, CLAIM_FIELD_PREFIX + name)

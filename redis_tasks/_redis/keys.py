@@ -20,13 +20,10 @@ single slot::
                                running task's worker must see (a cancellation asked,
                                answers accepted, an outcome written by another caller)
     {rt:7.42}:stats            hash: terminal transitions by status, a pickup histogram
-                               (the counters ``redis-tasks inspect`` reads)
+                               (the counters ``redis-tasks inspect`` reads), and each
+                               worker's last batch claim (``claim:<consumer>``)
     {rt:7.42}:busy             string "1", PX: a worker serving the partition had every
                                handler slot taken lately (creates then signal newcomers)
-    {rt:7.42}:claimed:<consumer>  string, PX a lease: a worker's last batch claim here
-                               (its call's token, then the entry and task ID of each task
-                               it leased), so that a retry of that call after its reply
-                               was lost is answered with those tasks
     {rt:7.42}:ring             sorted set: tenants with tasks waiting, by pass (fair dispatch)
     {rt:7.42}:parked           sorted set: tenants at their concurrency cap, by when to look again
     {rt:7.42}:tenants          hash: a waiting tenant's settings ("<weight> <cap>"), if not default
@@ -52,7 +49,7 @@ cluster's primaries (6/5/5 on three). Every process computes the same tags.
 Every task key expires at ``created + ttl``; the three streams and the stats hash
 are per-partition infrastructure (:data:`PARTITION_SUFFIXES`), bounded by
 acknowledgement (work), by MAXLEN (events, signals) and by a fixed set of fields
-(stats).
+(stats: its counts, and a claim record per live worker).
 So are the ring, parked set and tenants hash that order the tenant queues
 (:data:`TENANT_SUFFIXES`): a tenant leaves them when its queue empties or is
 found gone. A tenant queue (:data:`QUEUE_INFIX`) expires with the last of its
@@ -76,7 +73,6 @@ from redis_tasks._ids import MAX_PARTITIONS, parse_task_id
 __all__ = [
     "ANSWERS_SUFFIX",
     "BUSY_SUFFIX",
-    "CLAIMED_INFIX",
     "DIRECT_ENTRY",
     "EVENTS_SUFFIX",
     "GRANT_INFIX",
@@ -137,8 +133,6 @@ STATS_SUFFIX: Final = ":stats"
 LEASES_SUFFIX: Final = ":leases"
 #: After the tag: whether a worker serving the partition is saturated (it expires).
 BUSY_SUFFIX: Final = ":busy"
-#: Between the tag and a consumer's name: its last batch claim in the partition.
-CLAIMED_INFIX: Final = ":claimed:"
 #: After the tag: the fair-dispatch ring, the parked tenants, the tenant settings,
 #: and the index of tenants seen (with a plan to keep, or refused) in the last day.
 RING_SUFFIX: Final = ":ring"
@@ -355,11 +349,6 @@ class KeySpace:
             seen=tag + SEEN_SUFFIX,
             waiting=tag + WAITING_INFIX + digest,
         )
-
-    def claimed(self, partition: int, consumer: str) -> str:
-        """``consumer``'s last batch claim in ``partition`` (a token and what it leased):
-        how a retry of that claim, its reply lost, is answered with what it took."""
-        return self.tag(partition) + CLAIMED_INFIX + consumer
 
     def busy(self, partition: int) -> str:
         """The mark a saturated worker serving ``partition`` keeps (it expires)."""

@@ -29,6 +29,7 @@ from redis_tasks._ids import (
 from redis_tasks._record import LONG_FIELDS, MAX_PIECES, PIECE_BYTES, RECORD_FIELDS
 from redis_tasks._signals import NEWCOMER_MARK
 from redis_tasks._stats import (
+    CLAIM_FIELD_PREFIX,
     CREATED_FIELD,
     DEFERRED_FIELD,
     PICKUP_BOUNDS_MS,
@@ -43,7 +44,6 @@ from redis_tasks._tenancy import GOLDEN, JITTER_PRIME, JITTER_SALT, STRIDE_UNIT,
 from .keys import (
     ANSWERS_SUFFIX,
     BUSY_SUFFIX,
-    CLAIMED_INFIX,
     DIRECT_ENTRY,
     EVENTS_SUFFIX,
     GRANT_INFIX,
@@ -166,7 +166,6 @@ CONSTANTS: Final[dict[str, str]] = {
     "KEY_SIGNALS": lua_string(SIGNALS_SUFFIX),
     "KEY_STATS": lua_string(STATS_SUFFIX),
     "KEY_BUSY": lua_string(BUSY_SUFFIX),
-    "KEY_CLAIMED": lua_string(CLAIMED_INFIX),
     "KEY_RING": lua_string(RING_SUFFIX),
     "KEY_PARKED": lua_string(PARKED_SUFFIX),
     "KEY_TENANTS": lua_string(TENANTS_SUFFIX),
@@ -196,6 +195,7 @@ CONSTANTS: Final[dict[str, str]] = {
     "MAX_PIECES": str(MAX_PIECES),
     "STATS_CREATED": lua_string(CREATED_FIELD),
     "STATS_QUEUED": lua_string(QUEUED_FIELD),
+    "STATS_CLAIM": lua_string(CLAIM_FIELD_PREFIX),
     "STATS_DEFERRED": lua_string(DEFERRED_FIELD),
     "STATS_REFUSED_QUOTA": lua_string(REFUSED_FIELDS["quota"]),
     "STATS_REFUSED_RATE": lua_string(REFUSED_FIELDS["rate"]),

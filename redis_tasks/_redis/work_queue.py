@@ -34,6 +34,7 @@ from redis_tasks._events import TaskEventPublisher
 from redis_tasks._ids import parse_task_id
 from redis_tasks._lease import INTERNAL_ERROR, Claim
 from redis_tasks._record import Encoder
+from redis_tasks._stats import CLAIM_FIELD_PREFIX
 from redis_tasks._work_queue import QueueDepth, WorkEntry
 
 from . import replies
@@ -346,21 +347,20 @@ class RedisWorkQueue:
     async def forget_consumer(self, partition: int, consumer: str) -> None:
         """Remove ``consumer`` from the group if nothing is pending with it, and its
         last batch claim's record (no retry of it can come now)."""
-        stream = self.keys.work(partition)
-        claimed = self.keys.claimed(partition, consumer)
+        stream, stats = self.keys.work(partition), self.keys.stats(partition)
 
         async def forget(client: Redis) -> None:
             await forget_if_idle(client, stream, consumer)
-            await client.delete(claimed)
+            await client.hdel(stats, CLAIM_FIELD_PREFIX + consumer)
 
         await self.topology.execute(stream, forget)
 
     async def remove_stale_consumers(self, partition: int, *, keep: str, idle: timedelta) -> None:
         """Remove consumers other than ``keep`` with nothing pending, idle for ``idle``."""
-        stream = self.keys.work(partition)
+        stream, stats = self.keys.work(partition), self.keys.stats(partition)
         idle_ms = idle // timedelta(milliseconds=1)
         await self.topology.execute(
-            stream, lambda client: remove_stale(client, stream, keep, idle_ms)
+            stream, lambda client: remove_stale(client, stream, stats, keep, idle_ms)
         )
 
     async def depth(self, partition: int) -> QueueDepth:

@@ -31,7 +31,7 @@ from redis_tasks._limits import Limits
 from redis_tasks._models import RequestContext
 from redis_tasks._origin import TaskOrigin
 from redis_tasks._redis import events as redis_events
-from redis_tasks._redis.keys import DIRECT_ENTRY, KeySpace
+from redis_tasks._redis.keys import DIRECT_ENTRY, WORK_GROUP, KeySpace
 from redis_tasks._redis.lua_header import LEADING_TASK_KEYS
 from redis_tasks._redis.lua_source import check_header, lua_dir
 from redis_tasks._redis.pipeline import AutoPipeline
@@ -49,6 +49,7 @@ from tests.support.helpers import (
     OTHER_ENDPOINT,
     EventLog,
     told_once_with_traceback,
+    wait_until,
 )
 
 
@@ -463,8 +464,18 @@ async def test_a_batch_claim_run_again_after_a_lost_reply_is_answered_with_what_
         rest = await m.work_queue.claim_next(0, consumer="c1", count=4, lease=lease, max_attempts=5)
         assert {entry.task_id for entry, _ in rest} == set(ids) - leased
         # A stopped worker leaves nothing for a retry that cannot come.
+        assert await client.hexists(keys.stats(0), "claim:c1")
         await m.work_queue.forget_consumer(0, "c1")
-        assert await client.exists(keys.claimed(0, "c1")) == 0
+        assert not await client.hexists(keys.stats(0), "claim:c1")
+        # A killed one's goes with its consumer, when another worker removes it as stale.
+        await client.xgroup_createconsumer(keys.work(0), WORK_GROUP, "killed")
+        await client.hset(keys.stats(0), "claim:killed", "token 0-1 0.x")
+
+        async def removed() -> bool:
+            await m.work_queue.remove_stale_consumers(0, keep="c1", idle=timedelta(milliseconds=1))
+            return not await client.hexists(keys.stats(0), "claim:killed")
+
+        await wait_until(removed, what="the stale consumer's claim record to go")
 
 
 async def test_a_bug_in_the_event_tail_is_told_once_and_not_retried(
