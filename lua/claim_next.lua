@@ -26,9 +26,8 @@
   STATS_CLAIM .. consumer, one HSET a call, written over by the consumer's next
   call): the same call run again because its reply was lost (the runner retries a
   call whose connection failed) finds its own token there and is answered with
-  those tasks, each claimed again as a claim retry is
-  (its own lease given back as it stands: no second fence, no attempt counted),
-  and claims nothing more. Without it the first run's tasks stayed leased to a
+  those tasks, each claimed again as a claim retry is (its own lease given back
+  as it stands: no second fence, no attempt counted), and claims nothing more. Without it the first run's tasks stayed leased to a
   worker that never heard of them, run by no one, until their lease ran out. In the
   stats hash, a declared key that lasts, rather than a key of its own: a key the
   script does not declare, written on a slot's new node while a migration has not
@@ -41,7 +40,8 @@
   KEYS:
     1 work           the partition's work stream
     2 events         the partition's event stream
-    3 stats          the partition's stats hash (terminal transitions, pickups, queued)
+    3 stats          the partition's stats hash (terminal transitions, pickups, queued;
+                     this consumer's claim record)
   ARGV:
     1 tag            the partition's hash tag, e.g. {rt:3.17}
     2 consumer       the worker's consumer name (lease owner)
