@@ -27,13 +27,14 @@
   call): the same call run again because its reply was lost (the runner retries a
   call whose connection failed) finds its own token there and is answered with
   those tasks, each claimed again as a claim retry is (its own lease given back
-  as it stands: no second fence, no attempt counted), and claims nothing more. Without it the first run's tasks stayed leased to a
-  worker that never heard of them, run by no one, until their lease ran out. In the
-  stats hash, a declared key that lasts, rather than a key of its own: a key the
-  script does not declare, written on a slot's new node while a migration has not
-  moved the old node's copy yet, would split in two (MIGRATE then fails, BUSYKEY);
-  a declared one that does not exist yet would make every claim of a migrating
-  slot wait (TRYAGAIN) until the migration ends.
+  as it stands: no second fence, no attempt counted), and claims nothing more.
+  Without it the first run's tasks stayed leased to a worker that never heard of
+  them, run by no one, until their lease ran out. In the stats hash, a declared
+  key that lasts, rather than a key of its own: a key the script does not declare,
+  written on a slot's new node while a migration has not moved the old node's copy
+  yet, would split in two (MIGRATE then fails, BUSYKEY); a declared one that does
+  not exist yet would make every claim of a migrating slot wait (TRYAGAIN) until
+  the migration ends.
 
   Includes: common, keys, work, tenants, claim
 
