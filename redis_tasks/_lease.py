@@ -41,9 +41,11 @@ class Claim:
     #: Whether tasks were waiting in the partition's tenant queues when this claim ran:
     #: the worker should claim the next batch rather than block (single claims only).
     backlog: bool = False
-    #: The claim ended its task (``CANCELLED``, ``POISONED``) but fewer replicas than
-    #: ``wait_replicas`` confirmed that write in time: a failover may roll it back,
-    #: and the task is then claimed again. Only the claims that wrote an ending are
+    #: The claim ended its task (``CANCELLED``, ``POISONED``) or started it (``RUN``)
+    #: but fewer replicas than ``wait_replicas`` confirmed that write in time (a
+    #: started task was held for its replica as long as a third of its lease allows):
+    #: a failover may roll it back, and the task is then claimed again, or, if its
+    #: create was not confirmed either, is gone. Only the claims that wrote are
     #: unconfirmed; the others of the same batch stand as they are.
     unconfirmed: bool = False
     #: How many times the task was parked (given back while it waited for its

@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from redis.asyncio.connection import ConnectionPool
@@ -173,12 +173,18 @@ class AutoPipeline:
         needed: Callable[[Any], bool],
         *,
         asking: bool = False,
+        again: Callable[[Any, int], Awaitable[bool]] | None = None,
     ) -> tuple[Any, int | None]:
         """:meth:`call_now`, then ``wait`` (a ``WAIT``) on the same connection only if
         ``needed(reply)``: the reply, and the replicas that confirmed it (``None``: not
-        asked). For a call that seldom writes what replicas must confirm (a worker's
-        claim, which ends its task only when cancelled or poisoned): the connection's
-        own ``WAIT`` covers its write, so the common case pays no replica round trip.
+        asked). For a call whose replies only sometimes hold what replicas must
+        confirm (a worker's claim that found nothing to claim writes nothing): the
+        connection's own ``WAIT`` covers its write, so those pay no replica round trip.
+
+        ``again(reply, acked)``, asked after each ``WAIT`` that fell short of
+        ``wait``'s count, says whether to ask it once more: only this connection's
+        ``WAIT`` covers the write, so a caller that must not go on before its
+        replicas hold the write (a claim that starts a task) waits here.
         """
         async with asyncio.timeout(self._timeout):
             connection = await self._checkout()
@@ -193,6 +199,9 @@ class AutoPipeline:
                 if needed(reply):
                     await write(connection, pack((wait,)))
                     acked = int(await connection.read_response(timeout=math.inf))
+                    while again is not None and acked < wait[1] and await again(reply, acked):
+                        await write(connection, pack((wait,)))
+                        acked = int(await connection.read_response(timeout=math.inf))
             except ResponseError:
                 # An error reply is read whole: the connection is in step.
                 await self._keep(connection)

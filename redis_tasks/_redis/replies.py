@@ -24,8 +24,10 @@ __all__ = [
     "answers",
     "claim",
     "claim_batch",
-    "claim_batch_ended",
-    "claim_ended",
+    "claim_batch_started",
+    "claim_batch_wrote",
+    "claim_started",
+    "claim_wrote",
     "created",
     "ended",
     "expired_leases",
@@ -33,6 +35,7 @@ __all__ = [
     "flat_records",
     "shaped",
     "snapshot",
+    "started",
 ]
 
 #: The claim codes that settle a task (or leave it) instead of running it.
@@ -202,14 +205,32 @@ def ended(one: Claim) -> bool:
     return one.outcome in _ENDED
 
 
-def claim_ended(reply: list[Any]) -> bool:
-    """Whether a ``claim`` reply ended its task (so ``wait_replicas`` must confirm it)."""
-    return ended(claim(reply))
+def started(one: Claim) -> bool:
+    """Whether a claim starts its task: its worker runs the task only once a replica
+    holds the claim, and with it the create before it."""
+    return one.outcome is ClaimOutcome.RUN
 
 
-def claim_batch_ended(reply: list[Any]) -> bool:
-    """Whether a ``claim_next`` reply ended any of its tasks."""
-    return any(ended(one) for _, _, one in claim_batch(reply))
+def claim_wrote(reply: list[Any]) -> bool:
+    """Whether a ``claim`` reply started or ended its task (so ``wait_replicas`` must
+    confirm it)."""
+    one = claim(reply)
+    return started(one) or ended(one)
+
+
+def claim_started(reply: list[Any]) -> bool:
+    """Whether a ``claim`` reply started its task."""
+    return started(claim(reply))
+
+
+def claim_batch_wrote(reply: list[Any]) -> bool:
+    """Whether a ``claim_next`` reply started or ended any of its tasks."""
+    return any(started(one) or ended(one) for _, _, one in claim_batch(reply))
+
+
+def claim_batch_started(reply: list[Any]) -> bool:
+    """Whether a ``claim_next`` reply started any of its tasks."""
+    return any(started(one) for _, _, one in claim_batch(reply))
 
 
 def claim_batch(reply: Any) -> list[tuple[str, str | None, Claim]]:

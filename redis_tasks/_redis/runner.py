@@ -7,7 +7,7 @@ from named arguments) is :mod:`.scripts`; this module only runs the calls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.exceptions import NoScriptError
@@ -136,6 +136,8 @@ class ScriptRunner:
         *,
         batch: bool = True,
         wrote: Callable[[list[Any]], bool] | None = None,
+        hold: Callable[[list[Any]], bool] | None = None,
+        hold_s: float = 0.0,
     ) -> tuple[list[Any], ReplicationError | None]:
         """Run a durable ``call`` and return its reply, whatever its code, with the
         error its writes get if fewer than ``wait_replicas`` replicas confirmed them
@@ -143,11 +145,36 @@ class ScriptRunner:
         answer for themselves (``finish_batch``, a ``claim_next`` batch), where only
         the parts that wrote are unconfirmed. ``batch`` and ``wrote`` as for
         :meth:`run_raw` (a call sent at once asks its ``WAIT`` only when ``wrote``
-        says the reply needs it)."""
-        reply, acked = await self._run(call, True, batch, wrote)
+        says the reply needs it).
+
+        ``hold`` (with ``batch=False``) says which replies must not be handed back
+        before a replica holds them (a claim that starts a task): under
+        ``wait_replicas="auto"`` their ``WAIT`` is asked again while it falls short,
+        the primary still has a replica online, and both the call's deadline and
+        ``hold_s`` seconds from its start leave room for another; past that the
+        reply comes back unconfirmed."""
+        reply, acked = await self._run(call, True, batch, wrote, hold, hold_s)
         if acked is None or acked >= self.wait_replicas:
             return reply, None
         return reply, self._unconfirmed(acked)
+
+    def _again(
+        self, hold: Callable[[list[Any]], bool], node: Node, until: float
+    ) -> Callable[[Any, int], Awaitable[bool]]:
+        """Whether a held reply's ``WAIT`` that fell short is asked again on ``node``:
+        while ``node`` has a replica online and ``until`` (loop time) leaves room for
+        one more ``WAIT`` and the reply's way back."""
+        watch = self._watch
+        assert watch is not None
+        room = 1.5 * self._wait_timeout
+        loop = asyncio.get_running_loop()
+
+        async def again(reply: Any, acked: int) -> bool:
+            return (
+                hold(reply) and loop.time() + room < until and await watch.still_has_replica(node)
+            )
+
+        return again
 
     def _unconfirmed(self, acked: int) -> ReplicationError:
         return counted(
@@ -162,30 +189,43 @@ class ScriptRunner:
         durable: bool,
         batch: bool,
         wrote: Callable[[list[Any]], bool] | None = None,
+        hold: Callable[[list[Any]], bool] | None = None,
+        hold_s: float = 0.0,
     ) -> tuple[list[Any], int | None]:
         """``call``'s reply, and how many replicas confirmed it (``None``: not asked).
 
         A call sent at once (``batch=False``) whose ``wrote`` says which replies need
         confirming asks its ``WAIT`` after the reply, on the same connection, only for
-        those: a worker's claim pays the replica round trip only when it ended a task.
+        those: a worker's claim pays the replica round trip only when it claimed.
         """
         script, keys, args = call
         wait = self._wait if durable else None
         watch = self._watch
         topology = self.topology
         after = None if batch or wrote is None else _written(wrote)
+        loop = asyncio.get_running_loop()
+        # The first attempt is bounded by its batch's own deadline, which saves a
+        # timer per call at tens of thousands of calls a second; retries get what
+        # is left of the call's one deadline.
+        start = loop.time()
+        deadline = start + self.timeout
+        held_until = min(deadline, start + hold_s)
 
         async def attempt(node: Node, asking: bool) -> tuple[Any, int | None]:
             pipeline = node.pipeline
             command: tuple[Any, ...] = (b"EVALSHA", script.sha, len(keys), *keys, *args)
             # "auto": no WAIT where no replica could answer it.
             sent = wait if wait is None or watch is None or await watch.wants_wait(node) else None
+            # "auto": a reply ``hold`` names waits while its primary has a replica.
+            again = None if hold is None or watch is None else self._again(hold, node, held_until)
             for _ in range(2):
                 try:
                     if batch:
                         result = await pipeline.call(command, asking=asking, wait=sent)
                     elif sent is not None and after is not None:
-                        result = await pipeline.call_then_wait(command, sent, after, asking=asking)
+                        result = await pipeline.call_then_wait(
+                            command, sent, after, asking=asking, again=again
+                        )
                         if result[1] is None:
                             return result  # nothing the replicas must confirm
                     else:
@@ -205,10 +245,6 @@ class ScriptRunner:
                 return reply, None
             return reply, acked
 
-        # The first attempt is bounded by its batch's own deadline, which saves a
-        # timer per call at tens of thousands of calls a second; retries get what
-        # is left of the call's one deadline.
-        deadline = asyncio.get_running_loop().time() + self.timeout
         with backend_errors:
             reply, acked = await topology.call(
                 topology.slot(keys[0]), attempt, deadline=deadline, timed=False

@@ -61,10 +61,17 @@ def _lease_ms(lease: timedelta) -> int:
     return ms
 
 
+def _hold_s(lease: timedelta) -> float:
+    """How long a claim may hold the tasks it started for a lagging replica: a third
+    of their lease, so a worker that counts the lease from the reply (it cannot know
+    how long the claim waited) still renews well before it ends."""
+    return lease.total_seconds() / 3
+
+
 def _confirmed(claim: Claim, lagging: bool) -> Claim:
-    """``claim`` as its call's ``WAIT`` left it: a claim that ended its task is
-    unconfirmed when the replicas fell short (``lagging``); any other stands."""
-    if lagging and replies.ended(claim):
+    """``claim`` as its call's ``WAIT`` left it: a claim that ended or started its
+    task is unconfirmed when the replicas fell short (``lagging``); any other stands."""
+    if lagging and (replies.ended(claim) or replies.started(claim)):
         return replace(claim, unconfirmed=True)
     return claim
 
@@ -170,9 +177,14 @@ class RedisWorkQueue:
             batch=False,
             # A claim that ended its task (cancelled, poisoned) wrote an outcome: with
             # wait_replicas it is confirmed like any other (issue 26's history saw one
-            # rolled back by a failover and written again). One that runs the task is
-            # not, so a shard without replicas still runs what it holds.
-            wrote=replies.claim_ended,
+            # rolled back by a failover and written again). One that runs the task
+            # waits for its replica too, and under "auto" holds the task until one
+            # confirms (the WAIT covers the create before it): the history saw
+            # workers run tasks whose create a failover then took back. A primary
+            # without a replica neither waits nor holds.
+            wrote=replies.claim_wrote,
+            hold=replies.claim_started,
+            hold_s=_hold_s(lease),
         )
         return _confirmed(replies.claim(reply), unconfirmed is not None)
 
@@ -215,11 +227,14 @@ class RedisWorkQueue:
                 # The reader waits on this call for the next tasks to start: sent at
                 # once, it was measured to drain 30-50 % faster than with a batch.
                 batch=False,
-                # See claim(): only a batch that ended a task waits for a replica, and
-                # a WAIT that falls short leaves unconfirmed only the claims that ended
-                # theirs; the tasks the batch started run (failing the whole reply
-                # left them leased here, never started, for a whole lease).
-                wrote=replies.claim_batch_ended,
+                # See claim(): a batch that started or ended a task waits for a
+                # replica, and one that started a task holds it until a replica
+                # confirms, as long as the call's deadline allows; past that the
+                # tasks it started run, unconfirmed (failing the whole reply left them
+                # leased here, never started, for a whole lease: issue 49).
+                wrote=replies.claim_batch_wrote,
+                hold=replies.claim_batch_started,
+                hold_s=_hold_s(lease),
             )
         except BackendError as exc:
             if not no_group(exc):

@@ -204,6 +204,18 @@ class Runs:
             )
             return None
         assert claim.origin is not None
+        if claim.unconfirmed:
+            # Held for its replica as long as the lease allowed: it runs (left
+            # unstarted it would wait out the lease), and a failover before the
+            # replica catches up may take its create back.
+            log(
+                logging.WARNING,
+                "task started unconfirmed",
+                "claim_unconfirmed",
+                task=task,
+                fence=claim.fence,
+                reclaimed=reclaimed,
+            )
         lease_until = time.monotonic() + settings.lease_s
         execution = TaskExecution(
             self._manager,

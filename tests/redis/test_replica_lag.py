@@ -3,9 +3,10 @@ replica, the replica stopped with SIGSTOP, so it stays *online* in ``INFO replic
 (until ``repl-timeout``) while it answers no ``WAIT``, as a lagging replica does.
 
 What must hold there: only the writes that a caller is told of, and that wrote, are
-unconfirmed (a batch claim's started tasks run); a retried write's ``WAIT`` covers
-the write it reports; and writes waiting for their replica never take every
-connection from the calls that keep leases alive.
+unconfirmed; a claim holds the tasks it starts until the replica confirms, for at most
+a third of their lease, then they run (never left leased and unstarted); a retried
+write's ``WAIT`` covers the write it reports; and writes waiting for their replica never
+take every connection from the calls that keep leases alive.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio as aioredis
 
 from redis_tasks import (
     ClaimOutcome,
@@ -103,29 +105,87 @@ def _manager(servers: ReplicatedServer, prefix: str, **options: Any) -> RedisTas
     return RedisTaskManager.from_url(servers.url, prefix=prefix, partitions=1, **options)
 
 
-async def test_a_batch_claim_that_ended_one_task_still_starts_the_others(
+async def _cancelled_and_ready(manager: RedisTaskManager) -> tuple[str, str]:
+    """Two queued tasks: the first handed back with its cancellation asked (its next
+    claim ends it cancelled), the second ready to run."""
+    queue = manager.work_queue
+    cancelled = await manager.create_task(ALICE, ORIGIN)
+    ready = await manager.create_task(ALICE, ORIGIN)
+    # w1 holds the first task, its cancellation is asked (intent only: a live
+    # lease), and w1 hands it back.
+    ((_, held),) = await queue.claim_next(0, consumer="w1", count=1, lease=LONG, max_attempts=5)
+    await manager.request_cancellation(TaskRequestContext(ALICE, cancelled.task_id))
+    await queue.release(cancelled.task_id, fence=held.fence)
+    return cancelled.task_id, ready.task_id
+
+
+async def _waits_asked(servers: ReplicatedServer) -> int:
+    """How many ``WAIT`` commands the primary has answered or is answering."""
+    client = aioredis.Redis.from_url(servers.url)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return int(stats.get("cmdstat_wait", {}).get("calls", 0))
+
+
+async def test_a_batch_claim_starts_its_tasks_only_once_a_replica_holds_them(
     replicated: ReplicatedServer, prefix: str
 ) -> None:
+    """A claim that starts a task holds it while its replica lags: the task's create
+    may not have reached the replica either, and a failover would take it back after
+    the worker ran it (the history checker saw it). Once the replica confirms, the
+    batch is handed over, every claim in it confirmed."""
     async with _manager(replicated, prefix, fair_dispatch=False) as manager:
-        queue = manager.work_queue
-        cancelled = await manager.create_task(ALICE, ORIGIN)
-        ready = await manager.create_task(ALICE, ORIGIN)
-        # w1 holds the first task, its cancellation is asked (intent only: a live
-        # lease), and w1 hands it back: its next claim ends it cancelled.
-        ((_, held),) = await queue.claim_next(0, consumer="w1", count=1, lease=LONG, max_attempts=5)
-        await manager.request_cancellation(TaskRequestContext(ALICE, cancelled.task_id))
-        await queue.release(cancelled.task_id, fence=held.fence)
-
+        cancelled, ready = await _cancelled_and_ready(manager)
         with stalled(replicated.replicas[0]):
-            claimed = await queue.claim_next(0, consumer="w2", count=2, lease=LONG, max_attempts=5)
+            before = await _waits_asked(replicated)
+            claiming = asyncio.create_task(
+                manager.work_queue.claim_next(0, consumer="w2", count=2, lease=LONG, max_attempts=5)
+            )
+
+            async def asked_again() -> bool:
+                return await _waits_asked(replicated) >= before + 2
+
+            await wait_until(asked_again, what="a claim's WAIT asked again")
+            # Two WAITs have fallen short (the second is in flight): the batch is
+            # still held, nothing handed to the worker.
+            assert not claiming.done()
+        claimed = await claiming
         claims = {entry.task_id: claim for entry, claim in claimed}
-        assert claims.keys() == {cancelled.task_id, ready.task_id}
-        assert claims[cancelled.task_id].outcome is ClaimOutcome.CANCELLED
-        assert claims[cancelled.task_id].unconfirmed  # its ending waits for the replica
-        assert claims[ready.task_id].outcome is ClaimOutcome.RUN
-        assert not claims[ready.task_id].unconfirmed
-        # The started task is w2's to run now, its first attempt.
-        assert claims[ready.task_id].attempt == 1
+        assert claims.keys() == {cancelled, ready}
+        assert (claims[cancelled].outcome, claims[cancelled].unconfirmed) == (
+            ClaimOutcome.CANCELLED,
+            False,
+        )
+        assert (claims[ready].outcome, claims[ready].unconfirmed) == (ClaimOutcome.RUN, False)
+
+
+async def test_a_batch_claim_held_past_a_third_of_its_lease_still_starts_its_tasks(
+    replicated: ReplicatedServer, prefix: str
+) -> None:
+    """A replica that lags longer than a third of the lease: the claim hands its
+    tasks over unconfirmed and the worker runs them (left leased and unstarted, they
+    would wait out the lease); the ending in the same batch is unconfirmed too."""
+    lease = timedelta(seconds=1.2)  # held for 0.4 s at most
+    async with _manager(replicated, prefix, fair_dispatch=False) as manager:
+        cancelled, ready = await _cancelled_and_ready(manager)
+        with stalled(replicated.replicas[0]):
+            started = time.monotonic()
+            claimed = await manager.work_queue.claim_next(
+                0, consumer="w2", count=2, lease=lease, max_attempts=5
+            )
+            took = time.monotonic() - started
+        claims = {entry.task_id: claim for entry, claim in claimed}
+        assert claims.keys() == {cancelled, ready}
+        assert (claims[cancelled].outcome, claims[cancelled].unconfirmed) == (
+            ClaimOutcome.CANCELLED,
+            True,
+        )
+        assert (claims[ready].outcome, claims[ready].unconfirmed) == (ClaimOutcome.RUN, True)
+        # The started task is w2's to run now, its first attempt, within its lease.
+        assert claims[ready].attempt == 1
+        assert WAIT_S <= took < lease.total_seconds() / 3 + WAIT_S, took
 
 
 async def test_writes_waiting_for_a_stalled_replica_leave_renewals_their_connections(
