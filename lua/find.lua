@@ -11,6 +11,9 @@
     3 grant          the grant key of (task ID, endpoint, binding)
   ARGV:
     1 binding        the record's digest of (task ID, endpoint, partition binding)
+    2 confirm        '1': a snapshot that ends the task or asks for input is written
+                     over as it stands (HSET of its status to itself), so that the
+                     caller's WAIT covers what it read; '0': read only
   Returns:
     {RC_OK, {st, sm, ca, ua, ttl, pi, or, rs, er, md}, {req_key, kind..body, ...}}
     {RC_NOT_FOUND}   unknown, expired or unauthorized
@@ -20,6 +23,7 @@ local task_key = KEYS[1]
 local requests_key = KEYS[2]
 local grant_key = KEYS[3]
 local binding = ARGV[1]
+local confirm = ARGV[2] == '1'
 
 if not granted(grant_key) then
   return {RC_NOT_FOUND}
@@ -33,7 +37,14 @@ if t[11] ~= binding then
 end
 t[11] = nil
 local requests = {}
-if t[1] == ST_INPUT_REQUIRED then
+local status = t[1]
+if status == ST_INPUT_REQUIRED then
   requests = redis.call('HGETALL', requests_key)
+end
+if confirm and (status == ST_INPUT_REQUIRED or TERMINAL[status]) then
+  -- A write after the read: only a command that propagates moves the offset a
+  -- connection's WAIT waits for (Redis 8.2, Valkey), and a replica that confirms
+  -- it holds everything this call read.
+  redis.call('HSET', task_key, 'st', status)
 end
 return {RC_OK, t, requests}

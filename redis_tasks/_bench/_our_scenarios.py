@@ -295,6 +295,7 @@ class OurScenarios(BenchBase):
                     requests=keys.requests,
                     grant=keys.grant(*grant),
                     binding=digest,
+                    confirm=0,
                 )
             )
             if probe.cluster:

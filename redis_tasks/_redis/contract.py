@@ -19,6 +19,7 @@ from redis_tasks._limits import Limits
 from redis_tasks._models import Task
 from redis_tasks._plans import PlanPolicy
 from redis_tasks._record import EncodedAnswer, EncodedRequest, decode_answers, decode_task
+from redis_tasks._status import TaskStatus
 
 from . import replies
 from . import scripts as lua
@@ -103,19 +104,37 @@ class RedisContract(TaskManagerBase):
         if keys is None:
             return None
         digest = keys.binding_digest(endpoint, binding)
+        runner = self._link.runner
+        grant = keys.grant(endpoint, binding)
         try:
-            reply = await self._link.runner.run(
+            reply = await runner.run(
                 lua.find(
-                    task=keys.task,
-                    requests=keys.requests,
-                    grant=keys.grant(endpoint, binding),
-                    binding=digest,
+                    task=keys.task, requests=keys.requests, grant=grant, binding=digest, confirm=0
                 )
             )
+            task = decode_task(task_id, *replies.snapshot(reply))
+            if (task.status.is_terminal or task.status is TaskStatus.INPUT_REQUIRED) and (
+                await runner.confirms(keys.task)
+            ):
+                # What a client acts on (an outcome, an input request) is answered
+                # only once a replica holds it: read on the primary, it may be a write
+                # whose caller heard nothing yet and that a failover takes back (the
+                # history checker saw a client read an outcome, then the task run
+                # again). Read again with a write after it, and WAIT for that.
+                reply = await runner.run(
+                    lua.find(
+                        task=keys.task,
+                        requests=keys.requests,
+                        grant=grant,
+                        binding=digest,
+                        confirm=1,
+                    ),
+                    durable=True,
+                )
+                task = decode_task(task_id, *replies.snapshot(reply))
         except TaskNotFoundError:
             return None
-        fields, requests = replies.snapshot(reply)
-        return decode_task(task_id, fields, requests)
+        return task
 
     async def _update(
         self, task_id: str, endpoint: bytes, binding: bytes, answers: list[EncodedAnswer]

@@ -158,6 +158,15 @@ class ScriptRunner:
             return reply, None
         return reply, self._unconfirmed(acked)
 
+    async def confirms(self, key: str) -> bool:
+        """Whether a write to ``key`` waits for replicas: ``wait_replicas`` asks some,
+        and under ``"auto"`` the primary that owns ``key`` has one online. For a read
+        that confirms what it saw only where that can be done (see ``find``)."""
+        if self.wait_replicas == 0:
+            return False
+        watch = self._watch
+        return watch is None or await watch.wants_wait(self.topology.node_for(key))
+
     def _again(
         self, hold: Callable[[list[Any]], bool], node: Node, until: float
     ) -> Callable[[Any, int], Awaitable[bool]]:

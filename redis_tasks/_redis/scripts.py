@@ -117,8 +117,8 @@ def create(
 
 
 @_binding
-def find(*, task: str, requests: str, grant: str, binding: str) -> Call:
-    return scripts["find"], (task, requests, grant), (binding,)
+def find(*, task: str, requests: str, grant: str, binding: str, confirm: int) -> Call:
+    return scripts["find"], (task, requests, grant), (binding, confirm)
 
 
 @_binding

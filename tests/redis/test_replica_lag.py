@@ -29,6 +29,7 @@ from redis_tasks import (
     RedisTaskManager,
     ReplicationError,
     TaskRequestContext,
+    TaskStatus,
     TaskUpdateContext,
 )
 from redis_tasks._lease import Claim
@@ -186,6 +187,47 @@ async def test_a_batch_claim_held_past_a_third_of_its_lease_still_starts_its_tas
         # The started task is w2's to run now, its first attempt, within its lease.
         assert claims[ready].attempt == 1
         assert WAIT_S <= took < lease.total_seconds() / 3 + WAIT_S, took
+
+
+async def test_a_read_shows_an_outcome_or_an_input_request_only_once_a_replica_holds_it(
+    every_replicated: ReplicatedServer, prefix: str
+) -> None:
+    """A client acts on an outcome or an input request it reads: read on the primary
+    before its replica has it, a failover may take it back (the history checker saw
+    a client read an outcome, then the task run again). Such a read is answered once
+    a replica holds what it saw, and a task still working is read at once. The
+    reader's connection last wrote before the replica stalled: on Redis 8.2 and
+    Valkey 9.1 its ``WAIT`` covers what it read only because the read writes too."""
+    replicated = every_replicated
+    async with (
+        _manager(replicated, prefix, fair_dispatch=False) as worker,
+        _manager(replicated, prefix, fair_dispatch=False) as reader,
+    ):
+        done = await worker.create_task(ALICE, ORIGIN)
+        asked = await worker.create_task(ALICE, ORIGIN)
+        working = await worker.create_task(ALICE, ORIGIN)
+        claimed = await worker.work_queue.claim_next(
+            0, consumer="w", count=3, lease=LONG, max_attempts=5
+        )
+        fence = {entry.task_id: claim.fence for entry, claim in claimed}
+        await reader.create_task(ALICE, ORIGIN)  # its connection's last write, confirmed
+
+        async def seen(task_id: str) -> TaskStatus | None:
+            task = await reader.find_task(TaskRequestContext(ALICE, task_id))
+            return None if task is None else task.status
+
+        with stalled(replicated.replicas[0]):
+            with pytest.raises(ReplicationError):
+                await worker.complete_task(done.task_id, {"ok": 1}, fence=fence[done.task_id])
+            await worker.request_input(asked.task_id, {"k": ELICIT}, fence=fence[asked.task_id])
+            for task in (done, asked):
+                with pytest.raises(ReplicationError):
+                    await seen(task.task_id)
+            started = time.monotonic()
+            assert await seen(working.task_id) is TaskStatus.WORKING
+            assert time.monotonic() - started < WAIT_S  # no WAIT for a task working
+        assert await seen(done.task_id) is TaskStatus.COMPLETED
+        assert await seen(asked.task_id) is TaskStatus.INPUT_REQUIRED
 
 
 async def test_writes_waiting_for_a_stalled_replica_leave_renewals_their_connections(

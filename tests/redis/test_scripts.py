@@ -398,11 +398,17 @@ def test_includes_that_need_each_other_are_refused() -> None:
         lua.assemble(["a"], "", includes=includes)
 
 
-FIND_ARGS = {"task": "t", "requests": "r", "grant": "g", "binding": "b"}
+FIND_ARGS: dict[str, Any] = {
+    "task": "t",
+    "requests": "r",
+    "grant": "g",
+    "binding": "b",
+    "confirm": 0,
+}
 
 
 def test_a_binding_puts_named_arguments_in_header_order() -> None:
-    assert lua.find(**FIND_ARGS) == (lua.scripts["find"], ("t", "r", "g"), ("b",))
+    assert lua.find(**FIND_ARGS) == (lua.scripts["find"], ("t", "r", "g"), ("b", 0))
     call = lua.update(
         task="t",
         requests="r",
@@ -450,12 +456,12 @@ def test_a_call_with_a_missing_extra_or_misnamed_argument_raises(arguments: dict
 
 def test_a_binding_takes_keywords_only() -> None:
     with pytest.raises(TypeError):
-        lua.find("t", "r", "g", "b")  # type: ignore[call-arg]
+        lua.find("t", "r", "g", "b", 0)  # type: ignore[call-arg]
 
 
 def test_a_binding_that_misplaces_an_argument_is_refused() -> None:
-    def find(*, task: str, requests: str, grant: str, binding: str) -> lua.Call:
-        return lua.scripts["find"], (task, grant, requests), (binding,)
+    def find(*, task: str, requests: str, grant: str, binding: str, confirm: int) -> lua.Call:
+        return lua.scripts["find"], (task, grant, requests), (binding, confirm)
 
     with pytest.raises(InternalError, match="misplaces its arguments"):
         lua.check_binding(find, lua.scripts["find"])
