@@ -58,6 +58,10 @@ _LEFT_OUT: Final = "lease_lost"
 #: What an entry's task starts with when it marks a partition's batch claim of unknown
 #: outcome (followed by the partition's number): see histories().
 _PARTITION: Final = "#partition:"
+#: How long after its start a batch claim that failed may still run on a server, at
+#: most: its call gives up at its deadline (2 s here), and the longest fault that holds
+#: a command it sent is a pause of 1.5 deadlines; after that, it ran or never will.
+LOST_CLAIM_RUNS_WITHIN: Final = 10.0
 _CLAIMED: Final = {
     ClaimOutcome.RUN: "run",
     ClaimOutcome.CANCELLED: "cancelled",
@@ -227,13 +231,25 @@ async def run_workers(
             )
         except BackendError:
             claimed = None
+        ret = time.monotonic()
         if claimed is None or retries() != before:
+            # Until when the call may have run on the server: a call that was answered
+            # ran before its answer (a retry's first attempt runs before the retry, or
+            # never: a killed connection's unread commands are dropped).
+            until = invoke + LOST_CLAIM_RUNS_WITHIN if claimed is None else ret
             recorder.entries.append(
-                Entry(f"{_PARTITION}{partition}", recorder.process, "claim", invoke, None, None)
+                Entry(
+                    f"{_PARTITION}{partition}",
+                    recorder.process,
+                    "claim",
+                    invoke,
+                    None,
+                    None,
+                    {"until": until},
+                )
             )
         if claimed is None:
             return []
-        ret = time.monotonic()
         out = []
         for entry, claim in claimed:
             if entry.task_id is None:
@@ -317,10 +333,11 @@ def histories(entries: list[Entry]) -> dict[str, list[Op]]:
     write refused for a lost lease left out, a create nobody heard back from added.
 
     A batch claim nobody heard back from may have claimed any task of its partition
-    that was alive then or came while its call was out: each such task (with an
-    operation after the claim's start) gets a claim of unknown outcome at that time,
-    which the checker may place after it (after its create too) or leave out. That
-    weakens the check for those tasks only, never wrongly reports one."""
+    that was alive then or came while its call was out: each such task (created before
+    the call's last moment on a server, with an operation after the claim's start)
+    gets a claim of unknown outcome at that time, which the checker may place after it
+    (after its create too) or leave out. That weakens the check for those tasks only,
+    never wrongly reports one."""
     by_task: dict[str, list[Entry]] = {}
     marks: list[Entry] = []
     for entry in entries:
@@ -333,7 +350,11 @@ def histories(entries: list[Entry]) -> dict[str, list[Op]]:
         for task, rows in by_task.items():
             # Not only tasks created before the claim's start: a lost call may run on
             # the server after a create that started later.
-            if task.startswith(prefix) and any(e.invoke > mark.invoke for e in rows):
+            if (
+                task.startswith(prefix)
+                and min(e.invoke for e in rows) < mark.args["until"]
+                and any(e.invoke > mark.invoke for e in rows)
+            ):
                 rows.append(Entry(task, mark.process, "claim", mark.invoke, None, None))
     out: dict[str, list[Op]] = {}
     for task, rows in by_task.items():

@@ -67,19 +67,29 @@ class RedisTaskManager(RedisContract):
     ended the task). The answers, cancellations and claims' outcomes wait since issue
     26: its history checker saw each acknowledged, then rolled back by a failover. The
     price is a round trip to the replicas on each of those writes (one ``WAIT`` per
-    pipeline batch; a claim asks it only when it ended a task), and, with a fixed ``N``,
+    pipeline batch; a claim asks it only when it claimed), and, with a fixed ``N``,
     errors while a shard has fewer replicas than asked (right after a failover, until a
     replica is attached again).
 
-    A claim that runs its task, a lease renewal, a status message and an input
-    request are not confirmed, so a shard without replicas still runs the tasks it
-    holds (with a fixed ``N`` a claim still sends its ``WAIT``, which such a shard
-    answers after ``wait_timeout``). A failover may roll one back: a lost claim is harmless,
-    since the next claim gets a higher fence and the lost holder's writes are
-    refused; a lost input request is asked again at the worker's next poll of its
-    answers. Reads are served by the primary, so they may see a write its replicas
-    never got (one still waiting, or one that reported ``ReplicationError``)
-    before a failover rolls it back.
+    A worker starts a task only once a replica holds its claim, and with it the task's
+    create: under ``"auto"`` a claim whose ``WAIT`` falls short asks it again while its
+    primary has a replica online, for up to a third of the lease (and within
+    ``timeout``), then hands the task over unconfirmed (it runs, with a
+    ``claim_unconfirmed`` warning: left leased and unstarted it would wait out the
+    lease). Before, a worker could run a task whose create a failover then took back.
+    With a fixed ``N`` a claim asks its ``WAIT`` once. A lease renewal, a status
+    message and an input request are not confirmed. A failover may roll one back: a
+    lost claim is harmless, since the next claim gets a higher fence and the lost
+    holder's writes are refused; a lost input request is asked again at the worker's
+    next poll of its answers.
+
+    Reads are served by the primary, so they may see a write its replicas never got
+    (one still waiting, or one that reported ``ReplicationError``) before a failover
+    rolls it back. What a client acts on is not answered so: ``find_task`` that finds
+    an outcome or an input request reads the task again with a write after the read
+    and waits for a replica to confirm it (one more call and a replica round trip, only
+    for those reads, only where writes wait), and raises :class:`ReplicationError`
+    when none does in time; a task still working is read in one call.
 
     Logs and spans name a task by its reference (``11.Wt0jM9``), never its whole
     ID, unless ``whole_task_ids=True`` (see :attr:`whole_task_ids`).

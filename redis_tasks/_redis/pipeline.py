@@ -174,6 +174,7 @@ class AutoPipeline:
         *,
         asking: bool = False,
         again: Callable[[Any, int], Awaitable[bool]] | None = None,
+        eager: bool = False,
     ) -> tuple[Any, int | None]:
         """:meth:`call_now`, then ``wait`` (a ``WAIT``) on the same connection only if
         ``needed(reply)``: the reply, and the replicas that confirmed it (``None``: not
@@ -185,20 +186,37 @@ class AutoPipeline:
         ``wait``'s count, says whether to ask it once more: only this connection's
         ``WAIT`` covers the write, so a caller that must not go on before its
         replicas hold the write (a claim that starts a task) waits here.
+
+        ``eager`` sends the ``WAIT`` behind the command in the same write, for a call
+        whose reply nearly always needs it (a claim of an entry a worker was handed):
+        one round trip instead of two; a reply that does not need it gets ``None``.
         """
+        commands: list[tuple[Any, ...]] = [_ASKING, command] if asking else [command]
+        if eager:
+            commands.append(wait)
         async with asyncio.timeout(self._timeout):
             connection = await self._checkout()
             try:
-                await write(connection, pack((_ASKING, command) if asking else (command,)))
+                await write(connection, pack(commands))
                 if asking:
                     # Its refusal shows in the command's own reply, read next.
                     with contextlib.suppress(ResponseError):
                         await connection.read_response(timeout=math.inf)
-                reply = await connection.read_response(timeout=math.inf)
+                try:
+                    reply = await connection.read_response(timeout=math.inf)
+                except ResponseError:
+                    if eager:
+                        await connection.read_response(timeout=math.inf)  # the WAIT's
+                    raise
                 acked: int | None = None
-                if needed(reply):
+                if eager:
+                    acked = int(await connection.read_response(timeout=math.inf))
+                    if not needed(reply):
+                        acked = None
+                elif needed(reply):
                     await write(connection, pack((wait,)))
                     acked = int(await connection.read_response(timeout=math.inf))
+                if acked is not None:
                     while again is not None and acked < wait[1] and await again(reply, acked):
                         await write(connection, pack((wait,)))
                         acked = int(await connection.read_response(timeout=math.inf))

@@ -114,7 +114,7 @@ class ScriptRunner:
 
         ``wrote`` says which of a durable call's replies made a write its replicas
         must confirm (by default, any that answered OK): a worker's claim waits only
-        when it ended a task.
+        when it claimed.
 
         ``batch=False`` sends the call on a connection of its own at once instead
         of with the auto-pipeline's next batch: for a call that others wait on (a
@@ -138,6 +138,7 @@ class ScriptRunner:
         wrote: Callable[[list[Any]], bool] | None = None,
         hold: Callable[[list[Any]], bool] | None = None,
         hold_s: float = 0.0,
+        eager: bool = False,
     ) -> tuple[list[Any], ReplicationError | None]:
         """Run a durable ``call`` and return its reply, whatever its code, with the
         error its writes get if fewer than ``wait_replicas`` replicas confirmed them
@@ -152,8 +153,10 @@ class ScriptRunner:
         ``wait_replicas="auto"`` their ``WAIT`` is asked again while it falls short,
         the primary still has a replica online, and both the call's deadline and
         ``hold_s`` seconds from its start leave room for another; past that the
-        reply comes back unconfirmed."""
-        reply, acked = await self._run(call, True, batch, wrote, hold, hold_s)
+        reply comes back unconfirmed. ``eager`` sends the ``WAIT`` with the call, in
+        the same write (a call whose reply nearly always needs it: one round trip).
+        """
+        reply, acked = await self._run(call, True, batch, wrote, hold, hold_s, eager)
         if acked is None or acked >= self.wait_replicas:
             return reply, None
         return reply, self._unconfirmed(acked)
@@ -200,6 +203,7 @@ class ScriptRunner:
         wrote: Callable[[list[Any]], bool] | None = None,
         hold: Callable[[list[Any]], bool] | None = None,
         hold_s: float = 0.0,
+        eager: bool = False,
     ) -> tuple[list[Any], int | None]:
         """``call``'s reply, and how many replicas confirmed it (``None``: not asked).
 
@@ -233,7 +237,7 @@ class ScriptRunner:
                         result = await pipeline.call(command, asking=asking, wait=sent)
                     elif sent is not None and after is not None:
                         result = await pipeline.call_then_wait(
-                            command, sent, after, asking=asking, again=again
+                            command, sent, after, asking=asking, again=again, eager=eager
                         )
                         if result[1] is None:
                             return result  # nothing the replicas must confirm

@@ -185,6 +185,9 @@ class RedisWorkQueue:
             wrote=replies.claim_wrote,
             hold=replies.claim_started,
             hold_s=_hold_s(lease),
+            # An entry a worker was handed is nearly always claimed: its WAIT goes
+            # out with the call (one round trip on the pickup path, not two).
+            eager=True,
         )
         return _confirmed(replies.claim(reply), unconfirmed is not None)
 

@@ -19,7 +19,14 @@ from benchmarks.history.faults import classify, record_with_faults
 from benchmarks.history.model import answer
 from benchmarks.history.ops import Op, dumps, loads
 from benchmarks.history.promises import breaches
-from benchmarks.history.recorder import Recorder, histories, run_clients, run_workers
+from benchmarks.history.recorder import (
+    LOST_CLAIM_RUNS_WITHIN,
+    Entry,
+    Recorder,
+    histories,
+    run_clients,
+    run_workers,
+)
 from tests.support.backends import Backend
 
 RESULT = {"content": [], "isError": False}
@@ -211,6 +218,30 @@ def test_a_history_reads_back_from_json_lines() -> None:
         ("w", "complete", 4.0, None, None, {"result": RESULT}),
     )
     assert loads(dumps(ops)) == ops
+
+
+def test_a_lost_batch_claim_is_placed_on_the_tasks_it_may_have_met_only() -> None:
+    """A batch claim of unknown outcome marks its partition: it may have claimed a task
+    created before its last moment on a server (its answer, or for a call that failed,
+    ``LOST_CLAIM_RUNS_WITHIN`` after its start), never one created after that."""
+
+    def entry(task: str, kind: str, invoke: float, ret: float | None = None) -> Entry:
+        return Entry(task, "p", kind, invoke, ret, "ok" if ret is not None else None)
+
+    def mark(invoke: float, until: float) -> Entry:
+        return Entry("#partition:3", "w", "claim", invoke, None, None, {"until": until})
+
+    tasks = [("3.early", 1.0), ("3.during", 5.0), ("3.after", 5.0 + LOST_CLAIM_RUNS_WITHIN)]
+    rows = [row for task, at in tasks for row in (entry(task, "create", at, at + 0.1),)]
+    rows += [entry(task, "find", at + 6.0, at + 6.1) for task, at in tasks]
+    rows.append(entry("4.elsewhere", "find", 6.0, 6.1))
+
+    def marked(*marks: Entry) -> set[str]:
+        found = histories([*rows, *marks])
+        return {task for task, ops in found.items() if any(op.kind == "claim" for op in ops)}
+
+    assert marked(mark(4.0, 4.0 + LOST_CLAIM_RUNS_WITHIN)) == {"3.early", "3.during"}
+    assert marked(mark(4.0, 4.5)) == {"3.early"}  # answered at 4.5, after a retry
 
 
 def test_an_operation_cannot_return_before_it_was_invoked() -> None:

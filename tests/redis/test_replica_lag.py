@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -130,29 +130,38 @@ async def _waits_asked(servers: ReplicatedServer) -> int:
     return int(stats.get("cmdstat_wait", {}).get("calls", 0))
 
 
-async def test_a_batch_claim_starts_its_tasks_only_once_a_replica_holds_them(
+async def _held_until_the_replica_answers(
+    servers: ReplicatedServer, claim: Callable[[], Coroutine[Any, Any, Any]]
+) -> Any:
+    """``claim()``'s result, made while the replica is stalled: it has asked its ``WAIT``
+    twice (two fell short, or the second is in flight) and still not returned."""
+    with stalled(servers.replicas[0]):
+        before = await _waits_asked(servers)
+        claiming: asyncio.Task[Any] = asyncio.create_task(claim())
+
+        async def asked_again() -> bool:
+            return await _waits_asked(servers) >= before + 2
+
+        await wait_until(asked_again, what="a claim's WAIT asked again")
+        assert not claiming.done()  # held: nothing handed to the worker yet
+    return await claiming
+
+
+async def test_a_claim_starts_its_tasks_only_once_a_replica_holds_them(
     replicated: ReplicatedServer, prefix: str
 ) -> None:
     """A claim that starts a task holds it while its replica lags: the task's create
     may not have reached the replica either, and a failover would take it back after
     the worker ran it (the history checker saw it). Once the replica confirms, the
-    batch is handed over, every claim in it confirmed."""
+    claims are handed over, confirmed: a batch claim's, and the claim of an entry a
+    worker was handed (its ``WAIT`` sent with the call)."""
     async with _manager(replicated, prefix, fair_dispatch=False) as manager:
+        queue = manager.work_queue
         cancelled, ready = await _cancelled_and_ready(manager)
-        with stalled(replicated.replicas[0]):
-            before = await _waits_asked(replicated)
-            claiming = asyncio.create_task(
-                manager.work_queue.claim_next(0, consumer="w2", count=2, lease=LONG, max_attempts=5)
-            )
-
-            async def asked_again() -> bool:
-                return await _waits_asked(replicated) >= before + 2
-
-            await wait_until(asked_again, what="a claim's WAIT asked again")
-            # Two WAITs have fallen short (the second is in flight): the batch is
-            # still held, nothing handed to the worker.
-            assert not claiming.done()
-        claimed = await claiming
+        claimed = await _held_until_the_replica_answers(
+            replicated,
+            lambda: queue.claim_next(0, consumer="w2", count=2, lease=LONG, max_attempts=5),
+        )
         claims = {entry.task_id: claim for entry, claim in claimed}
         assert claims.keys() == {cancelled, ready}
         assert (claims[cancelled].outcome, claims[cancelled].unconfirmed) == (
@@ -160,6 +169,13 @@ async def test_a_batch_claim_starts_its_tasks_only_once_a_replica_holds_them(
             False,
         )
         assert (claims[ready].outcome, claims[ready].unconfirmed) == (ClaimOutcome.RUN, False)
+
+        handed = await manager.create_task(ALICE, ORIGIN)
+        entry = await _read_entry(manager, "w3", handed.task_id)
+        one = await _held_until_the_replica_answers(
+            replicated, lambda: _claim(manager, entry, "w3")
+        )
+        assert (one.outcome, one.unconfirmed) == (ClaimOutcome.RUN, False)
 
 
 async def test_a_batch_claim_held_past_a_third_of_its_lease_still_starts_its_tasks(
