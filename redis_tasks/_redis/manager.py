@@ -64,32 +64,25 @@ class RedisTaskManager(RedisContract):
     a finished one run again). A confirmed write survives the loss of its primary. That is
     ``create_task``, a client's answers and cancellation requests, and every outcome, a
     claim's included (one that found a cancellation request or the poison cap and
-    ended the task). The answers, cancellations and claims' outcomes wait since issue
-    26: its history checker saw each acknowledged, then rolled back by a failover. The
+    ended the task; issue 26's history checker saw each rolled back by a failover). The
     price is a round trip to the replicas on each of those writes (one ``WAIT`` per
     pipeline batch; a claim asks it only when it claimed), and, with a fixed ``N``,
     errors while a shard has fewer replicas than asked (right after a failover, until a
     replica is attached again).
 
-    A worker starts a task only once a replica holds its claim, and with it the task's
-    create: under ``"auto"`` a claim whose ``WAIT`` falls short asks it again while its
-    primary has a replica online, for up to a third of the lease (and within
-    ``timeout``), then hands the task over unconfirmed (it runs, with a
-    ``claim_unconfirmed`` warning: left leased and unstarted it would wait out the
-    lease). Before, a worker could run a task whose create a failover then took back.
-    With a fixed ``N`` a claim asks its ``WAIT`` once. A lease renewal, a status
-    message and an input request are not confirmed. A failover may roll one back: a
-    lost claim is harmless, since the next claim gets a higher fence and the lost
-    holder's writes are refused; a lost input request is asked again at the worker's
-    next poll of its answers.
+    A worker starts a task only once a replica holds its claim, and so its create: under
+    ``"auto"`` a claim whose ``WAIT`` falls short asks it again while its primary has a
+    replica online, for up to a third of the lease, then starts the task unconfirmed
+    (a ``claim_unconfirmed`` warning) rather than leave it leased; a fixed ``N`` asks
+    once. A lease renewal, a status message and an input request are not confirmed; a
+    lost claim is harmless (the next gets a higher fence, the lost holder's writes are
+    refused), a lost input request is asked again at the worker's next poll.
 
     Reads are served by the primary, so they may see a write its replicas never got
-    (one still waiting, or one that reported ``ReplicationError``) before a failover
-    rolls it back. What a client acts on is not answered so: ``find_task`` that finds
-    an outcome or an input request reads the task again with a write after the read
-    and waits for a replica to confirm it (one more call and a replica round trip, only
-    for those reads, only where writes wait), and raises :class:`ReplicationError`
-    when none does in time; a task still working is read in one call.
+    before a failover rolls it back; under ``"auto"``, ``find_task`` that finds an
+    outcome or an input request (what a client acts on) reads again with a write after
+    the read and waits for its replica (:class:`ReplicationError` if none confirms in
+    time): one more call for those reads only, where a replica is online.
 
     Logs and spans name a task by its reference (``11.Wt0jM9``), never its whole
     ID, unless ``whole_task_ids=True`` (see :attr:`whole_task_ids`).

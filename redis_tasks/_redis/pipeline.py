@@ -178,18 +178,12 @@ class AutoPipeline:
     ) -> tuple[Any, int | None]:
         """:meth:`call_now`, then ``wait`` (a ``WAIT``) on the same connection only if
         ``needed(reply)``: the reply, and the replicas that confirmed it (``None``: not
-        asked). For a call whose replies only sometimes hold what replicas must
-        confirm (a worker's claim that found nothing to claim writes nothing): the
-        connection's own ``WAIT`` covers its write, so those pay no replica round trip.
-
-        ``again(reply, acked)``, asked after each ``WAIT`` that fell short of
-        ``wait``'s count, says whether to ask it once more: only this connection's
-        ``WAIT`` covers the write, so a caller that must not go on before its
-        replicas hold the write (a claim that starts a task) waits here.
-
-        ``eager`` sends the ``WAIT`` behind the command in the same write, for a call
-        whose reply nearly always needs it (a claim of an entry a worker was handed):
-        one round trip instead of two; a reply that does not need it gets ``None``.
+        asked). The connection's own ``WAIT`` covers its write, so a reply that wrote
+        nothing for replicas (a claim that found nothing) pays no replica round trip.
+        ``again(reply, acked)``, after each ``WAIT`` that fell short, says whether to ask
+        it once more (a claim that starts a task waits here for its replica). ``eager``
+        sends the ``WAIT`` in the command's own write, for a reply that nearly always
+        needs it: one round trip, not two; one that does not need it gets ``None``.
         """
         commands: list[tuple[Any, ...]] = [_ASKING, command] if asking else [command]
         if eager:

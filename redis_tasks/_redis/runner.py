@@ -162,13 +162,12 @@ class ScriptRunner:
         return reply, self._unconfirmed(acked)
 
     async def confirms(self, key: str) -> bool:
-        """Whether a write to ``key`` waits for replicas: ``wait_replicas`` asks some,
-        and under ``"auto"`` the primary that owns ``key`` has one online. For a read
-        that confirms what it saw only where that can be done (see ``find``)."""
-        if self.wait_replicas == 0:
-            return False
+        """Whether a read of ``key`` should confirm what it saw (see ``find``): under
+        ``"auto"``, where the primary that owns ``key`` has a replica online. Not with
+        a fixed count: a shard short of replicas (a promoted one, until another
+        attaches) would then answer no outcome at all."""
         watch = self._watch
-        return watch is None or await watch.wants_wait(self.topology.node_for(key))
+        return watch is not None and await watch.wants_wait(self.topology.node_for(key))
 
     def _again(
         self, hold: Callable[[list[Any]], bool], node: Node, until: float

@@ -175,18 +175,14 @@ class RedisWorkQueue:
             # A worker claims one entry at a time only when it was idle (or
             # reclaims): the task's start waits on this call, so it goes at once.
             batch=False,
-            # A claim that ended its task (cancelled, poisoned) wrote an outcome: with
-            # wait_replicas it is confirmed like any other (issue 26's history saw one
-            # rolled back by a failover and written again). One that runs the task
-            # waits for its replica too, and under "auto" holds the task until one
-            # confirms (the WAIT covers the create before it): the history saw
-            # workers run tasks whose create a failover then took back. A primary
-            # without a replica neither waits nor holds.
+            # A claim that ended its task wrote an outcome, confirmed like any other
+            # (issue 26's history saw one rolled back). One that runs the task holds
+            # it until a replica confirms (the WAIT covers the create before it; the
+            # history saw workers run tasks whose create a failover took back). The
+            # WAIT goes in the call's own write: a handed entry is nearly always claimed.
             wrote=replies.claim_wrote,
             hold=replies.claim_started,
             hold_s=_hold_s(lease),
-            # An entry a worker was handed is nearly always claimed: its WAIT goes
-            # out with the call (one round trip on the pickup path, not two).
             eager=True,
         )
         return _confirmed(replies.claim(reply), unconfirmed is not None)

@@ -1,8 +1,7 @@
 """Every run in progress: claim, start, supervise, finish, park or hand back.
 
-The pickup path is latency: a claimed task's handler is started in the step that
-received the claim (not one task hop later), and its slot is given back the moment
-the handler is done, before the outcome is written.
+The pickup path is latency: a claimed task's handler starts in the step that received
+the claim, and its slot is back when the handler is done, before the outcome is written.
 
 A run takes its slot from the lease its caller took (:class:`~.slots.SlotLease`) when
 it is admitted, and gives it back once its handler is done (or, if it was stopped,
@@ -11,10 +10,9 @@ once the handler gave up), as it leaves the states that hold it
 :meth:`Runs.let_go`, on every path: an outcome written, a task parked or handed back,
 a run that could not even start.
 
-Each run is one asyncio task: its handler, then its outcome (or its hand-back). A
-handler task plus a supervisor task waiting on it cost a task, a future and a callback
-more per job, about a tenth of a draining worker's CPU (profiled). The worker stops a
-handler by cancelling the run's task while it is in the handler
+Each run is one asyncio task: its handler, then its outcome (or its hand-back); a
+supervisor task per handler cost about a tenth of a draining worker's CPU (profiled).
+The worker stops a handler by cancelling the run's task while it is in the handler
 (:meth:`~.run_state.Run.abandon`); one that ignores that keeps its slot until it ends,
 except at shutdown, which hands its task back after the call timeout.
 """
@@ -204,18 +202,8 @@ class Runs:
             )
             return None
         assert claim.origin is not None
-        if claim.unconfirmed:
-            # Held for its replica as long as the lease allowed: it runs (left
-            # unstarted it would wait out the lease), and a failover before the
-            # replica catches up may take its create back.
-            log(
-                logging.WARNING,
-                "task started unconfirmed",
-                "claim_unconfirmed",
-                task=task,
-                fence=claim.fence,
-                reclaimed=reclaimed,
-            )
+        if claim.unconfirmed:  # held for its replica as long as the lease allowed
+            log(logging.WARNING, "task started unconfirmed", "claim_unconfirmed", task=task)
         lease_until = time.monotonic() + settings.lease_s
         execution = TaskExecution(
             self._manager,
