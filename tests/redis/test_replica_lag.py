@@ -28,6 +28,7 @@ from redis_tasks import (
     ClaimOutcome,
     RedisTaskManager,
     ReplicationError,
+    Task,
     TaskRequestContext,
     TaskStatus,
     TaskUpdateContext,
@@ -205,6 +206,16 @@ async def test_a_batch_claim_held_past_a_third_of_its_lease_still_starts_its_tas
         assert WAIT_S <= took < lease.total_seconds() / 3 + WAIT_S, took
 
 
+async def _three_running(manager: RedisTaskManager) -> tuple[list[Task], dict[str, int]]:
+    """Three new tasks, claimed (by worker ``w``), and the fence of each by task ID."""
+    tasks = [await manager.create_task(ALICE, ORIGIN) for _ in range(3)]
+    claimed = await manager.work_queue.claim_next(
+        0, consumer="w", count=3, lease=LONG, max_attempts=5
+    )
+    fences = {entry.task_id: claim.fence for entry, claim in claimed}
+    return tasks, {task.task_id: fences[task.task_id] for task in tasks}
+
+
 async def test_a_read_shows_an_outcome_or_an_input_request_only_once_a_replica_holds_it(
     every_replicated: ReplicatedServer, prefix: str
 ) -> None:
@@ -219,13 +230,7 @@ async def test_a_read_shows_an_outcome_or_an_input_request_only_once_a_replica_h
         _manager(replicated, prefix, fair_dispatch=False) as worker,
         _manager(replicated, prefix, fair_dispatch=False) as reader,
     ):
-        done = await worker.create_task(ALICE, ORIGIN)
-        asked = await worker.create_task(ALICE, ORIGIN)
-        working = await worker.create_task(ALICE, ORIGIN)
-        claimed = await worker.work_queue.claim_next(
-            0, consumer="w", count=3, lease=LONG, max_attempts=5
-        )
-        fence = {entry.task_id: claim.fence for entry, claim in claimed}
+        (done, asked, working), fence = await _three_running(worker)
         await reader.create_task(ALICE, ORIGIN)  # its connection's last write, confirmed
 
         async def seen(task_id: str) -> TaskStatus | None:
@@ -306,13 +311,7 @@ async def test_a_retried_write_is_confirmed_only_once_its_first_attempt_is(
         _manager(replicated, prefix, fair_dispatch=False) as first,
         _manager(replicated, prefix, fair_dispatch=False) as retry,
     ):
-        done = await first.create_task(ALICE, ORIGIN)
-        answered = await first.create_task(ALICE, ORIGIN)
-        cancelled = await first.create_task(ALICE, ORIGIN)
-        claimed = await first.work_queue.claim_next(
-            0, consumer="w", count=3, lease=LONG, max_attempts=5
-        )
-        fence = {entry.task_id: claim.fence for entry, claim in claimed}
+        (done, answered, cancelled), fence = await _three_running(first)
         await first.request_input(answered.task_id, {"k": ELICIT}, fence=fence[answered.task_id])
         answer = TaskUpdateContext(ALICE, answered.task_id, {"k": ELICIT_ANSWER})
         cancel = TaskRequestContext(ALICE, cancelled.task_id)
