@@ -106,12 +106,14 @@ class RedisContract(TaskManagerBase):
         digest = keys.binding_digest(endpoint, binding)
         runner = self._link.runner
         grant = keys.grant(endpoint, binding)
-        try:
-            reply = await runner.run(
-                lua.find(
-                    task=keys.task, requests=keys.requests, grant=grant, binding=digest, confirm=0
-                )
+
+        def find(confirm: int) -> lua.Call:
+            return lua.find(
+                task=keys.task, requests=keys.requests, grant=grant, binding=digest, confirm=confirm
             )
+
+        try:
+            reply = await runner.run(find(0))
             task = decode_task(task_id, *replies.snapshot(reply))
             if (task.status.is_terminal or task.status is TaskStatus.INPUT_REQUIRED) and (
                 await runner.confirms(keys.task)
@@ -121,16 +123,7 @@ class RedisContract(TaskManagerBase):
                 # whose caller heard nothing yet and that a failover takes back (the
                 # history checker saw a client read an outcome, then the task run
                 # again). Read again with a write after it, and WAIT for that.
-                reply = await runner.run(
-                    lua.find(
-                        task=keys.task,
-                        requests=keys.requests,
-                        grant=grant,
-                        binding=digest,
-                        confirm=1,
-                    ),
-                    durable=True,
-                )
+                reply = await runner.run(find(1), durable=True)
                 task = decode_task(task_id, *replies.snapshot(reply))
         except TaskNotFoundError:
             return None
