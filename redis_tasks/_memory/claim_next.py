@@ -46,7 +46,7 @@ class ClaimBatch:
         """Mirror of ``claim_next.lua``: what was claimed, entry by entry."""
         streams, partition = self._streams, self._partition
         if first and parse_task_id(first) == partition:
-            dispatch_first(self._records, streams, partition, first, self._doorbell)
+            dispatch_first(self._records, streams, partition, first)
         wanted, drained = count, False
         while wanted > 0 and not drained:
             met, drained, _ = self._read_and_claim(wanted, lease_ms, max_attempts)

@@ -19,12 +19,9 @@ from redis_tasks._tenancy import Head, plan_picks, stride
 from .records import TERMINAL, TaskRecords
 from .stream import Streams, id_text
 from .tenants import Tenants, settings_of
-from .work import Doorbell, add_work
+from .work import add_work
 
 __all__ = ["dispatch", "dispatch_first", "enqueue", "runnable_head"]
-
-#: The most undelivered entries ``dispatch_first`` moves behind the task it starts.
-_AHEAD = 16
 
 
 def enqueue(
@@ -128,14 +125,13 @@ def dispatch(
     return added
 
 
-def dispatch_first(
-    records: TaskRecords, streams: Streams, partition: int, task_id: str, doorbell: Doorbell
-) -> bool:
-    """Mirror of ``dispatch_first``: the newcomer's queued task ``task_id`` into the
-    stream ahead of the ring's order, read first (the tenant's next task signalled
-    when it may go first too); whether it went. The entries moved behind it are the
-    tasks whose records name them; a doorbell among them is asked of ``doorbell``,
-    anything else dropped."""
+def dispatch_first(records: TaskRecords, streams: Streams, partition: int, task_id: str) -> bool:
+    """Mirror of ``dispatch_first``: the newcomer's queued task ``task_id`` out of its
+    tenant's queue ahead of the ring's order (the tenant's next task signalled when it
+    may go first too); whether it went. The script claims it directly, before the
+    stream's entries; here it goes into the stream with every undelivered entry moved
+    behind it, unchanged (a doorbell, a gone task's, a stale one's), so the batch
+    reads them as the script does (a record that names its entry names the new one)."""
     record = records.live(task_id)
     if record is None:
         return False
@@ -151,23 +147,18 @@ def dispatch_first(
     if pass_ is None or not queue or queue[0] != task_id:
         return False
     step = stride(settings_of(tenants.settings.get(tenant))[0])
-    ahead = [e for e in state.fresh if e in state.entries][: _AHEAD + 1]
-    if len(ahead) > _AHEAD:
-        return False
+    ahead = [e for e in state.fresh if e in state.entries]
     queue.popleft()
     add_work(streams, partition, task_id, None)
     for entry_id in ahead:
         moved_task = state.entries.pop(entry_id)
-        if not moved_task:
-            doorbell.due = True
-            continue
         # Only this partition's tasks: another's record is under another tag.
-        mine = parse_task_id(moved_task) == partition
+        mine = bool(moved_task) and parse_task_id(moved_task) == partition
         moved_record = records.live(moved_task) if mine else None
-        if moved_record is not None and moved_record.fields.get(FIELD_WORK_ENTRY) == (
-            id_text(entry_id).encode()
-        ):
-            add_work(streams, partition, moved_task, moved_record.fields)
+        named = None if moved_record is None else moved_record.fields
+        if named is not None and named.get(FIELD_WORK_ENTRY) != id_text(entry_id).encode():
+            named = None  # a stale entry: kept, its record left as it is
+        add_work(streams, partition, moved_task, named)
     if not queue:
         tenants.drop_queue(tenant)
         tenants.ring.pop(tenant, None)
