@@ -229,7 +229,9 @@ class ScriptRunner:
             # "auto": no WAIT where no replica could answer it.
             sent = wait if wait is None or watch is None or await watch.wants_wait(node) else None
             # "auto": a reply ``hold`` names waits while its primary has a replica.
-            again = None if hold is None or watch is None else self._again(hold, node, held_until)
+            again = None
+            if sent is not None and hold is not None and watch is not None:
+                again = self._again(hold, node, held_until)
             for _ in range(2):
                 try:
                     if batch:
