@@ -29,13 +29,13 @@ __all__ = [
     "claim_started",
     "claim_wrote",
     "created",
-    "ended",
     "expired_leases",
     "flag",
     "flat_records",
     "shaped",
     "snapshot",
     "started",
+    "wrote",
 ]
 
 #: The claim codes that settle a task (or leave it) instead of running it.
@@ -196,26 +196,25 @@ def claim(reply: Any) -> Claim:
     return _one_claim(one, "claim", backlog=bool(backlog))
 
 
-#: Claim outcomes that ended the task (a terminal transition the claim wrote).
-_ENDED: Final = frozenset({ClaimOutcome.CANCELLED, ClaimOutcome.POISONED})
+#: Claim outcomes that wrote what ``wait_replicas`` must confirm: an ending (a terminal
+#: transition the claim wrote), or a start (its worker runs the task only once a replica
+#: holds the claim, and with it the create before it).
+_WROTE: Final = frozenset({ClaimOutcome.CANCELLED, ClaimOutcome.POISONED, ClaimOutcome.RUN})
 
 
-def ended(one: Claim) -> bool:
-    """Whether a claim ended its task (a write ``wait_replicas`` must confirm)."""
-    return one.outcome in _ENDED
+def wrote(one: Claim) -> bool:
+    """Whether a claim ended or started its task (a write ``wait_replicas`` must confirm)."""
+    return one.outcome in _WROTE
 
 
 def started(one: Claim) -> bool:
-    """Whether a claim starts its task: its worker runs the task only once a replica
-    holds the claim, and with it the create before it."""
+    """Whether a claim starts its task (held until a replica confirms it)."""
     return one.outcome is ClaimOutcome.RUN
 
 
 def claim_wrote(reply: list[Any]) -> bool:
-    """Whether a ``claim`` reply started or ended its task (so ``wait_replicas`` must
-    confirm it)."""
-    one = claim(reply)
-    return started(one) or ended(one)
+    """Whether a ``claim`` reply started or ended its task."""
+    return wrote(claim(reply))
 
 
 def claim_started(reply: list[Any]) -> bool:
@@ -225,7 +224,7 @@ def claim_started(reply: list[Any]) -> bool:
 
 def claim_batch_wrote(reply: list[Any]) -> bool:
     """Whether a ``claim_next`` reply started or ended any of its tasks."""
-    return any(started(one) or ended(one) for _, _, one in claim_batch(reply))
+    return any(wrote(one) for _, _, one in claim_batch(reply))
 
 
 def claim_batch_started(reply: list[Any]) -> bool:

@@ -71,7 +71,7 @@ def _hold_s(lease: timedelta) -> float:
 def _confirmed(claim: Claim, lagging: bool) -> Claim:
     """``claim`` as its call's ``WAIT`` left it: a claim that ended or started its
     task is unconfirmed when the replicas fell short (``lagging``); any other stands."""
-    if lagging and (replies.ended(claim) or replies.started(claim)):
+    if lagging and replies.wrote(claim):
         return replace(claim, unconfirmed=True)
     return claim
 
