@@ -21,8 +21,11 @@ from redis_tasks import (
     RedisTaskManager,
     RedisTasksError,
     ReplicationError,
+    TaskExecution,
     TaskRequestContext,
     TaskStatus,
+    TaskUpdateContext,
+    Worker,
 )
 from redis_tasks._redis.keys import KeySpace
 from redis_tasks.testing import RedisCluster, RedisServer, wait_failover
@@ -233,6 +236,77 @@ async def test_a_primary_killed_mid_run_loses_no_task_with_wait_replicas(
             assert worker.process.poll() is None  # carried on without a restart
     finally:
         fleet.stop_all()
+
+
+async def test_raising_the_partition_count_keeps_serving_the_old_partitions(
+    redis_cluster: RedisCluster, prefix: str
+) -> None:
+    """The count goes from 16 to 32 (what ``check --partitions`` advises on three
+    primaries) while tasks made under 16 are queued for their tenants, parked waiting
+    for input, and still being made by a creator not yet moved: a worker at 32 runs
+    each of them once, beside the tasks of the new partitions."""
+    runs: Counter[str] = Counter()
+
+    async def handler(execution: TaskExecution) -> dict[str, Any]:
+        if execution.payload == b"ask":
+            answers = await execution.request_input({"name": ELICIT}, "waiting for you")
+            return {"answers": sorted(answers)}
+        runs[execution.task_id] += 1
+        return {"ok": True}
+
+    async def make(m: RedisTaskManager, count: int, payload: bytes = b"run") -> list[str]:
+        made = [
+            await m.create_task(ALICE, ORIGIN, payload=payload, tenant=("a", "b")[i % 2])
+            for i in range(count)
+        ]
+        return [task.task_id for task in made]
+
+    async def all_completed(m: RedisTaskManager, task_ids: list[str]) -> bool:
+        for task_id in task_ids:
+            task = await m.find_task(TaskRequestContext(ALICE, task_id))
+            assert task is not None, "a task was lost"
+            if task.status is not TaskStatus.COMPLETED:
+                return False
+        return True
+
+    async with (
+        RedisTaskManager.from_url(redis_cluster.url, prefix=prefix) as old,
+        RedisTaskManager.from_url(redis_cluster.url, prefix=prefix, partitions=32) as new,
+    ):
+        assert (old.partitions, new.partitions) == (16, 32)
+        asking = await make(old, 2, b"ask")
+        done_before = await make(old, 20)
+        worker = Worker(old, handler, concurrency=4, park_after=timedelta(0))
+        async with worker:
+            runner = asyncio.create_task(worker.run())
+
+            async def parked() -> bool:
+                for task_id in asking:
+                    seen = await old.inspect_task(task_id)
+                    if seen is None or seen.entry_state != "parked":
+                        return False
+                return await all_completed(old, done_before)
+
+            await wait_until(parked, what="the old worker's tasks run and the asks parked")
+            await worker.stop()
+            await runner
+        # No worker now: these wait in their tenants' queues of the old partitions.
+        queued = await make(old, 60)
+        async with Worker(new, handler, concurrency=8) as worker:
+            runner = asyncio.create_task(worker.run())
+            fresh = await make(new, 60)
+            queued += await make(old, 20)  # a creator not yet told of the new count
+            for task_id in asking:
+                await new.update_task(TaskUpdateContext(ALICE, task_id, {"name": ELICIT_ANSWER}))
+            everything = asking + done_before + queued + fresh
+            await wait_until(
+                lambda: all_completed(new, everything), within=60, what="every task completed"
+            )
+            await worker.stop()
+            await runner
+    assert max(int(task_id.split(".")[0]) for task_id in fresh) >= 16  # the new ones used
+    assert max(int(task_id.split(".")[0]) for task_id in queued) < 16
+    assert runs == Counter(dict.fromkeys(done_before + queued + fresh, 1))
 
 
 @pytest.mark.slow
