@@ -80,9 +80,9 @@ def partition_finding(nodes: Sequence[ClusterNode], prefix: str, partitions: int
             better = count
             break
     fix = (
-        f"set partitions={better} on every manager, server and worker of the prefix "
-        f"(redis-tasks worker --partitions {better}); only raise it: existing tasks keep "
-        "their partitions, which the higher count still serves"
+        f"set partitions={better} on every worker of the prefix first (redis-tasks worker "
+        f"--partitions {better}), then on every manager and server; only raise it: existing "
+        "tasks keep their partitions, which the higher count still serves"
         if better is not None
         else "add primaries or move slots so that the partitions' slots spread evenly"
     )

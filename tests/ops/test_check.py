@@ -141,7 +141,7 @@ def test_the_cluster_is_ready(redis_cluster: RedisCluster) -> None:
     assert "over 50 pings to each of 3 primaries" in text
     # 16 partitions cannot fall evenly on 3 primaries: the count that does is named.
     assert "warn   partitions: 16 partitions fall 6/5/5 on 3 primaries" in text
-    assert "set partitions=32 on every manager" in text
+    assert "set partitions=32 on every worker of the prefix first" in text
 
 
 def test_the_partition_count_that_spreads_evenly_is_the_one_suggested() -> None:
