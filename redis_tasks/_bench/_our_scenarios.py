@@ -124,10 +124,16 @@ class OurScenarios(BenchBase):
             Probe(self.url) as probe,
             RedisTaskManager.from_url(self.url, prefix=self.new_queue()) as manager,
         ):
+            # The signal stream is trimmed as the event stream is (a client's complete
+            # signals the task's worker): bounded too, not kept for the retention.
             streams = [
                 key
                 for p in range(manager.partitions)
-                for key in (manager.keyspace.work(p), manager.keyspace.events(p))
+                for key in (
+                    manager.keyspace.work(p),
+                    manager.keyspace.events(p),
+                    manager.keyspace.signals(p),
+                )
             ]
             for _ in range(MEMORY_WARM):
                 await manager.create_task(WHO, origin, payload=payload)
