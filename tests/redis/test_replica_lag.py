@@ -148,6 +148,13 @@ async def _held_until_the_replica_answers(
     return await claiming
 
 
+def _outcomes(
+    claimed: list[tuple[WorkEntry, Claim]],
+) -> dict[str | None, tuple[ClaimOutcome, bool]]:
+    """Each claimed task's outcome and whether it came back unconfirmed, by task ID."""
+    return {entry.task_id: (claim.outcome, claim.unconfirmed) for entry, claim in claimed}
+
+
 async def test_a_claim_starts_its_tasks_only_once_a_replica_holds_them(
     replicated: ReplicatedServer, prefix: str
 ) -> None:
@@ -163,13 +170,10 @@ async def test_a_claim_starts_its_tasks_only_once_a_replica_holds_them(
             replicated,
             lambda: queue.claim_next(0, consumer="w2", count=2, lease=LONG, max_attempts=5),
         )
-        claims = {entry.task_id: claim for entry, claim in claimed}
-        assert claims.keys() == {cancelled, ready}
-        assert (claims[cancelled].outcome, claims[cancelled].unconfirmed) == (
-            ClaimOutcome.CANCELLED,
-            False,
-        )
-        assert (claims[ready].outcome, claims[ready].unconfirmed) == (ClaimOutcome.RUN, False)
+        assert _outcomes(claimed) == {
+            cancelled: (ClaimOutcome.CANCELLED, False),
+            ready: (ClaimOutcome.RUN, False),
+        }
 
         handed = await manager.create_task(ALICE, ORIGIN)
         entry = await _read_entry(manager, "w3", handed.task_id)
@@ -194,15 +198,12 @@ async def test_a_batch_claim_held_past_a_third_of_its_lease_still_starts_its_tas
                 0, consumer="w2", count=2, lease=lease, max_attempts=5
             )
             took = time.monotonic() - started
-        claims = {entry.task_id: claim for entry, claim in claimed}
-        assert claims.keys() == {cancelled, ready}
-        assert (claims[cancelled].outcome, claims[cancelled].unconfirmed) == (
-            ClaimOutcome.CANCELLED,
-            True,
-        )
-        assert (claims[ready].outcome, claims[ready].unconfirmed) == (ClaimOutcome.RUN, True)
+        assert _outcomes(claimed) == {
+            cancelled: (ClaimOutcome.CANCELLED, True),
+            ready: (ClaimOutcome.RUN, True),
+        }
         # The started task is w2's to run now, its first attempt, within its lease.
-        assert claims[ready].attempt == 1
+        assert {entry.task_id: claim.attempt for entry, claim in claimed}[ready] == 1
         assert WAIT_S <= took < lease.total_seconds() / 3 + WAIT_S, took
 
 
